@@ -1,0 +1,166 @@
+"""agentlib: a trio-native agent runtime.
+
+Define an :class:`Agent`, start sessions with it and drive them by turns; every session is
+an append-only log of events. ``agentlib_sync`` offers the same API as blocking calls.
+"""
+
+from ._callbacks import AllowApproval as AllowApproval
+from ._callbacks import ApprovalAnswer as ApprovalAnswer
+from ._callbacks import Callback as Callback
+from ._callbacks import Credentials as Credentials
+from ._callbacks import DenyApproval as DenyApproval
+from ._callbacks import KeepCallbackOpen as KeepCallbackOpen
+from ._callbacks import OpenApproval as OpenApproval
+from ._callbacks import OpenClientToolCall as OpenClientToolCall
+from ._callbacks import OpenSignIn as OpenSignIn
+from ._callbacks import SignInAnswer as SignInAnswer
+from ._callbacks import UnknownCallback as UnknownCallback
+from ._content import AudioContentBlock as AudioContentBlock
+from ._content import ContentAnnotations as ContentAnnotations
+from ._content import ContentBlock as ContentBlock
+from ._content import EmbeddedResourceContentBlock as EmbeddedResourceContentBlock
+from ._content import ImageContentBlock as ImageContentBlock
+from ._content import ResourceLinkContentBlock as ResourceLinkContentBlock
+from ._content import TextContentBlock as TextContentBlock
+from ._content import UnknownContentBlock as UnknownContentBlock
+from ._convert import structure as structure
+from ._convert import unstructure as unstructure
+from ._entries import ContextMessage as ContextMessage
+from ._entries import Entry as Entry
+from ._entries import MessageEntry as MessageEntry
+from ._entries import ToolCallEntry as ToolCallEntry
+from ._entries import ToolResultEntry as ToolResultEntry
+from ._entries import UnknownEntry as UnknownEntry
+from ._errors import ClientToolAnswerError as ClientToolAnswerError
+from ._errors import InvalidCursorError as InvalidCursorError
+from ._errors import ModelError as ModelError
+from ._errors import ObservationLost as ObservationLost
+from ._errors import SdkError as SdkError
+from ._errors import SessionBusyError as SessionBusyError
+from ._errors import SessionIdempotencyConflictError as SessionIdempotencyConflictError
+from ._errors import SessionTerminatedError as SessionTerminatedError
+from ._errors import TurnNotFoundError as TurnNotFoundError
+from ._errors import UnsupportedSessionProcedureError as UnsupportedSessionProcedureError
+from ._errors import ValidationError as ValidationError
+from ._events import CallbackClosed as CallbackClosed
+from ._events import CallbackOpened as CallbackOpened
+from ._events import EntryAdded as EntryAdded
+from ._events import EntryCompleted as EntryCompleted
+from ._events import EntryDelta as EntryDelta
+from ._events import Event as Event
+from ._events import TurnEnded as TurnEnded
+from ._events import TurnStarted as TurnStarted
+from ._events import UnknownEvent as UnknownEvent
+from ._history import parse_history as parse_history
+from ._history_items import HistoryImportEntry as HistoryImportEntry
+from ._history_items import HistoryImportMessage as HistoryImportMessage
+from ._history_items import HistoryImportReasoning as HistoryImportReasoning
+from ._history_items import HistoryImportSnapshot as HistoryImportSnapshot
+from ._history_items import HistoryImportToolCall as HistoryImportToolCall
+from ._history_items import HistoryImportToolResult as HistoryImportToolResult
+from ._records import AlreadySettled as AlreadySettled
+from ._records import Answered as Answered
+from ._records import Blocked as Blocked
+from ._records import Busy as Busy
+from ._records import Completed as Completed
+from ._records import ErrorInfo as ErrorInfo
+from ._records import Failed as Failed
+from ._records import Interrupted as Interrupted
+from ._records import NotFound as NotFound
+from ._records import Running as Running
+from ._records import TurnConflict as TurnConflict
+from ._records import TurnState as TurnState
+from ._records import UnknownOutcome as UnknownOutcome
+from ._records import UnknownRecord as UnknownRecord
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AllowApproval",
+    "AlreadySettled",
+    "Answered",
+    "ApprovalAnswer",
+    "AudioContentBlock",
+    "Blocked",
+    "Busy",
+    "Callback",
+    "CallbackClosed",
+    "CallbackOpened",
+    "ClientToolAnswerError",
+    "Completed",
+    "ContentAnnotations",
+    "ContentBlock",
+    "ContextMessage",
+    "Credentials",
+    "DenyApproval",
+    "EmbeddedResourceContentBlock",
+    "Entry",
+    "EntryAdded",
+    "EntryCompleted",
+    "EntryDelta",
+    "ErrorInfo",
+    "Event",
+    "Failed",
+    "HistoryImportEntry",
+    "HistoryImportMessage",
+    "HistoryImportReasoning",
+    "HistoryImportSnapshot",
+    "HistoryImportToolCall",
+    "HistoryImportToolResult",
+    "ImageContentBlock",
+    "Interrupted",
+    "InvalidCursorError",
+    "KeepCallbackOpen",
+    "MessageEntry",
+    "ModelError",
+    "NotFound",
+    "ObservationLost",
+    "OpenApproval",
+    "OpenClientToolCall",
+    "OpenSignIn",
+    "ResourceLinkContentBlock",
+    "Running",
+    "SdkError",
+    "SessionBusyError",
+    "SessionIdempotencyConflictError",
+    "SessionTerminatedError",
+    "SignInAnswer",
+    "TextContentBlock",
+    "ToolCallEntry",
+    "ToolResultEntry",
+    "TurnConflict",
+    "TurnEnded",
+    "TurnNotFoundError",
+    "TurnStarted",
+    "TurnState",
+    "UnknownCallback",
+    "UnknownContentBlock",
+    "UnknownEntry",
+    "UnknownEvent",
+    "UnknownOutcome",
+    "UnknownRecord",
+    "UnsupportedSessionProcedureError",
+    "ValidationError",
+    "parse_history",
+    "structure",
+    "unstructure",
+]
+
+
+def _set_public_module() -> None:
+    # Public names say `agentlib.Completed`, not `agentlib._records.Completed` (as trio does).
+    # Type hints are resolved first: they are looked up in the defining module's globals.
+    import inspect
+
+    import attrs
+
+    for name in __all__:
+        obj = globals()[name]
+        if attrs.has(obj):
+            attrs.resolve_types(obj)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            obj.__module__ = __name__
+
+
+_set_public_module()
+del _set_public_module

@@ -1,0 +1,31 @@
+"""The ``python -m agentlib`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+
+from . import __version__
+from ._content import TextContentBlock
+from ._convert import structure, unstructure
+from ._entries import Entry, MessageEntry
+
+
+def _selfcheck() -> int:
+    entry = MessageEntry(id="selfcheck", role="user", content=(TextContentBlock(text="hello"),))
+    wire = json.dumps(unstructure(entry))
+    assert structure(json.loads(wire), Entry) == entry
+    print(f"agentlib {__version__}: data model round trip ok: {wire}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m agentlib")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("selfcheck", help="check that the package works")
+    args = parser.parse_args(argv)
+    if args.command == "selfcheck":
+        return _selfcheck()
+    return 2  # pragma: no cover  (argparse refuses unknown commands)

@@ -1,0 +1,368 @@
+"""The one cattrs converter: every data class to and from JSON-ready dicts.
+
+Each family of classes (content blocks, entries, callbacks, records, events, history items,
+approval answers) is a union tagged by a ``type`` field with stable string tags. An unknown
+tag lands in the family's ``Unknown*`` class, which re-emits what it received, so that an
+older client reads newer data. Families that are only ever input (history items, answers)
+refuse an unknown tag instead.
+
+cattrs' validation errors are exception groups, not ValueErrors: :func:`structure`
+translates them, here and only here, into :class:`~agentlib.ValidationError`.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+from cattrs.errors import IterableValidationNote
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
+
+from . import _callbacks, _content, _entries, _events, _history_items, _records
+from ._errors import ValidationError
+from ._json import InvalidValue
+
+__all__ = ["structure", "unstructure"]
+
+T = TypeVar("T")
+
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+class _Family:
+    """A tagged union: its members by tag, and how to keep what has an unknown tag."""
+
+    def __init__(
+        self,
+        name: str,
+        members: tuple[type[Any], ...],
+        unknown: type[Any] | None = None,
+        unknown_tag_field: str = "",
+        envelope: tuple[str, ...] = (),
+    ) -> None:
+        self.name = name
+        self.by_tag: dict[str, type[Any]] = {}
+        for cls in members:
+            self.by_tag.setdefault(cls.type, cls)
+        self.unknown = unknown
+        self.unknown_tag_field = unknown_tag_field
+        self.envelope = envelope
+
+    def tags(self) -> str:
+        return ", ".join(repr(tag) for tag in self.by_tag)
+
+
+def _snake(key: Any) -> Any:
+    if isinstance(key, str) and not key.islower():
+        return _CAMEL.sub("_", key).lower()
+    return key
+
+
+def _type_name(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def make_converter() -> cattrs.Converter:
+    """Build the converter. Hooks are registered before the unions that capture them."""
+    conv = cattrs.Converter()
+
+    # cattrs is lenient by default (3 -> "3", a str iterated as a list); input must not be.
+    def strict_str(value: object, _: object) -> str:
+        if not isinstance(value, str):
+            raise InvalidValue(f"expected a string, got {_type_name(value)}")
+        return value
+
+    def strict_int(value: object, _: object) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidValue(f"expected an integer, got {_type_name(value)}")
+        return value
+
+    def strict_float(value: object, _: object) -> float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise InvalidValue(f"expected a number, got {_type_name(value)}")
+        return float(value)
+
+    def strict_bool(value: object, _: object) -> bool:
+        if not isinstance(value, bool):
+            raise InvalidValue(f"expected true or false, got {_type_name(value)}")
+        return value
+
+    conv.register_structure_hook(str, strict_str)
+    conv.register_structure_hook(int, strict_int)
+    conv.register_structure_hook(float, strict_float)
+    conv.register_structure_hook(bool, strict_bool)
+
+    def is_tuple(tp: Any) -> bool:
+        return typing.get_origin(tp) is tuple
+
+    def tuple_structure_factory(tp: Any) -> Callable[[Any, Any], tuple[Any, ...]]:
+        (element, *_rest) = typing.get_args(tp) or (Any,)
+        element_hook = conv.get_structure_hook(element)
+
+        def structure_tuple(value: Any, _: Any) -> tuple[Any, ...]:
+            if not isinstance(value, (list, tuple)):
+                raise InvalidValue(f"expected a list, got {_type_name(value)}")
+            items, errors = [], []
+            for index, item in enumerate(value):
+                try:
+                    items.append(element_hook(item, element))
+                except Exception as exc:
+                    note = IterableValidationNote(f"item @ index {index}", index, element)
+                    # Python 3.10 has no add_note; cattrs reads __notes__ either way.
+                    exc.__notes__ = [*getattr(exc, "__notes__", ()), note]  # type: ignore[attr-defined]
+                    errors.append(exc)
+            if errors:
+                raise cattrs.IterableValidationError(f"invalid items of {tp!r}", errors, tp)
+            return tuple(items)
+
+        return structure_tuple
+
+    def tuple_unstructure_factory(tp: Any) -> Callable[[tuple[Any, ...]], list[Any]]:
+        return lambda value: [conv.unstructure(item) for item in value]
+
+    conv.register_structure_hook_factory(is_tuple, tuple_structure_factory)
+    conv.register_unstructure_hook_factory(is_tuple, tuple_unstructure_factory)
+
+    def mapping_unstructure(value: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: conv.unstructure(item) for key, item in value.items()}
+
+    def is_mapping(tp: Any) -> bool:
+        return typing.get_origin(tp) is Mapping or tp is Mapping
+
+    conv.register_unstructure_hook_func(is_mapping, mapping_unstructure)
+
+    # Every attrs class: keys in snake_case or camelCase; a ``type`` key, when present, must be
+    # the class's own; a rule broken in the constructor becomes an error at the class's path.
+    def attrs_structure_factory(cls: type[Any]) -> Callable[[Any, Any], Any]:
+        inner = make_dict_structure_fn(cls, conv)
+        tag = getattr(cls, "type", None)
+
+        def structure_attrs(value: Any, _: Any) -> Any:
+            if not isinstance(value, Mapping):
+                raise InvalidValue(f"expected an object, got {_type_name(value)}")
+            data: dict[str, Any] = {_snake(key): item for key, item in value.items()}
+            given = data.pop("type", tag)
+            if tag is not None and given != tag:
+                raise InvalidValue(f"type must be {tag!r} for {cls.__name__}")
+            try:
+                return inner(data, cls)
+            except (ValueError, TypeError) as exc:
+                raise cattrs.ClassValidationError(f"invalid {cls.__name__}", [exc], cls) from None
+
+        return structure_attrs
+
+    def attrs_unstructure_factory(cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
+        inner = make_dict_unstructure_fn(cls, conv)
+        tag = getattr(cls, "type", None)
+        if tag is None:
+            return inner
+
+        def unstructure_attrs(value: Any) -> dict[str, Any]:
+            return {"type": tag, **inner(value)}
+
+        return unstructure_attrs
+
+    conv.register_structure_hook_factory(attrs.has, attrs_structure_factory)
+    conv.register_unstructure_hook_factory(attrs.has, attrs_unstructure_factory)
+
+    # Busy holds a live turn reference; on the wire it is the turn's ids.
+    def is_busy(tp: Any) -> bool:
+        return tp is _records.Busy or typing.get_origin(tp) is _records.Busy
+
+    def unstructure_busy(busy: _records.Busy[Any]) -> dict[str, Any]:
+        return {"type": "busy", "session_id": busy.turn.session_id, "turn_id": busy.turn.id}
+
+    conv.register_unstructure_hook_func(is_busy, unstructure_busy)
+
+    for family in FAMILIES.values():
+        _register_family(conv, family)
+    return conv
+
+
+def _register_family(conv: cattrs.Converter, family: _Family) -> None:
+    union = UNIONS[family.name]
+    unknown = family.unknown
+
+    def structure_member(value: Any, _: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise InvalidValue(
+                f"expected an object with a 'type' ({family.tags()}), got {_type_name(value)}"
+            )
+        tag = value.get("type")
+        if tag is None:
+            raise InvalidValue(f"missing 'type': one of {family.tags()}")
+        if not isinstance(tag, str):
+            raise InvalidValue(f"'type' must be a string, one of {family.tags()}")
+        cls = family.by_tag.get(tag)
+        if cls is not None:
+            if cls is _entries.MessageEntry and value.get("role") == "context":
+                cls = _entries.ContextMessage
+            return conv.structure(value, cls)
+        if unknown is None:
+            raise InvalidValue(f"unknown type {tag!r}: expected one of {family.tags()}")
+        return conv.structure(value, unknown)
+
+    conv.register_structure_hook(union, structure_member)
+    # The Unknown class of a family is re-emitted as it came.
+    if unknown is None:
+        return
+    envelope = family.envelope
+    tag_field = family.unknown_tag_field
+
+    def structure_unknown(value: Any, _: Any) -> Any:
+        data = {
+            _snake(key) if key in envelope or _snake(key) in envelope else key: item
+            for key, item in value.items()
+        }
+        tag = data.get("type")
+        if not isinstance(tag, str):
+            raise InvalidValue(f"missing 'type': one of {family.tags()}")
+        kwargs = {name: data[name] for name in envelope if name in data}
+        for name, item in kwargs.items():
+            if item is not None and not isinstance(item, str):
+                raise InvalidValue(f"{name} must be a string, got {_type_name(item)}")
+        raw = {key: item for key, item in data.items() if key != "type" and key not in envelope}
+        try:
+            return unknown(**kwargs, **{tag_field: tag}, raw=raw)
+        except (ValueError, TypeError) as exc:
+            raise cattrs.ClassValidationError(
+                f"invalid {unknown.__name__}", [exc], unknown
+            ) from None
+
+    def unstructure_unknown(value: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": getattr(value, tag_field)}
+        for name in envelope:
+            out[name] = getattr(value, name)
+        out.update(value.raw)
+        return out
+
+    conv.register_structure_hook(unknown, structure_unknown)
+    conv.register_unstructure_hook(unknown, unstructure_unknown)
+
+
+UNIONS: dict[str, Any] = {
+    "content block": _content.ContentBlock,
+    "entry": _entries.Entry,
+    "callback": _callbacks.Callback,
+    "record": _records.TurnState,
+    "event": _events.Event,
+    "history item": _history_items.HistoryImportEntry,
+    "approval answer": _callbacks.ApprovalAnswer,
+}
+
+FAMILIES: dict[str, _Family] = {
+    family.name: family
+    for family in (
+        _Family(
+            "content block",
+            typing.get_args(_content.ContentBlock)[:-1],
+            unknown=_content.UnknownContentBlock,
+            unknown_tag_field="original_type",
+        ),
+        _Family(
+            "entry",
+            (
+                _entries.MessageEntry,
+                _entries.ToolCallEntry,
+                _entries.ToolResultEntry,
+            ),
+            unknown=_entries.UnknownEntry,
+            unknown_tag_field="entry_type",
+            envelope=("id", "turn_id"),
+        ),
+        _Family(
+            "callback",
+            typing.get_args(_callbacks.Callback)[:-1],
+            unknown=_callbacks.UnknownCallback,
+            unknown_tag_field="callback_type",
+            envelope=("id", "session_id", "turn_id"),
+        ),
+        _Family(
+            "record",
+            (
+                _records.Running,
+                _records.Blocked,
+                _records.Completed,
+                _records.Interrupted,
+                _records.Failed,
+                _records.UnknownOutcome,
+            ),
+            unknown=_records.UnknownRecord,
+            unknown_tag_field="record_type",
+            envelope=("turn_id", "session_id", "cursor"),
+        ),
+        _Family(
+            "event",
+            typing.get_args(_events.Event)[:-1],
+            unknown=_events.UnknownEvent,
+            unknown_tag_field="event_type",
+            envelope=("id", "session_id", "turn_id"),
+        ),
+        _Family("history item", typing.get_args(_history_items.HistoryImportEntry)),
+        _Family("approval answer", typing.get_args(_callbacks.ApprovalAnswer)),
+    )
+}
+
+CONVERTER = make_converter()
+
+
+def unstructure(obj: Any) -> Any:
+    """``obj`` as JSON-ready data: dicts, lists, strings, numbers, booleans and None.
+
+    Every data class becomes a dict tagged by ``type``; ``json.dumps`` writes the result and
+    :func:`structure` reads it back into an equal object.
+    """
+    return CONVERTER.unstructure(obj)
+
+
+def structure(data: Any, cls: type[T] | Any) -> T:
+    """``data`` (as :func:`unstructure` or a client wrote it) as an instance of ``cls``.
+
+    ``cls`` may be a class or a union such as :data:`agentlib.Event`. Keys may be in
+    snake_case or camelCase. An unknown ``type`` becomes the family's ``Unknown*`` class.
+
+    Raises:
+        ValidationError: ``data`` does not fit ``cls``; its message lists each problem
+            with its path, e.g. ``required field missing @ $.content[0].text``.
+    """
+    try:
+        return CONVERTER.structure(data, cls)  # type: ignore[no-any-return]
+    except (cattrs.BaseValidationError, InvalidValue) as exc:
+        raise validation_error(exc, describe(cls)) from exc
+
+
+def describe(cls: Any) -> str:
+    """A readable name for a class or union, for messages."""
+    for name, union in UNIONS.items():
+        if cls == union:
+            return name
+    return getattr(cls, "__name__", repr(cls))
+
+
+def format_problem(exc: BaseException, tp: Any) -> str:
+    """One problem, in words that never repeat the offending value."""
+    if isinstance(exc, InvalidValue):
+        return str(exc)
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    if tp is not None and typing.get_origin(tp) is typing.Literal:
+        allowed = ", ".join(repr(arg) for arg in typing.get_args(tp))
+        return f"must be one of {allowed}"
+    if isinstance(exc, (ValueError, TypeError)):
+        return f"invalid value, expected {describe(tp)}" if tp is not None else "invalid value"
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return f"unexpected fields: {', '.join(sorted(exc.extra_fields))}"
+    return f"invalid value ({type(exc).__name__})"
+
+
+def validation_error(exc: BaseException, what: str, path: str = "$") -> ValidationError:
+    """``exc`` (a cattrs error or an ``InvalidValue``) as one :class:`ValidationError`."""
+    if isinstance(exc, cattrs.BaseValidationError):
+        problems = tuple(cattrs.transform_error(exc, path=path, format_exception=format_problem))
+    else:
+        problems = (f"{format_problem(exc, None)} @ {path}",)
+    return ValidationError(f"invalid {what}: " + "; ".join(problems), problems)

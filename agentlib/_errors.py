@@ -1,0 +1,103 @@
+"""The exceptions agentlib raises.
+
+Every exception is an :class:`SdkError`; catch that to handle any of them::
+
+    SdkError
+    ├── ValidationError              (also a ValueError) bad input: history, blocks, answers
+    ├── SessionBusyError             the session cannot take the message now; nothing changed
+    ├── SessionIdempotencyConflictError
+    │                                an idempotency key reused for another message
+    ├── SessionTerminatedError       the session was cancelled; it takes no more commands
+    ├── UnsupportedSessionProcedureError
+    │                                the call is not allowed on this reference (a subagent's)
+    ├── ObservationLost              the session's events can no longer be read from there
+    ├── InvalidCursorError           a cursor of another session, or a malformed one
+    ├── TurnNotFoundError            the session has no turn with that id
+    ├── ClientToolAnswerError        a client tool's answer could not be delivered
+    └── ModelError                   a model failed: HTTP or protocol error, or no reply
+
+Messages say what was wrong and what to do next. None of them contains a credential or the
+value of a session input.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClientToolAnswerError",
+    "InvalidCursorError",
+    "ModelError",
+    "ObservationLost",
+    "SdkError",
+    "SessionBusyError",
+    "SessionIdempotencyConflictError",
+    "SessionTerminatedError",
+    "TurnNotFoundError",
+    "UnsupportedSessionProcedureError",
+    "ValidationError",
+]
+
+
+class SdkError(Exception):
+    """The base class of every exception agentlib raises on purpose."""
+
+
+class ValidationError(SdkError, ValueError):
+    """Input did not have the expected shape or broke a rule.
+
+    Attributes:
+        errors: One line per problem, each ending with the path of the offending value,
+            e.g. ``"required field missing @ $[2].tool_call_id"``.
+    """
+
+    def __init__(self, message: str, errors: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
+class SessionBusyError(SdkError):
+    """The session could not take the command now; nothing was changed. Try again later."""
+
+
+class SessionIdempotencyConflictError(SdkError):
+    """An idempotency key was reused for a different message."""
+
+
+class SessionTerminatedError(SdkError):
+    """The session was cancelled and accepts no more commands; its history stays readable."""
+
+
+class UnsupportedSessionProcedureError(SdkError):
+    """The call is not allowed on this reference, e.g. ``send_message`` on a subagent."""
+
+
+class ObservationLost(SdkError):
+    """The session's events could not be replayed from the requested position.
+
+    Resume from the cursor of the last event or record you did receive.
+    """
+
+
+class InvalidCursorError(SdkError):
+    """A cursor (or record) of another session, or a string that is not a cursor."""
+
+
+class TurnNotFoundError(SdkError):
+    """The session has no turn with this id."""
+
+
+class ClientToolAnswerError(SdkError):
+    """A client tool's result was produced but could not be delivered; the call stays open."""
+
+
+class ModelError(SdkError):
+    """A model failed to produce a reply.
+
+    Attributes:
+        status: The HTTP status code, when the failure came from an HTTP response.
+        body: The start of the response body (at most 500 characters), when there was one.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, body: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body

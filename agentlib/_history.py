@@ -1,0 +1,145 @@
+"""Turning imported history items into the entries a session starts from."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import cattrs
+
+from ._content import TextContentBlock
+from ._convert import CONVERTER, validation_error
+from ._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry, UnknownEntry
+from ._errors import ValidationError
+from ._history_items import (
+    HistoryImportEntry,
+    HistoryImportMessage,
+    HistoryImportReasoning,
+    HistoryImportSnapshot,
+    HistoryImportToolCall,
+    HistoryImportToolResult,
+)
+from ._json import InvalidValue
+
+__all__ = ["parse_history"]
+
+_ITEM_CLASSES = (
+    HistoryImportMessage,
+    HistoryImportReasoning,
+    HistoryImportToolCall,
+    HistoryImportToolResult,
+    HistoryImportSnapshot,
+)
+
+
+def new_id() -> str:
+    """A fresh id for an entry, a turn, an event's session...: a UUID's 32 hex digits."""
+    return uuid.uuid4().hex
+
+
+def parse_history(items: Iterable[HistoryImportEntry | Mapping[str, Any]]) -> list[Entry]:
+    """Check imported history items and turn them into session entries.
+
+    Each item is a ``HistoryImport*`` instance or a dict with the same fields (snake_case or
+    camelCase) and a ``type``: ``"message"``, ``"reasoning"``, ``"tool_call"``,
+    ``"tool_result"`` or ``"snapshot"``. Reasoning becomes an ``UnknownEntry`` of type
+    ``"reasoning"``; a snapshot one of type ``"checkpoint"``.
+
+    Args:
+        items: The conversation, oldest first.
+
+    Returns:
+        The entries, oldest first, with fresh ids and no turn.
+
+    Raises:
+        ValidationError: An item is malformed, breaks a rule (result xor error; a system
+            message holds text only; an assistant message no embedded resource) or answers a
+            tool call that is not before it. The message names each item's index and field.
+    """
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise ValidationError(
+            f"invalid history: expected a list of history items, got {type(items).__name__}"
+        )
+    parsed: list[HistoryImportEntry] = []
+    problems: list[str] = []
+    for index, item in enumerate(items):
+        if isinstance(item, _ITEM_CLASSES):
+            parsed.append(item)
+            continue
+        try:
+            parsed.append(CONVERTER.structure(item, HistoryImportEntry))  # type: ignore[arg-type]
+        except (cattrs.BaseValidationError, InvalidValue) as exc:
+            problems.extend(validation_error(exc, "history", path=f"$[{index}]").errors)
+    if problems:
+        raise ValidationError("invalid history: " + "; ".join(problems), tuple(problems))
+    return _to_entries(parsed)
+
+
+def _to_entries(items: list[HistoryImportEntry]) -> list[Entry]:
+    entries: list[Entry] = []
+    calls: dict[str, str] = {}
+    problems: list[str] = []
+    for index, item in enumerate(items):
+        if isinstance(item, HistoryImportMessage):
+            entries.append(MessageEntry(id=new_id(), role=item.role, content=item.content))
+        elif isinstance(item, HistoryImportReasoning):
+            entries.append(
+                UnknownEntry(id=new_id(), entry_type="reasoning", raw={"text": item.text})
+            )
+        elif isinstance(item, HistoryImportToolCall):
+            if item.tool_call_id in calls:
+                problems.append(
+                    f"tool_call_id {item.tool_call_id!r} is used by an earlier tool call "
+                    f"@ $[{index}].tool_call_id"
+                )
+            calls[item.tool_call_id] = item.name
+            entries.append(
+                ToolCallEntry(
+                    id=new_id(),
+                    name=item.name,
+                    arguments=item.arguments,
+                    tool_call_id=item.tool_call_id,
+                    tool_kind=item.tool_kind,
+                )
+            )
+        elif isinstance(item, HistoryImportToolResult):
+            if item.tool_call_id not in calls:
+                problems.append(
+                    f"tool_call_id {item.tool_call_id!r} matches no tool call before this "
+                    f"result; put the tool_call item first @ $[{index}].tool_call_id"
+                )
+            entries.append(_tool_result(item, calls.get(item.tool_call_id)))
+        else:
+            entries.append(
+                UnknownEntry(
+                    id=new_id(),
+                    entry_type="checkpoint",
+                    raw={
+                        "message": f"{item.task_name}:{item.snapshot_type}",
+                        "details": item.value,
+                    },
+                )
+            )
+    if problems:
+        raise ValidationError("invalid history: " + "; ".join(problems), tuple(problems))
+    return entries
+
+
+def _tool_result(item: HistoryImportToolResult, call_name: str | None) -> ToolResultEntry:
+    if item.error is not None:
+        text, structured, is_error = str(item.error["message"]), None, True
+    elif isinstance(item.result, str):
+        text, structured, is_error = item.result, None, False
+    else:
+        text, structured, is_error = json.dumps(item.result), item.result, False
+    return ToolResultEntry(
+        id=new_id(),
+        name=item.name if item.name is not None else call_name,
+        content=(TextContentBlock(text=text),),
+        structured_content=structured,
+        is_error=is_error,
+        tool_call_id=item.tool_call_id,
+        annotations=item.annotations,
+    )
