@@ -4,6 +4,7 @@ Define an :class:`Agent`, start sessions with it and drive them by turns; every 
 an append-only log of events. ``agentlib_sync`` offers the same API as blocking calls.
 """
 
+from ._agent import Agent as Agent
 from ._callbacks import AllowApproval as AllowApproval
 from ._callbacks import ApprovalAnswer as ApprovalAnswer
 from ._callbacks import Callback as Callback
@@ -25,6 +26,9 @@ from ._content import TextContentBlock as TextContentBlock
 from ._content import UnknownContentBlock as UnknownContentBlock
 from ._convert import structure as structure
 from ._convert import unstructure as unstructure
+from ._engine._runtime import Runtime as Runtime
+from ._engine._runtime import current_runtime as current_runtime
+from ._engine._runtime import open_runtime as open_runtime
 from ._entries import ContextMessage as ContextMessage
 from ._entries import Entry as Entry
 from ._entries import MessageEntry as MessageEntry
@@ -38,6 +42,7 @@ from ._errors import ObservationLost as ObservationLost
 from ._errors import SdkError as SdkError
 from ._errors import SessionBusyError as SessionBusyError
 from ._errors import SessionIdempotencyConflictError as SessionIdempotencyConflictError
+from ._errors import SessionNotFoundError as SessionNotFoundError
 from ._errors import SessionTerminatedError as SessionTerminatedError
 from ._errors import TurnNotFoundError as TurnNotFoundError
 from ._errors import UnsupportedSessionProcedureError as UnsupportedSessionProcedureError
@@ -58,6 +63,13 @@ from ._history_items import HistoryImportReasoning as HistoryImportReasoning
 from ._history_items import HistoryImportSnapshot as HistoryImportSnapshot
 from ._history_items import HistoryImportToolCall as HistoryImportToolCall
 from ._history_items import HistoryImportToolResult as HistoryImportToolResult
+from ._models._base import Model as Model
+from ._models._base import ModelReply as ModelReply
+from ._models._base import ModelRequest as ModelRequest
+from ._models._base import ToolCallRequest as ToolCallRequest
+from ._models._base import ToolSchema as ToolSchema
+from ._models._scripted import FunctionModel as FunctionModel
+from ._models._scripted import ScriptedModel as ScriptedModel
 from ._records import AlreadySettled as AlreadySettled
 from ._records import Answered as Answered
 from ._records import Blocked as Blocked
@@ -72,10 +84,15 @@ from ._records import TurnConflict as TurnConflict
 from ._records import TurnState as TurnState
 from ._records import UnknownOutcome as UnknownOutcome
 from ._records import UnknownRecord as UnknownRecord
+from ._session import Session as Session
+from ._session import Turn as Turn
+from ._tools import Tool as Tool
+from ._tools import tool as tool
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
     "AllowApproval",
     "AlreadySettled",
     "Answered",
@@ -101,6 +118,7 @@ __all__ = [
     "ErrorInfo",
     "Event",
     "Failed",
+    "FunctionModel",
     "HistoryImportEntry",
     "HistoryImportMessage",
     "HistoryImportReasoning",
@@ -112,7 +130,10 @@ __all__ = [
     "InvalidCursorError",
     "KeepCallbackOpen",
     "MessageEntry",
+    "Model",
     "ModelError",
+    "ModelReply",
+    "ModelRequest",
     "NotFound",
     "ObservationLost",
     "OpenApproval",
@@ -120,14 +141,22 @@ __all__ = [
     "OpenSignIn",
     "ResourceLinkContentBlock",
     "Running",
+    "Runtime",
+    "ScriptedModel",
     "SdkError",
+    "Session",
     "SessionBusyError",
     "SessionIdempotencyConflictError",
+    "SessionNotFoundError",
     "SessionTerminatedError",
     "SignInAnswer",
     "TextContentBlock",
+    "Tool",
     "ToolCallEntry",
+    "ToolCallRequest",
     "ToolResultEntry",
+    "ToolSchema",
+    "Turn",
     "TurnConflict",
     "TurnEnded",
     "TurnNotFoundError",
@@ -141,8 +170,11 @@ __all__ = [
     "UnknownRecord",
     "UnsupportedSessionProcedureError",
     "ValidationError",
+    "current_runtime",
+    "open_runtime",
     "parse_history",
     "structure",
+    "tool",
     "unstructure",
 ]
 

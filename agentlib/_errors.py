@@ -12,6 +12,7 @@ Every exception is an :class:`SdkError`; catch that to handle any of them::
     │                                the call is not allowed on this reference (a subagent's)
     ├── ObservationLost              the session's events can no longer be read from there
     ├── InvalidCursorError           a cursor of another session, or a malformed one
+    ├── SessionNotFoundError         the runtime's store has no session with that id
     ├── TurnNotFoundError            the session has no turn with that id
     ├── ClientToolAnswerError        a client tool's answer could not be delivered
     └── ModelError                   a model failed: HTTP or protocol error, or no reply
@@ -30,6 +31,7 @@ __all__ = [
     "SdkError",
     "SessionBusyError",
     "SessionIdempotencyConflictError",
+    "SessionNotFoundError",
     "SessionTerminatedError",
     "TurnNotFoundError",
     "UnsupportedSessionProcedureError",
@@ -79,6 +81,10 @@ class ObservationLost(SdkError):
 
 class InvalidCursorError(SdkError):
     """A cursor (or record) of another session, or a string that is not a cursor."""
+
+
+class SessionNotFoundError(SdkError):
+    """The runtime's store has no session with this id."""
 
 
 class TurnNotFoundError(SdkError):

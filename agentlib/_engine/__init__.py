@@ -1,0 +1,1 @@
+"""The trio engine: the runtime, sessions' state and logs, and the turn loop."""

@@ -1,0 +1,1 @@
+"""Models: the protocol the engine calls, and the shipped implementations."""

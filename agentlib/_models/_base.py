@@ -1,0 +1,99 @@
+"""The model protocol: what the engine sends a model, and what it gets back."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from .._content import _to_tuple
+from .._entries import Entry
+from .._json import check_json
+
+__all__ = ["Model", "ModelReply", "ModelRequest", "TextSink", "ToolCallRequest", "ToolSchema"]
+
+#: Receives streamed text as it arrives.
+TextSink = Callable[[str], Awaitable[None]]
+
+
+@attrs.frozen(kw_only=True)
+class ToolSchema:
+    """A tool as the model sees it: the ``function`` object of a chat-completions request.
+
+    Attributes:
+        name: The tool's full id.
+        description: What the tool does.
+        parameters: The JSON schema of its arguments (an ``"object"`` schema).
+    """
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class ModelRequest:
+    """What the engine asks a model for: the next reply of the conversation.
+
+    Attributes:
+        instructions: The agent's instructions (the system prompt).
+        entries: The session's history so far, oldest first.
+        tools: The tools the model may call.
+        output_schema: The JSON schema the final answer must match, or None for free text.
+        session_id: The session asking.
+        turn_id: The turn asking.
+    """
+
+    instructions: str = ""
+    entries: Sequence[Entry] = ()
+    tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=_to_tuple)
+    output_schema: Mapping[str, Any] | None = None
+    session_id: str = ""
+    turn_id: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallRequest:
+    """A tool call the model asks for.
+
+    Attributes:
+        name: The tool's full id.
+        arguments: The arguments, a JSON object.
+        id: The call's id; None lets the engine make one.
+    """
+
+    __match_args__ = ("name", "arguments")
+    name: str
+    arguments: Any = attrs.field(factory=dict, validator=check_json)
+    id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ModelReply:
+    """A model's reply: text, tool calls, or both.
+
+    A reply with no tool call ends the turn, its text being the answer.
+
+    Attributes:
+        text: The assistant's text, or None.
+        tool_calls: The tool calls to run, in order.
+    """
+
+    text: str | None = None
+    tool_calls: tuple[ToolCallRequest, ...] = attrs.field(default=(), converter=_to_tuple)
+
+
+@runtime_checkable
+class Model(Protocol):
+    """What the engine needs of a model.
+
+    Implement ``complete``; call ``on_text`` with each piece of streamed text, if you stream.
+    Raise :class:`agentlib.ModelError` for a failure the turn should report.
+    """
+
+    async def complete(
+        self, request: ModelRequest, *, on_text: TextSink | None = None
+    ) -> ModelReply:
+        """Return the model's next reply to ``request``."""
+        ...

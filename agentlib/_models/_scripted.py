@@ -1,0 +1,94 @@
+"""Offline models: a fixed script of replies, or a Python function."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Union
+
+import attrs
+
+from .._errors import ModelError
+from ._base import ModelReply, ModelRequest, TextSink
+
+__all__ = ["FunctionModel", "ScriptedModel", "Step"]
+
+#: What a step of a script, or a model function, may give: the answer's text or a reply.
+Reply = Union[str, ModelReply]
+#: A step of a :class:`ScriptedModel`.
+Step = Union[str, ModelReply, Callable[[ModelRequest], Union[Reply, Awaitable[Reply]]]]
+
+
+async def _reply_of(step: Step, request: ModelRequest) -> ModelReply:
+    value: object = step(request) if callable(step) else step
+    if inspect.isawaitable(value):
+        value = await value
+    if isinstance(value, str):
+        return ModelReply(text=value)
+    if isinstance(value, ModelReply):
+        return value
+    raise ModelError(
+        f"a model step gave {type(value).__name__}; give a str (the answer) or a ModelReply"
+    )
+
+
+async def _stream(reply: ModelReply, on_text: TextSink | None) -> None:
+    if on_text is not None and reply.text:
+        await on_text(reply.text)
+
+
+@attrs.define(eq=False)
+class ScriptedModel:
+    """A deterministic offline model that plays a script, the same in every session.
+
+    Each session starts at the first step; each request of the session takes the next one.
+    A step is a ``str`` (the final answer), a :class:`ModelReply`, or a function (sync or
+    async) of the :class:`ModelRequest` that returns one of those.
+
+    Args:
+        steps: The script.
+
+    A session that asks for more steps than the script has fails its turn with a
+    :class:`agentlib.ModelError`.
+    """
+
+    steps: tuple[Step, ...] = attrs.field(converter=tuple)
+    _positions: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
+
+    def __init__(self, steps: Iterable[Step]) -> None:
+        self.__attrs_init__(steps)  # type: ignore[attr-defined]
+
+    async def complete(
+        self, request: ModelRequest, *, on_text: TextSink | None = None
+    ) -> ModelReply:
+        """Play the session's next step."""
+        position = self._positions.get(request.session_id, 0)
+        if position >= len(self.steps):
+            raise ModelError(
+                f"the scripted model has no step left: its script has {len(self.steps)} "
+                f"step(s) and this session asked for step {position + 1}; add steps to "
+                "ScriptedModel([...])"
+            )
+        self._positions[request.session_id] = position + 1
+        reply = await _reply_of(self.steps[position], request)
+        await _stream(reply, on_text)
+        return reply
+
+
+@attrs.define(eq=False)
+class FunctionModel:
+    """A model that is a Python function (sync or async) of the :class:`ModelRequest`.
+
+    Args:
+        fn: Returns the answer's text, or a :class:`ModelReply`.
+    """
+
+    fn: Callable[[ModelRequest], Reply | Awaitable[Reply]]
+
+    async def complete(
+        self, request: ModelRequest, *, on_text: TextSink | None = None
+    ) -> ModelReply:
+        """Call the function."""
+        reply = await _reply_of(self.fn, request)
+        await _stream(reply, on_text)
+        return reply

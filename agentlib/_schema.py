@@ -1,0 +1,153 @@
+"""JSON schemas of Python types, for tool parameters and output types."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Union
+
+import attrs
+
+__all__ = ["docstring_parameters", "json_schema"]
+
+_SIMPLE: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+}
+
+
+def json_schema(tp: Any) -> dict[str, Any]:
+    """The JSON schema of values of type ``tp``.
+
+    Handles str, int, float, bool, None, Any, Literal, Enum, Optional and unions, lists,
+    tuples, sets, dicts with string keys, attrs classes, dataclasses, and pydantic models
+    (through their own ``model_json_schema``).
+
+    Raises:
+        TypeError: ``tp`` has no JSON form (a callable, a custom class...).
+    """
+    if tp in _SIMPLE:
+        return dict(_SIMPLE[tp])
+    if tp is Any or tp is object:
+        return {}
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return json_schema(args[0])
+    if origin is typing.Literal:
+        return {"enum": list(args)}
+    if origin is Union or origin is types.UnionType:
+        options = [json_schema(arg) for arg in args]
+        return {"anyOf": options}
+    if origin in (list, tuple, set, frozenset, Sequence) or tp in (list, tuple, set):
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return {
+                "type": "array",
+                "prefixItems": [json_schema(arg) for arg in args],
+                "minItems": len(args),
+                "maxItems": len(args),
+            }
+        return {"type": "array", "items": json_schema(args[0]) if args else {}}
+    if origin in (dict, Mapping) or tp is dict:
+        if args and args[0] is not str:
+            raise TypeError(f"{tp!r} has no JSON form: JSON object keys are strings")
+        return {"type": "object", "additionalProperties": json_schema(args[1]) if args else {}}
+    if inspect.isclass(tp) and issubclass(tp, enum.Enum):
+        return {"enum": [member.value for member in tp]}
+    if inspect.isclass(tp) and hasattr(tp, "model_json_schema"):
+        return dict(tp.model_json_schema())
+    if inspect.isclass(tp) and (attrs.has(tp) or dataclasses.is_dataclass(tp)):
+        return _class_schema(tp)
+    raise TypeError(f"{tp!r} has no JSON form; use JSON types, attrs classes or dataclasses")
+
+
+def _class_schema(cls: type[Any]) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    if attrs.has(cls):
+        for field in attrs.fields(cls):
+            if not field.init:
+                continue
+            properties[field.name] = json_schema(hints.get(field.name, Any))
+            if field.default is attrs.NOTHING:
+                required.append(field.name)
+    else:
+        for dc_field in dataclasses.fields(cls):
+            if not dc_field.init:
+                continue
+            properties[dc_field.name] = json_schema(hints.get(dc_field.name, Any))
+            if (
+                dc_field.default is dataclasses.MISSING
+                and dc_field.default_factory is dataclasses.MISSING
+            ):
+                required.append(dc_field.name)
+    schema: dict[str, Any] = {
+        "type": "object",
+        "title": cls.__name__,
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    description = inspect.getdoc(cls)
+    if description and not description.startswith(f"{cls.__name__}("):
+        schema["description"] = description.split("\n\n")[0]
+    return schema
+
+
+_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters)\s*:\s*$")
+_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+_SPHINX_LINE = re.compile(r"^\s*:param\s+(?:[\w\[\], ]+\s+)?(\w+)\s*:\s*(.*)$")
+
+
+def docstring_parameters(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    """The summary of ``fn``'s docstring and its parameters' descriptions.
+
+    Reads Google style (``Args:`` then ``name: text`` lines, continuation lines indented)
+    and Sphinx style (``:param name: text``).
+    """
+    doc = inspect.getdoc(fn) or ""
+    lines = doc.splitlines()
+    summary_lines: list[str] = []
+    for line in lines:
+        if not line.strip() or _ARGS_HEADER.match(line) or _SPHINX_LINE.match(line):
+            break
+        summary_lines.append(line.strip())
+    params: dict[str, str] = {}
+    in_args = False
+    current: str | None = None
+    args_indent = param_indent = 0
+    for line in lines:
+        sphinx = _SPHINX_LINE.match(line)
+        if sphinx:
+            current = sphinx.group(1)
+            params[current] = sphinx.group(2).strip()
+            continue
+        if _ARGS_HEADER.match(line):
+            in_args, current = True, None
+            args_indent = len(line) - len(line.lstrip())
+            continue
+        if not in_args:
+            continue
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        if indent <= args_indent:
+            in_args = False  # the next section ("Returns:", ...)
+            continue
+        match = _ARG_LINE.match(line)
+        if match and (current is None or indent <= param_indent):
+            current = match.group(1).lstrip("*")
+            param_indent = indent
+            params[current] = match.group(3).strip()
+        elif current is not None:
+            params[current] = f"{params[current]} {line.strip()}".strip()
+    return " ".join(summary_lines), params

@@ -1,0 +1,457 @@
+"""References to sessions and turns: every call goes through them."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Union
+
+import attrs
+import trio
+
+from ._callbacks import (
+    AllowApproval,
+    DenyApproval,
+    KeepCallbackOpen,
+    OpenApproval,
+    OpenClientToolCall,
+    OpenSignIn,
+    SignInAnswer,
+)
+from ._content import ContentBlock, TextContentBlock, UnknownContentBlock
+from ._convert import CONVERTER, describe, validation_error
+from ._engine._core import SessionCore, TurnCore
+from ._engine._runtime import Runtime
+from ._errors import SessionBusyError, ValidationError
+from ._events import CallbackOpened, Event, TurnEnded
+from ._json import InvalidValue
+from ._output import parse_output
+from ._records import Busy, Completed, ErrorInfo, Failed, TurnConflict, TurnState
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+
+__all__ = ["Content", "Session", "Turn"]
+
+#: A message: a string, or content blocks (or dicts with the same fields).
+Content = Union[str, Sequence[Union[ContentBlock, Mapping[str, Any]]]]
+#: A function (sync or async) called with each event.
+EventHandler = Callable[[Event], Union[Awaitable[None], None]]
+ApprovalHandler = Callable[
+    [OpenApproval],
+    Union[
+        AllowApproval | DenyApproval | KeepCallbackOpen,
+        Awaitable[AllowApproval | DenyApproval | KeepCallbackOpen],
+    ],
+]
+SignInHandler = Callable[
+    [OpenSignIn], Union[SignInAnswer | KeepCallbackOpen, Awaitable[SignInAnswer | KeepCallbackOpen]]
+]
+ClientToolHandler = Callable[[OpenClientToolCall], Any]
+
+_SEND_TRIES = 3
+
+
+def message_content(content: Content) -> tuple[ContentBlock, ...]:
+    """A message's content as blocks.
+
+    Raises:
+        ValidationError: ``content`` is empty, not a str or a list of blocks, or holds a
+            malformed or unknown block.
+    """
+    if isinstance(content, str):
+        if not content:
+            raise ValidationError("invalid message: it is empty; send some text or blocks")
+        return (TextContentBlock(text=content),)
+    if isinstance(content, (bytes, Mapping)) or not isinstance(content, Sequence):
+        raise ValidationError(
+            f"invalid message: expected a str or a list of content blocks, "
+            f"got {type(content).__name__}"
+        )
+    if not content:
+        raise ValidationError("invalid message: it has no content block")
+    blocks: list[ContentBlock] = []
+    problems: list[str] = []
+    for index, item in enumerate(content):
+        try:
+            block: Any = (
+                item if attrs.has(type(item)) else CONVERTER.structure(item, ContentBlock)  # type: ignore[arg-type]
+            )
+        except Exception as exc:
+            if not isinstance(exc, (InvalidValue,)) and not hasattr(exc, "exceptions"):
+                raise
+            problems.extend(validation_error(exc, describe(ContentBlock), f"$[{index}]").errors)
+            continue
+        if isinstance(block, UnknownContentBlock) or not isinstance(
+            block,
+            ContentBlock.__args__,  # type: ignore[attr-defined]
+        ):
+            problems.append(
+                f"a message cannot hold a block of type "
+                f"{getattr(block, 'original_type', type(block).__name__)!r} @ $[{index}]"
+            )
+            continue
+        blocks.append(block)
+    if problems:
+        raise ValidationError("invalid message: " + "; ".join(problems), tuple(problems))
+    return tuple(blocks)
+
+
+def _for_reader(record: TurnState[Any], output_type: Any) -> TurnState[Any]:
+    """A turn record as a reference with ``output_type`` reads it."""
+    if not isinstance(record, Completed) or output_type is None:
+        return record
+    if (
+        output_type is not None
+        and not isinstance(record.output, str)
+        and isinstance(record.output, output_type)
+    ):
+        return record
+    try:
+        return attrs.evolve(record, output=parse_output(record.text, output_type))
+    except ValidationError as error:
+        return Failed(
+            turn_id=record.turn_id,
+            session_id=record.session_id,
+            cursor=record.cursor,
+            error=ErrorInfo(type="ValidationError", message=str(error)),
+        )
+
+
+async def _call(handler: Callable[[Any], Any], value: Any) -> Any:
+    result = handler(value)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+class Session:
+    """A session of a runtime, named by its id. Building one sends no request.
+
+    Get one from ``await agent.start_session()``, or from a saved id with
+    ``agent.session(session_id)``. Two references are equal when they name the same session
+    in the same runtime.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        session_id: str,
+        *,
+        agent: Agent,
+        on_approval: ApprovalHandler | None = None,
+        on_sign_in: SignInHandler | None = None,
+        on_client_tool: ClientToolHandler | None = None,
+    ) -> None:
+        self._runtime = runtime
+        self.id = session_id
+        self._agent = agent
+        self._on_approval = on_approval
+        self._on_sign_in = on_sign_in
+        self._on_client_tool = on_client_tool
+
+    def __repr__(self) -> str:
+        return f"Session(id={self.id!r}, agent={self._agent.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Session):
+            return NotImplemented
+        return self._runtime is other._runtime and self.id == other.id
+
+    def __hash__(self) -> int:
+        return hash((id(self._runtime), self.id))
+
+    @property
+    def _core(self) -> SessionCore:
+        return self._runtime.core(self.id)
+
+    def turn(self, turn_id: str) -> Turn:
+        """A reference to a turn of this session; sends no request.
+
+        Args:
+            turn_id: The turn's id.
+        """
+        return Turn(self, turn_id, started=None)
+
+    async def send_message(self, content: Content, *, idempotency_key: str | None = None) -> Turn:
+        """Send a message: start a turn, or add the message to the running turn.
+
+        ``turn.started`` tells which: True for a new turn, False for the running one.
+
+        Args:
+            content: The message: a str or content blocks.
+            idempotency_key: Makes a retry safe: the same key returns the same turn.
+
+        Raises:
+            ValidationError: ``content`` is malformed.
+            SessionIdempotencyConflictError: The key was used for another message.
+            SessionTerminatedError: The session was cancelled.
+            SessionBusyError: The session still could not take the message after several
+                tries; nothing changed.
+        """
+        blocks = message_content(content)
+        core = self._core
+        for _ in range(_SEND_TRIES):
+            started = core.start_turn(blocks, idempotency_key, self._agent.output_type)
+            if isinstance(started, tuple):
+                turn, is_new = started
+                return Turn(self, turn.id, started=is_new)
+            if core.steer(started, blocks, idempotency_key):
+                return Turn(self, started.id, started=False)
+            # The active turn is ending: let it finish, then start a new one.
+            await started.done.wait()
+        raise SessionBusyError(
+            f"session {self.id} could not take the message after {_SEND_TRIES} tries; "
+            "nothing changed: send it again"
+        )
+
+    async def start_turn(
+        self, content: Content, *, idempotency_key: str | None = None
+    ) -> Turn | Busy[Turn]:
+        """Start a new turn, or return ``Busy`` with the active turn. Never joins a turn.
+
+        Args:
+            content: The message that starts the turn.
+            idempotency_key: The same key returns the turn it started; a key refused with
+                ``Busy`` starts a turn once the active one has ended.
+
+        Raises:
+            ValidationError: ``content`` is malformed.
+            SessionIdempotencyConflictError: The key was used for another message.
+            SessionTerminatedError: The session was cancelled.
+        """
+        return self._start(content, idempotency_key, self._agent.output_type)
+
+    def _start(self, content: Content, key: str | None, output_type: Any) -> Turn | Busy[Turn]:
+        blocks = message_content(content)
+        started = self._core.start_turn(blocks, key, output_type)
+        if isinstance(started, tuple):
+            return Turn(self, started[0].id, started=True)
+        return Busy(turn=Turn(self, started.id, started=None))
+
+    async def run(
+        self,
+        content: Content,
+        *,
+        output_type: type[Any] | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+    ) -> TurnState[Any] | Busy[Turn]:
+        """Start a turn and wait until it ends or blocks on a callback; return its record.
+
+        ``start_turn`` then ``turn.result(timeout=, on_event=)``: leaving the wait does not
+        stop the turn.
+
+        Args:
+            content: The message that starts the turn.
+            output_type: Structure the answer into this type (by default the agent's).
+            idempotency_key: The same key returns the turn it started.
+            timeout: The longest wait in seconds, not counting the start; None waits as long
+                as the turn runs.
+            on_event: Called with each event of the turn, in order; ``TurnEnded`` last.
+
+        Raises:
+            ValidationError: ``content`` is malformed.
+            SessionIdempotencyConflictError: The key was used for another message.
+            SessionTerminatedError: The session was cancelled.
+        """
+        wanted = output_type if output_type is not None else self._agent.output_type
+        turn = self._start(content, idempotency_key, wanted)
+        if isinstance(turn, Busy):
+            return turn
+        return await turn.result(output_type=wanted, timeout=timeout, on_event=on_event)
+
+    async def iter_events(
+        self, *, after: TurnState[Any] | str | None = None
+    ) -> AsyncIterator[Event]:
+        """The session's events after ``after`` (a record or a cursor), or from its start.
+
+        Replays what is stored, then follows live until the session ends. Every
+        ``TurnEnded`` carries its record.
+
+        Raises:
+            InvalidCursorError: ``after`` belongs to another session or is not a cursor.
+        """
+        log = self._core.log
+        position = log.seq_of(after)
+        output_type = self._agent.output_type
+        while True:
+            events = log.events
+            while position < len(events):
+                event = events[position]
+                position += 1
+                yield _event_for_reader(event, output_type)
+            if log.closed:
+                return
+            await log.wait_beyond(position)
+
+    async def cancel(self) -> None:
+        """End the session: interrupt its running turn; later sends raise
+        ``SessionTerminatedError``. Its history stays readable. Idempotent."""
+        await self._core.cancel()
+
+    async def subagents(self) -> list[Session]:
+        """References to this session's direct subagent sessions, newest first."""
+        return []
+
+
+def _event_for_reader(event: Event, output_type: Any) -> Event:
+    if isinstance(event, TurnEnded) and output_type is not None:
+        return attrs.evolve(event, record=_for_reader(event.record, output_type))
+    return event
+
+
+class Turn:
+    """A turn of a session, named by its id. Building one sends no request.
+
+    Attributes:
+        id: The turn's id.
+        session_id: Its session's id.
+        started: True for a turn a send started, False for a running turn a send joined,
+            None for a reference built from an id.
+    """
+
+    def __init__(self, session: Session, turn_id: str, *, started: bool | None) -> None:
+        self._session = session
+        self.id = turn_id
+        self.session_id = session.id
+        self.started = started
+
+    def __repr__(self) -> str:
+        return f"Turn(id={self.id!r}, session_id={self.session_id!r}, started={self.started!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Turn):
+            return NotImplemented
+        return self._session == other._session and self.id == other.id
+
+    def __hash__(self) -> int:
+        return hash((hash(self._session), self.id))
+
+    def _turn(self) -> TurnCore:
+        return self._session._core.turn(self.id)
+
+    async def get(self) -> TurnState[Any]:
+        """The turn's record now: ``Running``, ``Blocked`` or how it ended. Never waits.
+
+        Raises:
+            TurnNotFoundError: The session has no such turn.
+        """
+        turn = self._turn()
+        return _for_reader(turn.state(), self._session._agent.output_type)
+
+    async def result(
+        self,
+        *,
+        output_type: type[Any] | None = None,
+        after: TurnState[Any] | str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+    ) -> TurnState[Any]:
+        """Wait until the turn ends, or blocks on a callback opened after ``after`` and still
+        open; return its record.
+
+        On timeout, returns the record at that moment (``Running`` or ``Blocked``); leaving
+        the wait never stops the turn.
+
+        Args:
+            output_type: Structure the answer into this type (by default the agent's).
+            after: A record or cursor of this session: wait past callbacks opened before it.
+            timeout: The longest wait in seconds; None waits as long as the turn runs.
+            on_event: Called with each event of the turn, in order; ``TurnEnded`` last.
+
+        Raises:
+            TurnNotFoundError: The session has no such turn.
+            InvalidCursorError: ``after`` belongs to another session or is not a cursor.
+        """
+        turn = self._turn()
+        log = turn.session.log
+        wanted = output_type if output_type is not None else self._session._agent.output_type
+        position = max(log.seq_of(after), turn.first_seq - 1)
+        # on_event sees the whole turn, whatever ``after`` is.
+        delivered = turn.first_seq - 1 if on_event is not None else position
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        with trio.move_on_at(deadline):
+            while True:
+                events = log.events
+                while delivered < len(events):
+                    event = events[delivered]
+                    delivered += 1
+                    if event.turn_id != turn.id:
+                        continue
+                    event = _event_for_reader(event, wanted)
+                    if on_event is not None:
+                        await _call(on_event, event)
+                    if delivered <= position:
+                        continue
+                    if isinstance(event, TurnEnded):
+                        return attrs.evolve(event.record, cursor=log.last_cursor())
+                    if (
+                        isinstance(event, CallbackOpened)
+                        and event.callback.id in turn.open_callbacks
+                    ):
+                        return _for_reader(turn.state(), wanted)
+                position = max(position, delivered)
+                if turn.ended and delivered >= len(log.events):
+                    break
+                await log.wait_beyond(delivered)
+        return _for_reader(turn.state(), wanted)
+
+    async def iter_events(
+        self, *, after: TurnState[Any] | str | None = None
+    ) -> AsyncIterator[Event]:
+        """This turn's events after ``after``, or from its start, until its ``TurnEnded``.
+
+        A position at or past its end yields nothing.
+
+        Raises:
+            TurnNotFoundError: The session has no such turn (on first iteration).
+            InvalidCursorError: ``after`` belongs to another session or is not a cursor.
+        """
+        turn = self._turn()
+        log = turn.session.log
+        position = max(log.seq_of(after), turn.first_seq - 1)
+        output_type = self._session._agent.output_type
+        while True:
+            events = log.events
+            while position < len(events):
+                event = events[position]
+                position += 1
+                if event.turn_id != turn.id:
+                    continue
+                yield _event_for_reader(event, output_type)
+                if isinstance(event, TurnEnded):
+                    return
+            if turn.ended:
+                return  # the position was at or past its end
+            await log.wait_beyond(position)
+
+    async def steer(self, content: Content) -> Turn | TurnConflict:
+        """Add a message to this running turn: the model sees it at its next step.
+
+        Returns:
+            This turn, or ``TurnConflict`` if it is no longer the active turn (nothing added).
+
+        Raises:
+            ValidationError: ``content`` is malformed.
+        """
+        blocks = message_content(content)
+        turn = self._turn()
+        if turn.session.steer(turn, blocks):
+            return self
+        return TurnConflict(turn_id=self.id)
+
+    async def interrupt(self) -> Turn | TurnConflict:
+        """Stop this turn (``Interrupted(cause="interrupted")``); the session stays open.
+
+        Returns once the turn has ended: this turn, or ``TurnConflict`` if it was not the
+        active turn.
+        """
+        turn = self._turn()
+        if turn.session.active is not turn:
+            return TurnConflict(turn_id=self.id)
+        turn.stop("interrupted")
+        await turn.done.wait()
+        return self
