@@ -8,12 +8,16 @@ from typing import Any, Union
 
 import attrs
 
+from ._errors import ValidationError
+
 #: A value that ``json.dumps`` writes and ``json.loads`` reads back unchanged.
 JsonValue = Union[None, bool, int, float, str, list[Any], dict[str, Any]]
 
 
-class InvalidValue(ValueError):
-    """A rule of ours was broken; its message is safe to show (it never holds the value)."""
+class InvalidValue(ValidationError):
+    """A rule of a data class was broken; the message is safe to show (it never holds the
+    value). Constructors raise it directly; :func:`agentlib.structure` folds it into one
+    ValidationError with the path of the offending value."""
 
 
 def json_problem(value: object) -> str | None:

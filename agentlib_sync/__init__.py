@@ -1,6 +1,8 @@
 """agentlib_sync: agentlib as blocking calls, for scripts and notebooks.
 
-The data classes and errors are agentlib's own objects, re-exported unchanged
+``Agent``, ``Session`` and ``Turn`` are blocking twins of agentlib's: the same arguments,
+each method one call into the engine, which runs on its own thread. Everything else (data
+classes, errors, models, ``tool``) is agentlib's own object, re-exported unchanged
 (``agentlib_sync.Completed is agentlib.Completed``).
 """
 
@@ -29,6 +31,7 @@ from agentlib import EntryDelta as EntryDelta
 from agentlib import ErrorInfo as ErrorInfo
 from agentlib import Event as Event
 from agentlib import Failed as Failed
+from agentlib import FunctionModel as FunctionModel
 from agentlib import HistoryImportEntry as HistoryImportEntry
 from agentlib import HistoryImportMessage as HistoryImportMessage
 from agentlib import HistoryImportReasoning as HistoryImportReasoning
@@ -40,7 +43,10 @@ from agentlib import Interrupted as Interrupted
 from agentlib import InvalidCursorError as InvalidCursorError
 from agentlib import KeepCallbackOpen as KeepCallbackOpen
 from agentlib import MessageEntry as MessageEntry
+from agentlib import Model as Model
 from agentlib import ModelError as ModelError
+from agentlib import ModelReply as ModelReply
+from agentlib import ModelRequest as ModelRequest
 from agentlib import NotFound as NotFound
 from agentlib import ObservationLost as ObservationLost
 from agentlib import OpenApproval as OpenApproval
@@ -48,14 +54,20 @@ from agentlib import OpenClientToolCall as OpenClientToolCall
 from agentlib import OpenSignIn as OpenSignIn
 from agentlib import ResourceLinkContentBlock as ResourceLinkContentBlock
 from agentlib import Running as Running
+from agentlib import Runtime as Runtime
+from agentlib import ScriptedModel as ScriptedModel
 from agentlib import SdkError as SdkError
 from agentlib import SessionBusyError as SessionBusyError
 from agentlib import SessionIdempotencyConflictError as SessionIdempotencyConflictError
+from agentlib import SessionNotFoundError as SessionNotFoundError
 from agentlib import SessionTerminatedError as SessionTerminatedError
 from agentlib import SignInAnswer as SignInAnswer
 from agentlib import TextContentBlock as TextContentBlock
+from agentlib import Tool as Tool
 from agentlib import ToolCallEntry as ToolCallEntry
+from agentlib import ToolCallRequest as ToolCallRequest
 from agentlib import ToolResultEntry as ToolResultEntry
+from agentlib import ToolSchema as ToolSchema
 from agentlib import TurnConflict as TurnConflict
 from agentlib import TurnEnded as TurnEnded
 from agentlib import TurnNotFoundError as TurnNotFoundError
@@ -69,11 +81,19 @@ from agentlib import UnknownOutcome as UnknownOutcome
 from agentlib import UnknownRecord as UnknownRecord
 from agentlib import UnsupportedSessionProcedureError as UnsupportedSessionProcedureError
 from agentlib import ValidationError as ValidationError
+from agentlib import current_runtime as current_runtime
+from agentlib import open_runtime as open_runtime
 from agentlib import parse_history as parse_history
 from agentlib import structure as structure
+from agentlib import tool as tool
 from agentlib import unstructure as unstructure
 
+from ._facade import Agent as Agent
+from ._facade import Session as Session
+from ._facade import Turn as Turn
+
 __all__ = [
+    "Agent",
     "AllowApproval",
     "AlreadySettled",
     "Answered",
@@ -99,6 +119,7 @@ __all__ = [
     "ErrorInfo",
     "Event",
     "Failed",
+    "FunctionModel",
     "HistoryImportEntry",
     "HistoryImportMessage",
     "HistoryImportReasoning",
@@ -110,7 +131,10 @@ __all__ = [
     "InvalidCursorError",
     "KeepCallbackOpen",
     "MessageEntry",
+    "Model",
     "ModelError",
+    "ModelReply",
+    "ModelRequest",
     "NotFound",
     "ObservationLost",
     "OpenApproval",
@@ -118,14 +142,22 @@ __all__ = [
     "OpenSignIn",
     "ResourceLinkContentBlock",
     "Running",
+    "Runtime",
+    "ScriptedModel",
     "SdkError",
+    "Session",
     "SessionBusyError",
     "SessionIdempotencyConflictError",
+    "SessionNotFoundError",
     "SessionTerminatedError",
     "SignInAnswer",
     "TextContentBlock",
+    "Tool",
     "ToolCallEntry",
+    "ToolCallRequest",
     "ToolResultEntry",
+    "ToolSchema",
+    "Turn",
     "TurnConflict",
     "TurnEnded",
     "TurnNotFoundError",
@@ -139,7 +171,10 @@ __all__ = [
     "UnknownRecord",
     "UnsupportedSessionProcedureError",
     "ValidationError",
+    "current_runtime",
+    "open_runtime",
     "parse_history",
     "structure",
+    "tool",
     "unstructure",
 ]

@@ -37,7 +37,6 @@ async def _stream(reply: ModelReply, on_text: TextSink | None) -> None:
         await on_text(reply.text)
 
 
-@attrs.define(eq=False)
 class ScriptedModel:
     """A deterministic offline model that plays a script, the same in every session.
 
@@ -52,11 +51,12 @@ class ScriptedModel:
     :class:`agentlib.ModelError`.
     """
 
-    steps: tuple[Step, ...] = attrs.field(converter=tuple)
-    _positions: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
-
     def __init__(self, steps: Iterable[Step]) -> None:
-        self.__attrs_init__(steps)  # type: ignore[attr-defined]
+        self.steps: tuple[Step, ...] = tuple(steps)
+        self._positions: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"ScriptedModel({len(self.steps)} steps)"
 
     async def complete(
         self, request: ModelRequest, *, on_text: TextSink | None = None

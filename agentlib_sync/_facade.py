@@ -1,0 +1,238 @@
+"""Blocking twins of :class:`agentlib.Agent`, :class:`agentlib.Session` and
+:class:`agentlib.Turn`: each method is one call into the async method through the portal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+import agentlib
+from agentlib._session import (
+    ApprovalHandler,
+    ClientToolHandler,
+    Content,
+    EventHandler,
+    SignInHandler,
+)
+
+from ._portal import portal
+
+__all__ = ["Agent", "Session", "Turn"]
+
+
+def _turn_or_busy(
+    value: agentlib.Turn | agentlib.Busy[agentlib.Turn], session: Session
+) -> Turn | agentlib.Busy[Turn]:
+    if isinstance(value, agentlib.Busy):
+        return agentlib.Busy(turn=Turn(value.turn, session))
+    return Turn(value, session)
+
+
+def _async_agent(agent: Agent | agentlib.Agent) -> agentlib.Agent:
+    return agent.agent if isinstance(agent, Agent) else agent
+
+
+class Agent:
+    """An agent; the blocking twin of :class:`agentlib.Agent` (same arguments)."""
+
+    def __init__(
+        self,
+        name: str,
+        instructions: str = "",
+        model: agentlib.Model | None = None,
+        tools: Iterable[agentlib.Tool | Callable[..., Any]] = (),
+        output_type: type[Any] | None = None,
+        subagents: Sequence[Agent | agentlib.Agent] = (),
+        hooks: Sequence[Callable[..., Any]] = (),
+        tool_errors: Literal["report", "raise"] = "report",
+    ) -> None:
+        self.agent: agentlib.Agent = agentlib.Agent(
+            name,
+            instructions,
+            model,
+            tools,
+            output_type,
+            [_async_agent(sub) for sub in subagents],
+            hooks,
+            tool_errors,
+        )
+
+    @property
+    def name(self) -> str:
+        """The agent's name."""
+        return self.agent.name
+
+    def __repr__(self) -> str:
+        return repr(self.agent)
+
+    def start_session(
+        self,
+        *,
+        history: Iterable[agentlib.HistoryImportEntry | Mapping[str, Any]] | None = None,
+        inputs: Sequence[Any] = (),
+        idempotency_key: str | None = None,
+        on_approval: ApprovalHandler | None = None,
+        on_sign_in: SignInHandler | None = None,
+        on_client_tool: ClientToolHandler | None = None,
+    ) -> Session:
+        """Start a session; see :meth:`agentlib.Agent.start_session`."""
+        session = portal.call(
+            self.agent.start_session,
+            history=history,
+            inputs=inputs,
+            idempotency_key=idempotency_key,
+            on_approval=on_approval,
+            on_sign_in=on_sign_in,
+            on_client_tool=on_client_tool,
+        )
+        return Session(session)
+
+    def session(
+        self,
+        session_id: str,
+        *,
+        on_approval: ApprovalHandler | None = None,
+        on_sign_in: SignInHandler | None = None,
+        on_client_tool: ClientToolHandler | None = None,
+    ) -> Session:
+        """A reference from a saved id; see :meth:`agentlib.Agent.session`."""
+
+        async def reference() -> agentlib.Session:
+            return self.agent.session(
+                session_id,
+                on_approval=on_approval,
+                on_sign_in=on_sign_in,
+                on_client_tool=on_client_tool,
+            )
+
+        return Session(portal.call(reference))
+
+
+class Session:
+    """A session; the blocking twin of :class:`agentlib.Session`."""
+
+    def __init__(self, session: agentlib.Session) -> None:
+        self._session = session
+        self.id = session.id
+
+    def __repr__(self) -> str:
+        return repr(self._session)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Session):
+            return NotImplemented
+        return self._session == other._session
+
+    def __hash__(self) -> int:
+        return hash(self._session)
+
+    def turn(self, turn_id: str) -> Turn:
+        """A reference to a turn; see :meth:`agentlib.Session.turn`."""
+        return Turn(self._session.turn(turn_id), self)
+
+    def send_message(self, content: Content, *, idempotency_key: str | None = None) -> Turn:
+        """Start or join a turn; see :meth:`agentlib.Session.send_message`."""
+        turn = portal.call(self._session.send_message, content, idempotency_key=idempotency_key)
+        return Turn(turn, self)
+
+    def start_turn(
+        self, content: Content, *, idempotency_key: str | None = None
+    ) -> Turn | agentlib.Busy[Turn]:
+        """Start a turn, or get ``Busy``; see :meth:`agentlib.Session.start_turn`."""
+        started = portal.call(self._session.start_turn, content, idempotency_key=idempotency_key)
+        return _turn_or_busy(started, self)
+
+    def run(
+        self,
+        content: Content,
+        *,
+        output_type: type[Any] | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+    ) -> agentlib.TurnState[Any] | agentlib.Busy[Turn]:
+        """Start a turn and wait for its record; see :meth:`agentlib.Session.run`."""
+        record = portal.call(
+            self._session.run,
+            content,
+            output_type=output_type,
+            idempotency_key=idempotency_key,
+            timeout=timeout,
+            on_event=on_event,
+        )
+        if isinstance(record, agentlib.Busy):
+            return _turn_or_busy(record, self)  # type: ignore[return-value]
+        return record
+
+    def iter_events(
+        self, *, after: agentlib.TurnState[Any] | str | None = None
+    ) -> Iterator[agentlib.Event]:
+        """The session's events, replayed then live; see :meth:`agentlib.Session.iter_events`."""
+        return portal.iterate(lambda: self._session.iter_events(after=after))
+
+    def cancel(self) -> None:
+        """End the session; see :meth:`agentlib.Session.cancel`."""
+        portal.call(self._session.cancel)
+
+    def subagents(self) -> list[Session]:
+        """Direct subagent sessions, newest first; see :meth:`agentlib.Session.subagents`."""
+        return [Session(session) for session in portal.call(self._session.subagents)]
+
+
+class Turn:
+    """A turn; the blocking twin of :class:`agentlib.Turn`."""
+
+    def __init__(self, turn: agentlib.Turn, session: Session) -> None:
+        self._turn = turn
+        self._session = session
+        self.id = turn.id
+        self.session_id = turn.session_id
+        self.started = turn.started
+
+    def __repr__(self) -> str:
+        return repr(self._turn)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Turn):
+            return NotImplemented
+        return self._turn == other._turn
+
+    def __hash__(self) -> int:
+        return hash(self._turn)
+
+    def get(self) -> agentlib.TurnState[Any]:
+        """The turn's record now; see :meth:`agentlib.Turn.get`."""
+        return portal.call(self._turn.get)
+
+    def result(
+        self,
+        *,
+        output_type: type[Any] | None = None,
+        after: agentlib.TurnState[Any] | str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+    ) -> agentlib.TurnState[Any]:
+        """Wait for the turn's record; see :meth:`agentlib.Turn.result`."""
+        return portal.call(
+            self._turn.result,
+            output_type=output_type,
+            after=after,
+            timeout=timeout,
+            on_event=on_event,
+        )
+
+    def iter_events(
+        self, *, after: agentlib.TurnState[Any] | str | None = None
+    ) -> Iterator[agentlib.Event]:
+        """This turn's events until its end; see :meth:`agentlib.Turn.iter_events`."""
+        return portal.iterate(lambda: self._turn.iter_events(after=after))
+
+    def steer(self, content: Content) -> Turn | agentlib.TurnConflict:
+        """Add a message to the running turn; see :meth:`agentlib.Turn.steer`."""
+        steered = portal.call(self._turn.steer, content)
+        return self if isinstance(steered, agentlib.Turn) else steered
+
+    def interrupt(self) -> Turn | agentlib.TurnConflict:
+        """Stop the turn; see :meth:`agentlib.Turn.interrupt`."""
+        stopped = portal.call(self._turn.interrupt)
+        return self if isinstance(stopped, agentlib.Turn) else stopped

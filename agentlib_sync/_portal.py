@@ -1,0 +1,171 @@
+"""The engine's thread: one trio loop on a daemon thread, and blocking calls into it.
+
+Every blocking call of ``agentlib_sync`` submits a task to that loop and waits on a lock
+the task releases when it is done. Because the loop has its own thread, blocking calls work from
+any thread that is not the loop's: a plain script, a worker thread, inside a running asyncio
+loop (a notebook cell) or inside another trio program.
+"""
+
+from __future__ import annotations
+
+import _thread
+import atexit
+import concurrent.futures
+import contextlib
+import os
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import trio
+
+import agentlib
+from agentlib._engine._runtime import set_current_runtime
+
+__all__ = ["Portal", "portal"]
+
+T = TypeVar("T")
+
+_START_TIMEOUT = 30.0
+_CLOSE_TIMEOUT = 5.0
+
+
+class Portal:
+    """A trio loop on a daemon thread running one agentlib runtime."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
+        self._runtime: agentlib.Runtime | None = None
+        self._stop: trio.Event | None = None
+
+    def _ensure_started(self) -> None:
+        if self._token is not None and self._thread is not None and self._thread.is_alive():
+            return
+        with self._lock:
+            if self._token is not None and self._thread is not None and self._thread.is_alive():
+                return
+            started: concurrent.futures.Future[None] = concurrent.futures.Future()
+            thread = threading.Thread(
+                target=self._run, args=(started,), name="agentlib-engine", daemon=True
+            )
+            thread.start()
+            started.result(timeout=_START_TIMEOUT)  # a startup failure raises here
+            self._thread = thread
+            atexit.register(self.close)
+
+    def _run(self, started: concurrent.futures.Future[None]) -> None:
+        try:
+            trio.run(self._main, started)
+        except BaseException as exc:
+            if not started.done():
+                started.set_exception(exc)
+
+    async def _main(self, started: concurrent.futures.Future[None]) -> None:
+        store = os.environ.get("AGENTLIB_STORE") or None
+        async with agentlib.open_runtime(store=store) as runtime, trio.open_nursery() as nursery:
+            self._runtime = runtime
+            self._nursery = nursery
+            self._stop = trio.Event()
+            self._token = trio.lowlevel.current_trio_token()
+            started.set_result(None)
+            await self._stop.wait()
+            nursery.cancel_scope.cancel()
+
+    def call(self, afn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """Run ``await afn(*args, **kwargs)`` in the engine's loop and return its result.
+
+        Ctrl-C while waiting cancels this call (not the turns it started) and re-raises.
+
+        Raises:
+            RuntimeError: Called from the engine's own thread, where it would deadlock.
+        """
+        if threading.current_thread() is self._thread:
+            raise RuntimeError(
+                "agentlib_sync was called from agentlib's engine thread (from a handler or a "
+                "tool), where it would wait for itself forever; use the async API there: "
+                "`await` the agentlib method"
+            )
+        self._ensure_started()
+        assert self._token is not None
+        assert self._nursery is not None
+        runtime = self._runtime
+        assert runtime is not None
+        # A bare lock is the cheapest cross-thread signal: the task releases it when done.
+        done = _thread.allocate_lock()
+        done.acquire()
+        result: list[Any] = []  # [value] or [value, error]
+        scope = trio.CancelScope()
+
+        async def task() -> None:
+            set_current_runtime(runtime)
+            try:
+                with scope:
+                    result.append(await afn(*args, **kwargs))
+            except BaseException as exc:
+                result[:] = [None, exc]
+                if isinstance(exc, trio.Cancelled):
+                    raise
+            finally:
+                done.release()
+
+        nursery = self._nursery
+        try:
+            self._token.run_sync_soon(nursery.start_soon, task)
+        except trio.RunFinishedError:
+            raise RuntimeError(
+                "agentlib's engine has stopped (the interpreter is exiting)"
+            ) from None
+        try:
+            done.acquire()
+        except KeyboardInterrupt:
+            # Stop this call's task (not the turns it started), wait briefly, re-raise.
+            self._token.run_sync_soon(scope.cancel)
+            done.acquire(timeout=_CLOSE_TIMEOUT)
+            raise
+        if len(result) == 2:
+            error = result[1]
+            if isinstance(error, trio.Cancelled):
+                raise RuntimeError("agentlib's engine stopped during the call") from None
+            raise error
+        if not result:  # our scope caught the cancellation: the caller pressed Ctrl-C
+            raise KeyboardInterrupt
+        return result[0]  # type: ignore[no-any-return]
+
+    def iterate(self, make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
+        """An async iterator as a blocking one: one round trip per item; stopping early
+        closes the async iterator in the engine's loop."""
+        iterator = self.call(_make_async, make)
+        try:
+            while True:
+                try:
+                    item = self.call(iterator.__anext__)
+                except StopAsyncIteration:
+                    return
+                yield item
+        finally:
+            aclose = getattr(iterator, "aclose", None)
+            if aclose is not None:
+                # At interpreter exit the engine may be gone: nothing is left to close then.
+                with contextlib.suppress(RuntimeError):
+                    self.call(aclose)
+
+    def close(self) -> None:
+        """Stop the engine: running turns end as cancelled. Waits a few seconds at most."""
+        thread, token, stop = self._thread, self._token, self._stop
+        if thread is None or token is None or stop is None or not thread.is_alive():
+            return
+        try:
+            token.run_sync_soon(stop.set)
+        except trio.RunFinishedError:
+            return
+        thread.join(timeout=_CLOSE_TIMEOUT)
+
+
+async def _make_async(make: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T]:
+    return make()
+
+
+portal = Portal()
