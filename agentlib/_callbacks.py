@@ -8,7 +8,9 @@ from typing import Any, ClassVar, Literal, Union
 
 import attrs
 
-from ._json import InvalidValue, check_json
+from ._json import InvalidValue, json_field, known_tag_refused, raw_field
+
+KNOWN_CALLBACK_TYPES = frozenset({"approval", "client_tool_call", "sign_in"})
 
 __all__ = [
     "AllowApproval",
@@ -46,7 +48,7 @@ class OpenApproval:
     session_id: str
     turn_id: str
     tool_name: str
-    arguments: Any = attrs.field(default=None, validator=check_json)
+    arguments: Any = json_field()
     source: Literal["tool", "hook"] = "tool"
     reason: str | None = None
 
@@ -68,7 +70,7 @@ class OpenClientToolCall:
     session_id: str
     turn_id: str
     tool_name: str
-    arguments: Any = attrs.field(default=None, validator=check_json)
+    arguments: Any = json_field()
 
 
 @attrs.frozen(kw_only=True)
@@ -106,8 +108,10 @@ class UnknownCallback:
     id: str
     session_id: str
     turn_id: str
-    callback_type: str
-    raw: Mapping[str, Any] = attrs.field(factory=dict, validator=check_json)
+    callback_type: str = attrs.field(
+        validator=known_tag_refused(KNOWN_CALLBACK_TYPES, "callback", "callback_type")
+    )
+    raw: Mapping[str, Any] = raw_field("id", "session_id", "turn_id")
 
 
 Callback = Union[OpenApproval, OpenClientToolCall, OpenSignIn, UnknownCallback]

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal, Union
 
 import attrs
 
-from ._json import InvalidValue, check_json, check_json_object
+from ._json import InvalidValue, as_json, check_json_object, raw_field
 
 __all__ = [
     "AudioContentBlock",
@@ -73,7 +73,9 @@ class ContentAnnotations:
 @attrs.frozen(kw_only=True)
 class _Block:
     annotations: ContentAnnotations | None = None
-    meta: dict[str, Any] | None = attrs.field(default=None, validator=check_json_object)
+    meta: dict[str, Any] | None = attrs.field(
+        default=None, converter=as_json, validator=check_json_object
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -290,7 +292,7 @@ class UnknownContentBlock:
 
     type: ClassVar[Literal["unknown"]] = "unknown"
     original_type: str = attrs.field()
-    raw: Mapping[str, Any] = attrs.field(factory=dict, validator=check_json)
+    raw: Mapping[str, Any] = raw_field()
 
     @original_type.validator
     def _check_original_type(self, attribute: attrs.Attribute[Any], value: str) -> None:

@@ -13,6 +13,7 @@ translates them, here and only here, into :class:`~agentlib.ValidationError`.
 from __future__ import annotations
 
 import re
+import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -54,6 +55,12 @@ class _Family:
 
     def tags(self) -> str:
         return ", ".join(repr(tag) for tag in self.by_tag)
+
+
+def tag_of(cls: type[Any]) -> str | None:
+    """The ``type`` tag a class declares (a class-level string), or None."""
+    tag = getattr(cls, "type", None)
+    return tag if isinstance(tag, str) else None
 
 
 def _snake(key: Any) -> Any:
@@ -127,6 +134,38 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook_factory(is_tuple, tuple_structure_factory)
     conv.register_unstructure_hook_factory(is_tuple, tuple_unstructure_factory)
 
+    def is_mapping_type(tp: Any) -> bool:
+        return typing.get_origin(tp) in (dict, Mapping) or tp in (dict, Mapping)
+
+    def mapping_structure_factory(tp: Any) -> Callable[[Any, Any], dict[str, Any]]:
+        args = typing.get_args(tp)
+        value_type = args[1] if len(args) == 2 else Any
+        value_hook = None if value_type is Any else conv.get_structure_hook(value_type)
+
+        def structure_mapping(value: Any, _: Any) -> dict[str, Any]:
+            if not isinstance(value, Mapping):
+                raise InvalidValue(f"expected an object, got {_type_name(value)}")
+            for key in value:
+                if not isinstance(key, str):
+                    raise InvalidValue(f"object keys must be strings, got {_type_name(key)}")
+            if value_hook is None:
+                return dict(value)
+            out, errors = {}, []
+            for key, item in value.items():
+                try:
+                    out[key] = value_hook(item, value_type)
+                except Exception as exc:
+                    note = IterableValidationNote(f"value @ key {key!r}", key, value_type)
+                    exc.__notes__ = [*getattr(exc, "__notes__", ()), note]  # type: ignore[attr-defined]
+                    errors.append(exc)
+            if errors:
+                raise cattrs.IterableValidationError(f"invalid values of {tp!r}", errors, tp)
+            return out
+
+        return structure_mapping
+
+    conv.register_structure_hook_factory(is_mapping_type, mapping_structure_factory)
+
     def mapping_unstructure(value: Mapping[str, Any]) -> dict[str, Any]:
         return {key: conv.unstructure(item) for key, item in value.items()}
 
@@ -138,15 +177,17 @@ def make_converter() -> cattrs.Converter:
     # Every attrs class: keys in snake_case or camelCase; a ``type`` key, when present, must be
     # the class's own; a rule broken in the constructor becomes an error at the class's path.
     def attrs_structure_factory(cls: type[Any]) -> Callable[[Any, Any], Any]:
-        inner = make_dict_structure_fn(cls, conv)
-        tag = getattr(cls, "type", None)
+        parameters = getattr(cls, "__parameters__", ())
+        # A generic class read without its parameters reads them as Any.
+        target = cls[tuple(Any for _ in parameters)] if parameters else cls
+        inner = make_dict_structure_fn(target, conv)
+        tag = tag_of(cls)
 
         def structure_attrs(value: Any, _: Any) -> Any:
             if not isinstance(value, Mapping):
                 raise InvalidValue(f"expected an object, got {_type_name(value)}")
             data: dict[str, Any] = {_snake(key): item for key, item in value.items()}
-            given = data.pop("type", tag)
-            if tag is not None and given != tag:
+            if tag is not None and data.pop("type", tag) != tag:
                 raise InvalidValue(f"type must be {tag!r} for {cls.__name__}")
             try:
                 return inner(data, cls)
@@ -157,7 +198,7 @@ def make_converter() -> cattrs.Converter:
 
     def attrs_unstructure_factory(cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
         inner = make_dict_unstructure_fn(cls, conv)
-        tag = getattr(cls, "type", None)
+        tag = tag_of(cls)
         if tag is None:
             return inner
 
@@ -203,10 +244,26 @@ def _register_family(conv: cattrs.Converter, family: _Family) -> None:
                 cls = _entries.ContextMessage
             return conv.structure(value, cls)
         if unknown is None:
-            raise InvalidValue(f"unknown type {tag!r}: expected one of {family.tags()}")
+            raise InvalidValue(f"unknown type: expected one of {family.tags()}")
         return conv.structure(value, unknown)
 
     conv.register_structure_hook(union, structure_member)
+    members = {*family.by_tag.values(), *([unknown] if unknown is not None else [])}
+
+    def is_this_family(tp: Any) -> bool:
+        # The union written another way: TurnState[Any], ApprovalAnswer | None...
+        if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+            return False
+        args = {typing.get_origin(arg) or arg for arg in typing.get_args(tp)}
+        args.discard(type(None))
+        return bool(args) and args <= members
+
+    def structure_member_or_none(value: Any, tp: Any) -> Any:
+        if value is None and type(None) in typing.get_args(tp):
+            return None
+        return structure_member(value, tp)
+
+    conv.register_structure_hook_func(is_this_family, structure_member_or_none)
     # The Unknown class of a family is re-emitted as it came.
     if unknown is None:
         return

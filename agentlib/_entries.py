@@ -8,7 +8,16 @@ from typing import Any, ClassVar, Literal, Union
 import attrs
 
 from ._content import ContentBlock, _to_tuple, text_of
-from ._json import InvalidValue, check_json
+from ._json import (
+    InvalidValue,
+    as_json,
+    check_json_object,
+    json_field,
+    known_tag_refused,
+    raw_field,
+)
+
+KNOWN_ENTRY_TYPES = frozenset({"message", "tool_call", "tool_result"})
 
 __all__ = [
     "ContextMessage",
@@ -36,8 +45,13 @@ class MessageEntry:
 
     id: str
     turn_id: str | None = None
-    role: Literal["user", "assistant", "system", "context"]
+    role: Literal["user", "assistant", "system", "context"] = attrs.field()
     content: tuple[ContentBlock, ...] = attrs.field(default=(), converter=_to_tuple)
+
+    @role.validator
+    def _check_role(self, attribute: attrs.Attribute[Any], value: str) -> None:
+        if value == "context" and not isinstance(self, ContextMessage):
+            raise InvalidValue("a context message is a ContextMessage(kind=..., source=...)")
 
     @property
     def text(self) -> str:
@@ -84,7 +98,7 @@ class ToolCallEntry:
     id: str
     turn_id: str | None = None
     name: str
-    arguments: Any = attrs.field(default=None, validator=check_json)
+    arguments: Any = json_field()
     tool_call_id: str
     tool_kind: str = "local"
 
@@ -111,10 +125,12 @@ class ToolResultEntry:
     turn_id: str | None = None
     name: str | None = None
     content: tuple[ContentBlock, ...] = attrs.field(default=(), converter=_to_tuple)
-    structured_content: Any = attrs.field(default=None, validator=check_json)
+    structured_content: Any = json_field()
     is_error: bool = False
     tool_call_id: str
-    annotations: Mapping[str, Any] = attrs.field(factory=dict, validator=check_json)
+    annotations: Mapping[str, Any] = attrs.field(
+        factory=dict, converter=as_json, validator=check_json_object
+    )
 
     @property
     def text(self) -> str:
@@ -137,8 +153,10 @@ class UnknownEntry:
 
     id: str
     turn_id: str | None = None
-    entry_type: str
-    raw: Mapping[str, Any] = attrs.field(factory=dict, validator=check_json)
+    entry_type: str = attrs.field(
+        validator=known_tag_refused(KNOWN_ENTRY_TYPES, "entry", "entry_type")
+    )
+    raw: Mapping[str, Any] = raw_field("id", "turn_id")
 
 
 Entry = Union[MessageEntry, ContextMessage, ToolCallEntry, ToolResultEntry, UnknownEntry]

@@ -9,8 +9,20 @@ import attrs
 
 from ._callbacks import AllowApproval, Callback, DenyApproval
 from ._entries import Entry, MessageEntry
-from ._json import check_json
+from ._json import known_tag_refused, raw_field
 from ._records import TurnState
+
+KNOWN_EVENT_TYPES = frozenset(
+    {
+        "turn_started",
+        "entry_added",
+        "entry_delta",
+        "entry_completed",
+        "callback_opened",
+        "callback_closed",
+        "turn_ended",
+    }
+)
 
 __all__ = [
     "CallbackClosed",
@@ -139,8 +151,10 @@ class UnknownEvent(_Event):
     """
 
     __match_args__ = ("event_type",)
-    event_type: str
-    raw: Mapping[str, Any] = attrs.field(factory=dict, validator=check_json)
+    event_type: str = attrs.field(
+        validator=known_tag_refused(KNOWN_EVENT_TYPES, "event", "event_type")
+    )
+    raw: Mapping[str, Any] = raw_field("id", "session_id", "turn_id")
 
 
 Event = Union[

@@ -13,7 +13,7 @@ from ._content import (
     TextContentBlock,
     _to_tuple,
 )
-from ._json import InvalidValue, check_json, check_json_object
+from ._json import InvalidValue, as_json, check_json_object, json_field
 
 __all__ = [
     "HistoryImportEntry",
@@ -78,7 +78,7 @@ class HistoryImportToolCall:
     type: ClassVar[str] = "tool_call"
     tool_call_id: str
     name: str
-    arguments: Any = attrs.field(default=None, validator=check_json)
+    arguments: Any = json_field()
     tool_kind: Literal["builtin", "local", "mcp", "client", "plugin", "connector"] = "local"
 
 
@@ -106,9 +106,13 @@ class HistoryImportToolResult:
     type: ClassVar[str] = "tool_result"
     tool_call_id: str
     name: str | None = None
-    result: Any = attrs.field(default=None, validator=check_json)
-    error: Mapping[str, Any] | None = attrs.field(default=None, validator=_check_error)
-    annotations: Mapping[str, Any] = attrs.field(factory=dict, validator=check_json_object)
+    result: Any = json_field()
+    error: Mapping[str, Any] | None = attrs.field(
+        default=None, converter=as_json, validator=_check_error
+    )
+    annotations: Mapping[str, Any] = attrs.field(
+        factory=dict, converter=as_json, validator=check_json_object
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.result is not None and self.error is not None:
@@ -131,7 +135,7 @@ class HistoryImportSnapshot:
     type: ClassVar[str] = "snapshot"
     task_name: str
     snapshot_type: str
-    value: Any = attrs.field(default=None, validator=check_json)
+    value: Any = json_field()
 
 
 HistoryImportEntry = Union[

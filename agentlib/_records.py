@@ -10,7 +10,7 @@ import attrs
 from ._callbacks import AllowApproval, Callback, DenyApproval
 from ._content import _to_tuple
 from ._entries import ToolCallEntry
-from ._json import check_json
+from ._json import known_tag_refused, raw_field
 
 __all__ = [
     "AlreadySettled",
@@ -28,6 +28,10 @@ __all__ = [
     "UnknownOutcome",
     "UnknownRecord",
 ]
+
+KNOWN_RECORD_TYPES = frozenset(
+    {"running", "blocked", "completed", "interrupted", "failed", "unknown_outcome"}
+)
 
 OutputT = TypeVar("OutputT")
 TurnT = TypeVar("TurnT")
@@ -139,8 +143,10 @@ class UnknownRecord(_Record):
     """
 
     __match_args__ = ("record_type",)
-    record_type: str
-    raw: Mapping[str, Any] = attrs.field(factory=dict, validator=check_json)
+    record_type: str = attrs.field(
+        validator=known_tag_refused(KNOWN_RECORD_TYPES, "record", "record_type")
+    )
+    raw: Mapping[str, Any] = raw_field("turn_id", "session_id", "cursor")
 
 
 TurnState = Union[

@@ -13,6 +13,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -40,8 +41,12 @@ class Portal:
         self._nursery: trio.Nursery | None = None
         self._runtime: agentlib.Runtime | None = None
         self._stop: trio.Event | None = None
+        self._closed = False
 
     def _ensure_started(self) -> None:
+        if self._closed or sys.is_finalizing():
+            # Never restart the engine at interpreter exit: a new thread would never run.
+            raise RuntimeError("agentlib's engine has stopped (the interpreter is exiting)")
         if self._token is not None and self._thread is not None and self._thread.is_alive():
             return
         with self._lock:
@@ -154,6 +159,7 @@ class Portal:
 
     def close(self) -> None:
         """Stop the engine: running turns end as cancelled. Waits a few seconds at most."""
+        self._closed = True
         thread, token, stop = self._thread, self._token, self._stop
         if thread is None or token is None or stop is None or not thread.is_alive():
             return

@@ -19,7 +19,9 @@ FENCE = re.compile(r"^```(\w+)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 
 def examples(page: pathlib.Path) -> list[tuple[str, str | None]]:
     """(code, expected output or None) for each python block of ``page``."""
-    blocks = [(m.group(1), m.group(2), m.start(), m.end()) for m in FENCE.finditer(page.read_text())]
+    blocks = [
+        (m.group(1), m.group(2), m.start(), m.end()) for m in FENCE.finditer(page.read_text())
+    ]
     pairs: list[tuple[str, str | None]] = []
     for index, (lang, body, _start, end) in enumerate(blocks):
         if lang != "python":

@@ -75,9 +75,10 @@ class _RaiseFromTool(Exception):
 async def run_turn(turn: TurnCore) -> None:
     """Run ``turn`` to its end and record how it ended; never raises but trio.Cancelled."""
     session = turn.session
+    record: TurnState[Any] | None = None
     try:
         with turn.scope:
-            record: TurnState[Any] | None = await _loop(turn)
+            record = await _loop(turn)
         if record is None or turn.scope.cancelled_caught:
             record = interrupted(turn)
     except trio.Cancelled:
@@ -105,6 +106,8 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
     agent = session.agent
     schema = output_schema(turn.output_type)
     while True:
+        # A stop may come before a step that never checkpoints (an offline model, say).
+        await trio.lowlevel.checkpoint_if_cancelled()
         for message in turn.steered:
             session.add_entry(message)
         turn.steered.clear()

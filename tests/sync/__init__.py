@@ -1,0 +1,1 @@
+"""Tests of agentlib_sync, the blocking facade."""

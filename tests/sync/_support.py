@@ -1,0 +1,76 @@
+"""Helpers shared by the facade's tests: parked model steps and bounded waits."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import trio
+
+import agentlib_sync as agents
+
+T = TypeVar("T")
+
+#: The safety net of every handshake: a broken facade fails the test instead of hanging it.
+WAIT = 10.0
+
+
+class Gate:
+    """A model step that parks until the test opens the gate.
+
+    ``reached`` is set once the step runs (so the turn is known to be running); ``open()``
+    lets the step return ``answer``.
+    """
+
+    def __init__(self, answer: str = "opened") -> None:
+        self.answer = answer
+        self.reached = threading.Event()
+        self._release = trio.Event()
+        self._token: trio.lowlevel.TrioToken | None = None
+
+    async def __call__(self, request: agents.ModelRequest) -> str:
+        self._token = trio.lowlevel.current_trio_token()
+        self.reached.set()
+        await self._release.wait()
+        return self.answer
+
+    def wait_reached(self) -> None:
+        assert self.reached.wait(WAIT), "the model step never ran"
+
+    def open(self) -> None:
+        """Let the parked step return (call from any thread but the engine's)."""
+        self.wait_reached()
+        trio.from_thread.run_sync(self._release.set, trio_token=self._token)
+
+    def open_now(self) -> None:
+        """Let the parked step return; call from the engine's thread (a handler)."""
+        self._release.set()
+
+
+def scripted_agent(*steps: Any, name: str = "scripted", **options: Any) -> agents.Agent:
+    return agents.Agent(name=name, model=agents.ScriptedModel(steps), **options)
+
+
+def call_tool(name: str, **arguments: Any) -> agents.ModelReply:
+    return agents.ModelReply(tool_calls=[agents.ToolCallRequest(name=name, arguments=arguments)])
+
+
+def in_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` on a helper thread, failing (not hanging) if it does not return in time."""
+    outcome: list[Any] = []
+
+    def target() -> None:
+        try:
+            outcome.append(("value", fn()))
+        except BaseException as exc:  # reported to the test below
+            outcome.append(("error", exc))
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(WAIT)
+    assert not thread.is_alive(), f"{fn!r} did not return within {WAIT} s (deadlock?)"
+    kind, value = outcome[0]
+    if kind == "error":
+        raise value
+    return value

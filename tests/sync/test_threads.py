@@ -1,0 +1,337 @@
+"""Where blocking calls may be made: any thread but the engine's, inside any event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any
+
+import pytest
+import trio
+
+import agentlib_sync as agents
+
+from ._support import WAIT, Gate, call_tool, in_thread, scripted_agent
+
+FACADE_DIR = os.path.dirname(agents.__file__)
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+# -- inside other event loops -------------------------------------------------------------
+
+
+def test_blocking_calls_work_inside_a_running_asyncio_loop() -> None:
+    agent = scripted_agent(call_tool("add", a=1, b=2), "3", tools=[add])
+
+    async def notebook_cell() -> tuple[Any, list[agents.Event]]:
+        asyncio.get_running_loop()  # a loop is running here, as in Jupyter
+        session = agent.start_session()
+        record = session.run("1 + 2?")
+        return record, list(session.turn(record.turn_id).iter_events())
+
+    record, events = asyncio.run(notebook_cell())
+
+    assert isinstance(record, agents.Completed)
+    assert record.output == "3"
+    assert isinstance(events[-1], agents.TurnEnded)
+
+
+def test_blocking_calls_work_inside_another_trio_program() -> None:
+    agent = scripted_agent(call_tool("add", a=2, b=2), "4", tools=[add])
+
+    async def main() -> tuple[Any, list[agents.Event]]:
+        await trio.lowlevel.checkpoint()  # a trio run of our own
+        session = agent.start_session()
+        record = session.run("2 + 2?")
+        return record, list(session.turn(record.turn_id).iter_events())
+
+    record, events = trio.run(main)
+
+    assert isinstance(record, agents.Completed)
+    assert record.output == "4"
+    assert isinstance(events[-1], agents.TurnEnded)
+
+
+# -- the engine's own thread --------------------------------------------------------------
+
+
+def assert_explains_engine_thread(error: BaseException) -> None:
+    message = str(error)
+    assert "engine" in message
+    assert "await" in message
+
+
+def test_a_call_from_an_on_event_handler_raises_runtime_error() -> None:
+    session = scripted_agent("done").start_session()
+    errors: list[BaseException] = []
+    handler_threads: set[threading.Thread] = set()
+
+    def handler(event: agents.Event) -> None:
+        handler_threads.add(threading.current_thread())
+        if isinstance(event, agents.TurnStarted):
+            try:
+                session.turn(event.turn_id).get()
+            except RuntimeError as error:
+                errors.append(error)
+
+    record = in_thread(lambda: session.run("hi", on_event=handler))
+
+    assert isinstance(record, agents.Completed)
+    assert len(errors) == 1
+    assert_explains_engine_thread(errors[0])
+    assert threading.current_thread() not in handler_threads
+
+
+def test_a_call_from_an_async_tool_raises_runtime_error() -> None:
+    errors: list[BaseException] = []
+    sessions: list[agents.Session] = []
+
+    async def peek() -> str:
+        """Look at the session through the blocking facade."""
+        try:
+            sessions[0].subagents()
+        except RuntimeError as error:
+            errors.append(error)
+            return "refused"
+        return "allowed"
+
+    session = scripted_agent(call_tool("peek"), "done", tools=[peek]).start_session()
+    sessions.append(session)
+
+    record = in_thread(lambda: session.run("peek"))
+
+    assert isinstance(record, agents.Completed)
+    assert len(errors) == 1
+    assert_explains_engine_thread(errors[0])
+
+
+def test_a_sync_tool_runs_in_a_worker_thread_and_may_call_the_facade() -> None:
+    inner = scripted_agent("inner answer").start_session()
+
+    def ask_inner() -> str:
+        """Ask another session."""
+        record = inner.run("hi")
+        assert isinstance(record, agents.Completed)
+        return record.output
+
+    session = scripted_agent(call_tool("ask_inner"), "done", tools=[ask_inner]).start_session()
+
+    record = in_thread(lambda: session.run("ask"))
+
+    assert isinstance(record, agents.Completed)
+    results = [
+        event.entry
+        for event in session.turn(record.turn_id).iter_events()
+        if isinstance(event, agents.EntryCompleted)
+        and isinstance(event.entry, agents.ToolResultEntry)
+    ]
+    assert [(result.text, result.is_error) for result in results] == [("inner answer", False)]
+
+
+# -- many threads -------------------------------------------------------------------------
+
+
+def count_up(request: agents.ModelRequest) -> agents.ModelReply:
+    number = int(request.entries[0].text)
+    return call_tool("add", a=number, b=1)
+
+
+def answer_with_the_tool_result(request: agents.ModelRequest) -> str:
+    return request.entries[-1].text
+
+
+def test_calls_from_several_threads_at_once_all_succeed() -> None:
+    agent = scripted_agent(count_up, answer_with_the_tool_result, tools=[add])
+    workers = 8
+    barrier = threading.Barrier(workers)
+
+    def job(number: int) -> tuple[agents.Session, Any, list[agents.Event]]:
+        barrier.wait(WAIT)
+        session = agent.start_session()
+        record = session.run(str(number))
+        return session, record, list(session.turn(record.turn_id).iter_events())
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(job, number) for number in range(workers)]
+        outcomes = [future.result(timeout=WAIT) for future in futures]
+
+    assert [record.output for _, record, _ in outcomes] == [str(n + 1) for n in range(workers)]
+    assert len({session for session, _, _ in outcomes}) == workers
+    for session, record, events in outcomes:
+        assert record.session_id == session.id
+        assert {event.session_id for event in events} == {session.id}
+        assert isinstance(events[-1], agents.TurnEnded)
+
+
+# -- Ctrl-C -------------------------------------------------------------------------------
+
+
+WAITING_FILES = (FACADE_DIR, threading.__file__, concurrent.futures.__path__[0])
+
+
+def is_waiting_in_facade(thread_id: int, method: str) -> bool:
+    """Whether the thread is inside agentlib_sync's ``method``, waiting (not inside trio)."""
+    frame = sys._current_frames().get(thread_id)
+    if frame is None or not frame.f_code.co_filename.startswith(WAITING_FILES):
+        return False
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == method and code.co_filename.startswith(FACADE_DIR):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_ctrl_c_interrupts_the_blocking_wait_and_the_turn_goes_on() -> None:
+    assert threading.current_thread() is threading.main_thread()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    gate = Gate("finished anyway")
+    session = scripted_agent(gate, "next").start_session()
+    turn = session.start_turn("a long job")
+    main_id = threading.get_ident()
+    waiting = threading.Event()  # set by the engine once the blocked call's task runs
+    interrupted = threading.Event()
+    pressed_at: list[float] = []
+
+    def press_ctrl_c() -> None:
+        try:
+            if not (waiting.wait(WAIT) and gate.reached.wait(WAIT)):
+                return
+            # A thread blocked on a lock gives no event to wait on: poll its stack.
+            deadline = time.monotonic() + WAIT
+            while not is_waiting_in_facade(main_id, "result"):
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.001)
+            pressed_at.append(time.monotonic())
+            signal.pthread_kill(main_id, signal.SIGINT)
+            interrupted.wait(WAIT)
+        finally:
+            if not interrupted.is_set() and gate.reached.is_set():
+                gate.open()  # never leave the main thread waiting forever: fail instead
+
+    presser = threading.Thread(target=press_ctrl_c, daemon=True)
+    presser.start()
+    with pytest.raises(KeyboardInterrupt):
+        turn.result(on_event=lambda event: waiting.set())
+    interrupted.set()
+    caught_at = time.monotonic()
+    presser.join(WAIT)
+
+    assert pressed_at
+    assert caught_at - pressed_at[0] < 5
+    assert isinstance(turn.get(), agents.Running)
+    record = turn.result(on_event=lambda event: gate.open_now())
+    assert isinstance(record, agents.Completed)
+    assert record.output == "finished anyway"
+    assert isinstance(session.run("and the session goes on"), agents.Completed)
+
+
+# -- interpreter exit ---------------------------------------------------------------------
+
+
+def run_script(script: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "AGENTLIB_STORE"}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=os.path.dirname(FACADE_DIR),
+        check=False,
+    )
+
+
+def test_a_script_with_a_turn_parked_forever_exits_promptly() -> None:
+    started = time.monotonic()
+    done = run_script(
+        """
+        import threading
+        import trio
+        import agentlib_sync as agents
+
+        reached = threading.Event()
+
+        async def park(request):
+            reached.set()
+            try:
+                await trio.sleep_forever()
+            finally:
+                print("the parked step was cancelled", flush=True)
+
+        agent = agents.Agent(name="parked", model=agents.ScriptedModel([park]))
+        session = agent.start_session()
+        turn = session.start_turn("wait forever")
+        assert reached.wait(10)
+        print(type(turn.get()).__name__, flush=True)
+        """
+    )
+    elapsed = time.monotonic() - started
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["Running", "the parked step was cancelled"]
+    assert elapsed < 15
+
+
+def test_first_calls_from_several_threads_start_one_engine() -> None:
+    done = run_script(
+        """
+        import threading
+        import agentlib_sync as agents
+
+        agent = agents.Agent(name="many", model=agents.ScriptedModel(["ok"]))
+        barrier = threading.Barrier(6)
+        sessions = []
+
+        def first_call():
+            barrier.wait(10)
+            sessions.append(agent.start_session())
+
+        threads = [threading.Thread(target=first_call) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert len(sessions) == 6
+        # A reference from an id equals its session only in the same runtime.
+        assert all(agent.session(session.id) == session for session in sessions)
+        assert all(type(agent.session(s.id).run("hi")).__name__ == "Completed" for s in sessions)
+        print("one engine")
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "one engine"
+
+
+def test_a_script_exits_promptly_with_an_events_iterator_left_open() -> None:
+    # The iterator is finalized while the interpreter shuts down, after atexit has closed
+    # the engine: closing it must not start a new engine (or wait for one).
+    try:
+        done = run_script(
+            """
+            import agentlib_sync as agents
+
+            agent = agents.Agent(name="reader", model=agents.ScriptedModel(["hi"]))
+            session = agent.start_session()
+            session.run("hello")
+            events = session.iter_events()
+            print(type(next(events)).__name__, flush=True)
+            """,
+            timeout=8,
+        )
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(f"the script hung at exit: {expired.stdout!r} {expired.stderr!r}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["TurnStarted"]

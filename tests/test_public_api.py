@@ -1,0 +1,121 @@
+"""The public names of agentlib and agentlib_sync (SPEC sections 1 and 10)."""
+
+from __future__ import annotations
+
+import types
+import typing
+
+import pytest
+
+import agentlib
+import agentlib_sync
+
+#: The modules that define the data classes and errors `agentlib_sync` re-exports unchanged.
+DATA_MODULES = (
+    agentlib._content,
+    agentlib._entries,
+    agentlib._history_items,
+    agentlib._callbacks,
+    agentlib._records,
+    agentlib._events,
+    agentlib._errors,
+)
+DATA_NAMES = sorted(
+    {name for module in DATA_MODULES for name in module.__all__}
+    | {"parse_history", "structure", "unstructure"}
+)
+ERROR_NAMES = sorted(agentlib._errors.__all__)
+
+
+def public_namespace(module: types.ModuleType) -> set[str]:
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+
+
+def test_all_is_sorted() -> None:
+    assert agentlib.__all__ == sorted(agentlib.__all__)
+
+
+def test_all_has_no_duplicates() -> None:
+    assert len(set(agentlib.__all__)) == len(agentlib.__all__)
+
+
+def test_all_lists_exactly_the_public_names() -> None:
+    assert set(agentlib.__all__) == public_namespace(agentlib)
+
+
+def test_version_is_a_string_outside_all() -> None:
+    assert isinstance(agentlib.__version__, str)
+    assert "__version__" not in agentlib.__all__
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        name
+        for name in agentlib.__all__
+        if isinstance(getattr(agentlib, name), (type, types.FunctionType))
+    ],
+)
+def test_public_class_or_function_belongs_to_agentlib(name: str) -> None:
+    assert getattr(agentlib, name).__module__ == "agentlib"
+
+
+@pytest.mark.parametrize("name", DATA_NAMES)
+def test_data_and_error_names_are_public(name: str) -> None:
+    assert name in agentlib.__all__
+
+
+@pytest.mark.parametrize("name", DATA_NAMES)
+def test_agentlib_sync_reexports_data_and_error_names_unchanged(name: str) -> None:
+    assert getattr(agentlib_sync, name) is getattr(agentlib, name)
+
+
+@pytest.mark.parametrize("name", DATA_NAMES)
+def test_agentlib_sync_all_lists_data_and_error_names(name: str) -> None:
+    assert name in agentlib_sync.__all__
+
+
+@pytest.mark.parametrize("name", ERROR_NAMES)
+def test_every_error_is_an_sdk_error(name: str) -> None:
+    assert issubclass(getattr(agentlib, name), agentlib.SdkError)
+
+
+def test_validation_error_is_also_a_value_error() -> None:
+    assert issubclass(agentlib.ValidationError, ValueError)
+
+
+def test_validation_error_keeps_one_line_per_problem() -> None:
+    error = agentlib.ValidationError("invalid x: a @ $.a; b @ $.b", ("a @ $.a", "b @ $.b"))
+
+    assert (str(error), error.errors) == ("invalid x: a @ $.a; b @ $.b", ("a @ $.a", "b @ $.b"))
+
+
+def test_model_error_keeps_status_and_body() -> None:
+    error = agentlib.ModelError("the model failed", status=503, body="overloaded")
+
+    assert (str(error), error.status, error.body) == ("the model failed", 503, "overloaded")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ContentBlock",
+        "Entry",
+        "Callback",
+        "TurnState",
+        "Event",
+        "HistoryImportEntry",
+        "ApprovalAnswer",
+    ],
+)
+def test_union_aliases_are_unions_of_public_classes(name: str) -> None:
+    union = getattr(agentlib, name)
+
+    assert typing.get_origin(union) is typing.Union
+    for member in typing.get_args(union):
+        cls = typing.get_origin(member) or member
+        assert getattr(agentlib, cls.__name__) is cls

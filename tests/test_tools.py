@@ -1,0 +1,617 @@
+"""Tools: schemas from signatures, argument structuring, where tools run, errors, and results
+(SPEC 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+import agentlib
+from agentlib import (
+    Agent,
+    Completed,
+    Failed,
+    ModelReply,
+    ModelRequest,
+    ScriptedModel,
+    TextContentBlock,
+    ToolCallEntry,
+    ToolCallRequest,
+    ToolResultEntry,
+    tool,
+)
+
+
+@attrs.frozen
+class Point:
+    x: int
+    y: int
+
+
+def call(name: str, arguments: Any = None, id: str | None = None) -> ModelReply:
+    """A model step that calls one tool."""
+    return ModelReply(tool_calls=[ToolCallRequest(name=name, arguments=arguments or {}, id=id)])
+
+
+class Recorder:
+    """A model step that records the request it gets and answers ``text``."""
+
+    def __init__(self, text: str = "done") -> None:
+        self.text = text
+        self.requests: list[ModelRequest] = []
+
+    def __call__(self, request: ModelRequest) -> str:
+        self.requests.append(request)
+        return self.text
+
+
+async def run_agent(agent: Agent, message: str = "go") -> tuple[agentlib.TurnState[Any], list[Any]]:
+    """Run one turn in a fresh runtime; return its record and the session's entries."""
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        record = await session.run(message)
+        await session.cancel()
+        entries = [
+            event.entry
+            async for event in session.iter_events()
+            if isinstance(event, agentlib.EntryCompleted)
+        ]
+    return record, entries
+
+
+def results(entries: list[Any]) -> list[ToolResultEntry]:
+    return [entry for entry in entries if isinstance(entry, ToolResultEntry)]
+
+
+# --- schemas ------------------------------------------------------------------------------
+
+
+@tool
+def search(query: str, limit: int = 5, exact: bool = False) -> list[str]:
+    """Search the notes.
+
+    Longer explanation that is not part of the summary.
+
+    Args:
+        query: What to look for.
+        limit: How many results at most,
+            counting duplicates.
+
+    Returns:
+        The matching notes.
+    """
+    return [query] * limit
+
+
+def test_tool_name_is_the_function_name() -> None:
+    assert search.name == "search"
+
+
+def test_tool_description_is_the_docstring_summary() -> None:
+    assert search.description == "Search the notes."
+
+
+def test_tool_parameters_are_a_closed_json_object_schema() -> None:
+    assert search.parameters["type"] == "object"
+    assert search.parameters["additionalProperties"] is False
+    assert set(search.parameters["properties"]) == {"query", "limit", "exact"}
+
+
+def test_tool_parameter_types_come_from_the_type_hints() -> None:
+    properties = search.parameters["properties"]
+    assert properties["query"]["type"] == "string"
+    assert properties["limit"]["type"] == "integer"
+    assert properties["exact"]["type"] == "boolean"
+
+
+def test_tool_parameters_without_default_are_required() -> None:
+    assert search.parameters["required"] == ["query"]
+
+
+def test_tool_parameter_defaults_are_in_the_schema() -> None:
+    properties = search.parameters["properties"]
+    assert properties["limit"]["default"] == 5
+    assert properties["exact"]["default"] is False
+    assert "default" not in properties["query"]
+
+
+def test_tool_parameter_descriptions_come_from_the_docstring_args_lines() -> None:
+    properties = search.parameters["properties"]
+    assert properties["query"]["description"] == "What to look for."
+    assert properties["limit"]["description"] == "How many results at most, counting duplicates."
+    assert "description" not in properties["exact"]
+
+
+def test_tool_schema_of_an_attrs_class_parameter_is_an_object_schema() -> None:
+    @tool
+    def move(to: Point) -> None:
+        """Move."""
+
+    schema = move.parameters["properties"]["to"]
+    assert schema["type"] == "object"
+    assert schema["properties"] == {"x": {"type": "integer"}, "y": {"type": "integer"}}
+    assert schema["required"] == ["x", "y"]
+
+
+def test_tool_with_options_takes_the_given_name_and_description() -> None:
+    @tool(name="find", description="Find a note.")
+    def search_notes(query: str) -> str:
+        """Search the notes."""
+        return query
+
+    assert (search_notes.name, search_notes.description) == ("find", "Find a note.")
+
+
+def test_tool_schema_is_what_the_model_sees() -> None:
+    assert search.schema == agentlib.ToolSchema(
+        name="search", description="Search the notes.", parameters=search.parameters
+    )
+
+
+def test_a_tool_taking_var_args_raises_type_error() -> None:
+    def spread(*values: int) -> int:
+        return sum(values)
+
+    with pytest.raises(TypeError, match="spread"):
+        tool(spread)
+
+
+class Opaque:
+    """A class with no JSON form."""
+
+
+def test_a_tool_parameter_with_no_json_form_raises_type_error() -> None:
+    def use(thing: Opaque) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="thing"):
+        tool(use)
+
+
+def test_an_agent_with_two_tools_of_one_name_raises_value_error() -> None:
+    def add(a: int) -> int:
+        return a
+
+    with pytest.raises(ValueError, match="add"):
+        Agent("a", model=ScriptedModel([]), tools=[add, tool(add)])
+
+
+# --- plain functions ----------------------------------------------------------------------
+
+
+async def test_a_plain_function_in_tools_is_offered_with_its_derived_schema() -> None:
+    def add(a: int, b: int = 1) -> int:
+        """Add two integers."""
+        return a + b
+
+    recorder = Recorder()
+    await run_agent(Agent("a", model=ScriptedModel([recorder]), tools=[add]))
+    assert recorder.requests[0].tools == (tool(add).schema,)
+
+
+async def test_a_plain_function_in_tools_is_called_by_the_model() -> None:
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    agent = Agent("a", model=ScriptedModel([call("add", {"a": 2, "b": 3}), "5"]), tools=[add])
+    record, entries = await run_agent(agent)
+    assert isinstance(record, Completed)
+    [result] = results(entries)
+    assert (result.text, result.is_error) == ("5", False)
+
+
+# --- arguments ----------------------------------------------------------------------------
+
+
+async def test_arguments_are_structured_into_an_attrs_class_instance() -> None:
+    received: list[object] = []
+
+    def move(to: Point) -> str:
+        """Move."""
+        received.append(to)
+        return "moved"
+
+    agent = Agent(
+        "a", model=ScriptedModel([call("move", {"to": {"x": 1, "y": 2}}), "ok"]), tools=[move]
+    )
+    await run_agent(agent)
+    assert received == [Point(1, 2)]
+
+
+async def test_arguments_are_structured_into_the_annotated_container_types() -> None:
+    received: list[object] = []
+
+    async def total(values: tuple[int, ...], scale: float = 1.0) -> float:
+        """Sum."""
+        received.append((values, scale))
+        return sum(values) * scale
+
+    agent = Agent(
+        "a",
+        model=ScriptedModel([call("total", {"values": [1, 2], "scale": 2}), "ok"]),
+        tools=[total],
+    )
+    await run_agent(agent)
+    assert received == [((1, 2), 2.0)]
+    assert isinstance(received[0][1], float)  # type: ignore[index]
+
+
+async def test_missing_defaults_are_the_functions_own() -> None:
+    received: list[object] = []
+
+    def greet(name: str, greeting: str = "hello") -> str:
+        """Greet."""
+        received.append(greeting)
+        return f"{greeting} {name}"
+
+    agent = Agent("a", model=ScriptedModel([call("greet", {"name": "ada"}), "ok"]), tools=[greet])
+    _, entries = await run_agent(agent)
+    assert received == ["hello"]
+    assert results(entries)[0].text == "hello ada"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"a": "two", "b": 3}, "a"),
+        ({"a": 2}, "b"),
+        ({"a": 2, "b": 3, "c": 4}, "c"),
+        ({"a": True, "b": 3}, "a"),
+    ],
+    ids=["wrong-type", "missing", "unknown", "bool-for-int"],
+)
+async def test_invalid_arguments_are_reported_to_the_model_as_an_error_result(
+    arguments: dict[str, Any], named: str
+) -> None:
+    calls: list[object] = []
+
+    def add(a: int, b: int) -> int:
+        """Add."""
+        calls.append((a, b))
+        return a + b
+
+    agent = Agent("a", model=ScriptedModel([call("add", arguments), "sorry"]), tools=[add])
+    _, entries = await run_agent(agent)
+    [result] = results(entries)
+    assert result.is_error is True
+    assert f"$.{named}" in result.text
+    assert calls == []
+
+
+async def test_arguments_that_are_not_an_object_are_reported_as_an_error_result() -> None:
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    agent = Agent("a", model=ScriptedModel([call("add", [1, 2]), "sorry"]), tools=[add])
+    _, entries = await run_agent(agent)
+    assert results(entries)[0].is_error is True
+
+
+async def test_the_turn_goes_on_after_invalid_arguments() -> None:
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    recorder = Recorder("sorry")
+    agent = Agent("a", model=ScriptedModel([call("add", {"a": "x"}), recorder]), tools=[add])
+    record, _ = await run_agent(agent)
+    assert isinstance(record, Completed)
+    assert record.text == "sorry"
+    last = recorder.requests[0].entries[-1]
+    assert isinstance(last, ToolResultEntry)
+    assert last.is_error
+
+
+async def test_an_unknown_tool_is_reported_to_the_model_as_an_error_result() -> None:
+    agent = Agent("a", model=ScriptedModel([call("nope"), "sorry"]), tools=[search])
+    record, entries = await run_agent(agent)
+    [result] = results(entries)
+    assert result.is_error is True
+    assert "nope" in result.text
+    assert result.name == "nope"
+    assert isinstance(record, Completed)
+
+
+# --- where tools run ----------------------------------------------------------------------
+
+
+async def test_a_sync_tool_runs_in_a_worker_thread() -> None:
+    trio_thread = threading.current_thread()
+    threads: list[threading.Thread] = []
+
+    def where() -> str:
+        """Tell where I run."""
+        threads.append(threading.current_thread())
+        return "here"
+
+    await run_agent(Agent("a", model=ScriptedModel([call("where"), "ok"]), tools=[where]))
+    assert len(threads) == 1
+    assert threads[0] is not trio_thread
+
+
+async def test_a_sync_tool_does_not_block_the_engine() -> None:
+    # The tool waits for the test, which can only act if the trio thread is free.
+    in_tool = threading.Event()
+    proceed = threading.Event()
+
+    def blocking() -> str:
+        """Block until told."""
+        in_tool.set()
+        proceed.wait(5)
+        return "unblocked"
+
+    agent = Agent("a", model=ScriptedModel([call("blocking"), "ok"]), tools=[blocking])
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        turn = await session.send_message("go")
+        await trio.to_thread.run_sync(in_tool.wait, 5)
+        assert isinstance(await turn.get(), agentlib.Running)
+        proceed.set()
+        record = await turn.result()
+    assert isinstance(record, Completed)
+
+
+async def test_an_async_tool_runs_in_the_trio_thread() -> None:
+    trio_thread = threading.current_thread()
+    threads: list[threading.Thread] = []
+
+    async def where() -> str:
+        """Tell where I run."""
+        threads.append(threading.current_thread())
+        return "here"
+
+    await run_agent(Agent("a", model=ScriptedModel([call("where"), "ok"]), tools=[where]))
+    assert threads == [trio_thread]
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class OutOfStock(Exception):
+    pass
+
+
+def order(item: str) -> str:
+    """Order an item."""
+    raise OutOfStock(f"no {item} left")
+
+
+async def test_tool_errors_report_sends_the_exception_to_the_model_as_an_error_result() -> None:
+    agent = Agent(
+        "a",
+        model=ScriptedModel([call("order", {"item": "tea"}), "sorry"]),
+        tools=[order],
+        tool_errors="report",
+    )
+    _, entries = await run_agent(agent)
+    [result] = results(entries)
+    assert result.is_error is True
+    assert "OutOfStock" in result.text
+    assert "no tea left" in result.text
+
+
+async def test_tool_errors_report_lets_the_model_continue() -> None:
+    recorder = Recorder("sorry")
+    agent = Agent(
+        "a",
+        model=ScriptedModel([call("order", {"item": "tea"}), recorder]),
+        tools=[order],
+        tool_errors="report",
+    )
+    record, _ = await run_agent(agent)
+    assert isinstance(record, Completed)
+    assert record.output == "sorry"
+    assert len(recorder.requests) == 1
+
+
+async def test_tool_errors_report_is_the_default() -> None:
+    agent = Agent(
+        "a", model=ScriptedModel([call("order", {"item": "tea"}), "sorry"]), tools=[order]
+    )
+    record, _ = await run_agent(agent)
+    assert isinstance(record, Completed)
+
+
+async def test_tool_errors_raise_fails_the_turn_with_the_exceptions_type() -> None:
+    agent = Agent(
+        "a",
+        model=ScriptedModel([call("order", {"item": "tea"}), "unreachable"]),
+        tools=[order],
+        tool_errors="raise",
+    )
+    record, _ = await run_agent(agent)
+    assert isinstance(record, Failed)
+    assert record.error.type == "OutOfStock"
+    assert "no tea left" in record.error.message
+
+
+async def test_tool_errors_raise_does_not_ask_the_model_again() -> None:
+    recorder = Recorder()
+    agent = Agent(
+        "a",
+        model=ScriptedModel([call("order", {"item": "tea"}), recorder]),
+        tools=[order],
+        tool_errors="raise",
+    )
+    await run_agent(agent)
+    assert recorder.requests == []
+
+
+async def test_tool_errors_raise_still_reports_invalid_arguments_to_the_model() -> None:
+    agent = Agent(
+        "a",
+        model=ScriptedModel([call("order", {"item": 3}), "sorry"]),
+        tools=[order],
+        tool_errors="raise",
+    )
+    record, entries = await run_agent(agent)
+    assert isinstance(record, Completed)
+    assert results(entries)[0].is_error
+
+
+def test_an_unknown_tool_errors_value_raises_value_error() -> None:
+    with pytest.raises(ValueError, match="tool_errors"):
+        Agent("a", model=ScriptedModel([]), tool_errors="ignore")  # type: ignore[arg-type]
+
+
+# --- several calls in one reply -----------------------------------------------------------
+
+
+async def test_tool_calls_of_one_reply_run_concurrently(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Each tool waits for the other: run one after the other, they would never end.
+    ping_started, pong_started = trio.Event(), trio.Event()
+
+    async def ping() -> str:
+        """Ping."""
+        ping_started.set()
+        await pong_started.wait()
+        return "ping"
+
+    async def pong() -> str:
+        """Pong."""
+        pong_started.set()
+        await ping_started.wait()
+        return "pong"
+
+    reply = ModelReply(tool_calls=[ToolCallRequest(name="ping"), ToolCallRequest(name="pong")])
+    agent = Agent("a", model=ScriptedModel([reply, "ok"]), tools=[ping, pong])
+    with trio.fail_after(60):
+        record, _ = await run_agent(agent)
+    assert isinstance(record, Completed)
+
+
+async def test_results_of_one_reply_go_back_in_call_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    finished: list[str] = []
+
+    async def slow() -> str:
+        """Take a while."""
+        await trio.sleep(10)
+        finished.append("slow")
+        return "slow"
+
+    async def fast() -> str:
+        """Be quick."""
+        finished.append("fast")
+        return "fast"
+
+    reply = ModelReply(
+        tool_calls=[
+            ToolCallRequest(name="slow", id="call-1"),
+            ToolCallRequest(name="fast", id="call-2"),
+        ]
+    )
+    recorder = Recorder()
+    agent = Agent("a", model=ScriptedModel([reply, recorder]), tools=[slow, fast])
+    await run_agent(agent)
+    assert finished == ["fast", "slow"]
+    tail = recorder.requests[0].entries[-4:]
+    assert [type(entry).__name__ for entry in tail] == [
+        "ToolCallEntry",
+        "ToolCallEntry",
+        "ToolResultEntry",
+        "ToolResultEntry",
+    ]
+    assert [(entry.tool_call_id, entry.text) for entry in tail[2:]] == [  # type: ignore[union-attr]
+        ("call-1", "slow"),
+        ("call-2", "fast"),
+    ]
+
+
+# --- results ------------------------------------------------------------------------------
+
+
+async def result_of(value: object) -> ToolResultEntry:
+    def produce() -> object:
+        """Produce a value."""
+        return value
+
+    _, entries = await run_agent(
+        Agent("a", model=ScriptedModel([call("produce"), "ok"]), tools=[produce])
+    )
+    [result] = results(entries)
+    return result
+
+
+async def test_a_str_result_is_the_text_of_the_result() -> None:
+    result = await result_of("plain words")
+    assert result.content == (TextContentBlock(text="plain words"),)
+    assert result.structured_content is None
+    assert result.is_error is False
+
+
+async def test_a_dict_result_is_structured_content_and_its_json_text() -> None:
+    result = await result_of({"total": 3, "items": ["a", "b"]})
+    assert result.structured_content == {"total": 3, "items": ["a", "b"]}
+    assert json.loads(result.text) == {"total": 3, "items": ["a", "b"]}
+
+
+async def test_an_attrs_instance_result_is_unstructured_into_structured_content() -> None:
+    result = await result_of(Point(1, 2))
+    assert result.structured_content == {"x": 1, "y": 2}
+    assert json.loads(result.text) == {"x": 1, "y": 2}
+
+
+async def test_a_dataclass_result_is_unstructured_into_structured_content() -> None:
+    @dataclasses.dataclass
+    class Size:
+        width: int
+        height: int
+
+    result = await result_of(Size(3, 4))
+    assert result.structured_content == {"width": 3, "height": 4}
+
+
+async def test_a_content_block_result_is_the_content_of_the_result() -> None:
+    block = agentlib.ImageContentBlock(uri="https://example.com/a.png", media_type="image/png")
+    result = await result_of(block)
+    assert result.content == (block,)
+    assert result.structured_content is None
+
+
+async def test_a_result_with_no_json_form_is_reported_as_an_error_result() -> None:
+    result = await result_of(object())
+    assert result.is_error is True
+    assert "object" in result.text
+
+
+async def test_a_result_answers_its_call_by_id_and_name() -> None:
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    agent = Agent(
+        "a", model=ScriptedModel([call("echo", {"text": "hi"}, id="call-7"), "ok"]), tools=[echo]
+    )
+    _, entries = await run_agent(agent)
+    [tool_call] = [entry for entry in entries if isinstance(entry, ToolCallEntry)]
+    [result] = results(entries)
+    assert (tool_call.name, tool_call.arguments, tool_call.tool_call_id) == (
+        "echo",
+        {"text": "hi"},
+        "call-7",
+    )
+    assert (result.name, result.tool_call_id) == ("echo", "call-7")
+
+
+async def test_a_call_without_an_id_gets_one_its_result_shares() -> None:
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    agent = Agent("a", model=ScriptedModel([call("echo", {"text": "hi"}), "ok"]), tools=[echo])
+    _, entries = await run_agent(agent)
+    [tool_call] = [entry for entry in entries if isinstance(entry, ToolCallEntry)]
+    assert tool_call.tool_call_id
+    assert results(entries)[0].tool_call_id == tool_call.tool_call_id
