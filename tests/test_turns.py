@@ -506,3 +506,42 @@ async def test_the_record_run_returns_carries_the_sessions_last_event_id() -> No
         record = await session.run("hello")
         last = await last_event_id(session)
     assert record.cursor == last  # type: ignore[union-attr]
+
+
+async def test_an_interrupted_tool_call_still_gets_a_result_in_the_history() -> None:
+    release = trio.Event()
+
+    async def wait_forever() -> str:
+        """Wait."""
+        await release.wait()
+        return "never"
+
+    seen: list[agentlib.ModelRequest] = []
+
+    def answer(request: agentlib.ModelRequest) -> str:
+        seen.append(request)
+        return "ok"
+
+    agent = agentlib.Agent(
+        name="stuck",
+        model=agentlib.ScriptedModel(
+            [
+                agentlib.ModelReply(
+                    tool_calls=[agentlib.ToolCallRequest(name="wait_forever", arguments={})]
+                ),
+                answer,
+            ]
+        ),
+        tools=[wait_forever],
+    )
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        turn = await session.start_turn("go")
+        assert isinstance(turn, agentlib.Turn)
+        await trio.testing.wait_all_tasks_blocked()
+        await turn.interrupt()
+        await session.run("again")
+    calls = [e for e in seen[0].entries if isinstance(e, agentlib.ToolCallEntry)]
+    results = [e for e in seen[0].entries if isinstance(e, agentlib.ToolResultEntry)]
+    assert [c.tool_call_id for c in calls] == [r.tool_call_id for r in results]
+    assert results[0].is_error

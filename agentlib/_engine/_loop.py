@@ -192,12 +192,20 @@ async def _run_tools(turn: TurnCore, requests: Sequence[ToolCallRequest]) -> Non
         except _RaiseFromTool as failure:
             failures[index] = failure.error
 
-    if len(calls) == 1:
-        await run_one(0, calls[0])
-    else:
-        async with trio.open_nursery() as nursery:
-            for index, call in enumerate(calls):
-                nursery.start_soon(run_one, index, call)
+    try:
+        if len(calls) == 1:
+            await run_one(0, calls[0])
+        else:
+            async with trio.open_nursery() as nursery:
+                for index, call in enumerate(calls):
+                    nursery.start_soon(run_one, index, call)
+    except trio.Cancelled:
+        # Every call in the history keeps a result, so the next model request stays valid.
+        for call, result in zip(calls, results, strict=True):
+            session.add_entry(
+                result or _error_result(call, "the turn was stopped before this call finished")
+            )
+        raise
     for failure in failures:
         if failure is not None:
             raise _RaiseFromTool(failure)
