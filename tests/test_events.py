@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from _support import HOLD, Gate
 
 import agentlib
 from agentlib import (
@@ -30,32 +31,12 @@ from agentlib import (
     Turn,
     TurnEnded,
     TurnStarted,
-    tool,
 )
 
 
 @attrs.frozen
 class Verdict:
     ok: bool
-
-
-class Gate:
-    """An async tool, ``hold``, that holds the turn calling it until the test opens the gate."""
-
-    def __init__(self) -> None:
-        self.reached = trio.Event()
-        self.opened = trio.Event()
-
-        async def hold() -> str:
-            """Wait for the gate to open."""
-            self.reached.set()
-            await self.opened.wait()
-            return "opened"
-
-        self.tool = tool(hold)
-
-
-HOLD = ModelReply(tool_calls=[ToolCallRequest(name="hold")])
 
 
 def lookup(key: str) -> str:

@@ -1,0 +1,70 @@
+"""Helpers shared by the engine's tests: a gate that holds a turn, and recording steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+import agentlib
+from agentlib import (
+    Agent,
+    MessageEntry,
+    ModelReply,
+    ModelRequest,
+    ScriptedModel,
+    ToolCallRequest,
+    Turn,
+    tool,
+)
+
+
+class Gate:
+    """An async tool, ``hold``, that holds the turn calling it until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.reached = trio.Event()
+        self.opened = trio.Event()
+
+        async def hold() -> str:
+            """Wait for the gate to open."""
+            self.reached.set()
+            await self.opened.wait()
+            return "opened"
+
+        self.tool = tool(hold)
+
+
+HOLD = ModelReply(tool_calls=[ToolCallRequest(name="hold")])
+
+
+class Recorder:
+    """A model step that records its request and answers ``text``."""
+
+    def __init__(self, text: str = "done") -> None:
+        self.text = text
+        self.requests: list[ModelRequest] = []
+
+    def __call__(self, request: ModelRequest) -> str:
+        self.requests.append(request)
+        return self.text
+
+
+def user_texts(request: ModelRequest) -> list[str]:
+    return [
+        entry.text
+        for entry in request.entries
+        if isinstance(entry, MessageEntry) and entry.role == "user"
+    ]
+
+
+def held_agent(gate: Gate, *then: Any, **options: Any) -> Agent:
+    """An agent whose first step holds the turn at ``gate``; ``then`` are the next steps."""
+    return Agent("held", model=ScriptedModel([HOLD, *then]), tools=[gate.tool], **options)
+
+
+async def held_turn(session: agentlib.Session, gate: Gate, message: str = "go") -> Turn:
+    """Start a turn and wait until it is held at the gate."""
+    turn = await session.send_message(message)
+    await gate.reached.wait()
+    return turn
