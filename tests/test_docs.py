@@ -1,4 +1,4 @@
-"""The guides' examples run, and print what the guides say they print.
+"""The guides' (and the README's) examples run, and print what the guides say they print.
 
 In each page of docs/, the ```python blocks run in order in one namespace; a ```text block
 right after one is the output it must print.
@@ -34,7 +34,7 @@ def examples(page: pathlib.Path) -> list[tuple[str, str | None]]:
     return pairs
 
 
-PAGES = sorted(page for page in DOCS.glob("*.md") if examples(page))
+PAGES = sorted(page for page in [*DOCS.glob("*.md"), DOCS.parent / "README.md"] if examples(page))
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[page.stem for page in PAGES])
