@@ -10,8 +10,6 @@ import attrs
 
 from ._json import InvalidValue, json_field, known_tag_refused, raw_field
 
-KNOWN_CALLBACK_TYPES = frozenset({"approval", "client_tool_call", "sign_in"})
-
 __all__ = [
     "AllowApproval",
     "ApprovalAnswer",
@@ -108,9 +106,7 @@ class UnknownCallback:
     id: str
     session_id: str
     turn_id: str
-    callback_type: str = attrs.field(
-        validator=known_tag_refused(KNOWN_CALLBACK_TYPES, "callback", "callback_type")
-    )
+    callback_type: str = attrs.field(validator=known_tag_refused(lambda: Callback, "callback"))
     raw: Mapping[str, Any] = raw_field("id", "session_id", "turn_id")
 
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal, Union
 
 import attrs
 
-from ._json import InvalidValue, as_json, check_json_object, raw_field
+from ._json import InvalidValue, as_json, check_json_object, known_tag_refused, raw_field
 
 __all__ = [
     "AudioContentBlock",
@@ -291,15 +291,10 @@ class UnknownContentBlock:
     """
 
     type: ClassVar[Literal["unknown"]] = "unknown"
-    original_type: str = attrs.field()
+    original_type: str = attrs.field(
+        validator=known_tag_refused(lambda: ContentBlock, "content block")
+    )
     raw: Mapping[str, Any] = raw_field()
-
-    @original_type.validator
-    def _check_original_type(self, attribute: attrs.Attribute[Any], value: str) -> None:
-        if value in KNOWN_BLOCK_TYPES:
-            raise InvalidValue(
-                f"original_type {value!r} is a known block type: build that block's class"
-            )
 
 
 ContentBlock = Union[
@@ -310,17 +305,6 @@ ContentBlock = Union[
     EmbeddedResourceContentBlock,
     UnknownContentBlock,
 ]
-
-KNOWN_BLOCK_TYPES = frozenset(
-    cls.type
-    for cls in (
-        TextContentBlock,
-        ImageContentBlock,
-        AudioContentBlock,
-        ResourceLinkContentBlock,
-        EmbeddedResourceContentBlock,
-    )
-)
 
 
 def text_of(blocks: tuple[ContentBlock, ...]) -> str:

@@ -17,8 +17,6 @@ from ._json import (
     raw_field,
 )
 
-KNOWN_ENTRY_TYPES = frozenset({"message", "tool_call", "tool_result"})
-
 __all__ = [
     "ContextMessage",
     "Entry",
@@ -153,9 +151,7 @@ class UnknownEntry:
 
     id: str
     turn_id: str | None = None
-    entry_type: str = attrs.field(
-        validator=known_tag_refused(KNOWN_ENTRY_TYPES, "entry", "entry_type")
-    )
+    entry_type: str = attrs.field(validator=known_tag_refused(lambda: Entry, "entry"))
     raw: Mapping[str, Any] = raw_field("id", "turn_id")
 
 

@@ -12,18 +12,6 @@ from ._entries import Entry, MessageEntry
 from ._json import known_tag_refused, raw_field
 from ._records import TurnState
 
-KNOWN_EVENT_TYPES = frozenset(
-    {
-        "turn_started",
-        "entry_added",
-        "entry_delta",
-        "entry_completed",
-        "callback_opened",
-        "callback_closed",
-        "turn_ended",
-    }
-)
-
 __all__ = [
     "CallbackClosed",
     "CallbackOpened",
@@ -151,9 +139,7 @@ class UnknownEvent(_Event):
     """
 
     __match_args__ = ("event_type",)
-    event_type: str = attrs.field(
-        validator=known_tag_refused(KNOWN_EVENT_TYPES, "event", "event_type")
-    )
+    event_type: str = attrs.field(validator=known_tag_refused(lambda: Event, "event"))
     raw: Mapping[str, Any] = raw_field("id", "session_id", "turn_id")
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from typing import Any, Union
 
 import attrs
@@ -107,13 +108,17 @@ def raw_field(*reserved: str) -> Any:
     return attrs.field(factory=dict, converter=as_json, validator=check_raw)
 
 
-def known_tag_refused(known: frozenset[str], family: str, field: str) -> Any:
-    """An attrs validator: an ``Unknown*`` class's tag must not be a known type."""
+def known_tag_refused(union: Callable[[], Any], family: str) -> Any:
+    """An attrs validator: an ``Unknown*`` class's tag must not be the ``type`` of another
+    member of its family's union (``union`` returns it: it is defined after the class)."""
 
     def check_tag(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
-        if value in known:
-            raise InvalidValue(
-                f"{field} {value!r} is a known {family} type: build that {family}'s class"
-            )
+        for member in typing.get_args(union()):
+            cls = typing.get_origin(member) or member
+            if cls is not type(instance) and getattr(cls, "type", None) == value:
+                raise InvalidValue(
+                    f"{attribute.name} {value!r} is a known {family} type: "
+                    f"build {cls.__name__} instead"
+                )
 
     return check_tag

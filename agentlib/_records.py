@@ -29,10 +29,6 @@ __all__ = [
     "UnknownRecord",
 ]
 
-KNOWN_RECORD_TYPES = frozenset(
-    {"running", "blocked", "completed", "interrupted", "failed", "unknown_outcome"}
-)
-
 OutputT = TypeVar("OutputT")
 TurnT = TypeVar("TurnT")
 
@@ -143,9 +139,7 @@ class UnknownRecord(_Record):
     """
 
     __match_args__ = ("record_type",)
-    record_type: str = attrs.field(
-        validator=known_tag_refused(KNOWN_RECORD_TYPES, "record", "record_type")
-    )
+    record_type: str = attrs.field(validator=known_tag_refused(lambda: TurnState, "record"))
     raw: Mapping[str, Any] = raw_field("turn_id", "session_id", "cursor")
 
 

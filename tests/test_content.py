@@ -507,7 +507,7 @@ def test_unknown_content_block_raw_defaults_to_empty() -> None:
 
 @pytest.mark.parametrize("known", ["text", "image", "audio", "resource_link", "embedded_resource"])
 def test_unknown_content_block_refuses_a_known_original_type(known: str) -> None:
-    with pytest.raises(ValueError, match="is a known block type"):
+    with pytest.raises(ValueError, match="is a known content block type"):
         UnknownContentBlock(original_type=known)
 
 
