@@ -227,8 +227,11 @@ def make_converter() -> cattrs.Converter:
 def _register_family(conv: cattrs.Converter, family: _Family) -> None:
     union = UNIONS[family.name]
     unknown = family.unknown
+    member_classes = (*family.by_tag.values(), *([unknown] if unknown is not None else []))
 
     def structure_member(value: Any, _: Any) -> Any:
+        if isinstance(value, member_classes):
+            return value  # already built: a list may mix instances and dicts
         if not isinstance(value, Mapping):
             raise InvalidValue(
                 f"expected an object with a 'type' ({family.tags()}), got {_type_name(value)}"
@@ -248,7 +251,7 @@ def _register_family(conv: cattrs.Converter, family: _Family) -> None:
         return conv.structure(value, unknown)
 
     conv.register_structure_hook(union, structure_member)
-    members = {*family.by_tag.values(), *([unknown] if unknown is not None else [])}
+    members = set(member_classes)
 
     def is_this_family(tp: Any) -> bool:
         # The union written another way: TurnState[Any], ApprovalAnswer | None...

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import TYPE_CHECKING, Any, Union
 
 import attrs
+import cattrs
 import trio
 
 from ._callbacks import (
@@ -20,7 +21,7 @@ from ._callbacks import (
     SignInAnswer,
 )
 from ._content import ContentBlock, TextContentBlock, UnknownContentBlock
-from ._convert import CONVERTER, describe, validation_error
+from ._convert import CONVERTER, validation_error
 from ._engine._core import SessionCore, TurnCore
 from ._engine._runtime import Runtime
 from ._errors import SessionBusyError, ValidationError
@@ -71,43 +72,28 @@ def message_content(content: Content) -> tuple[ContentBlock, ...]:
         )
     if not content:
         raise ValidationError("invalid message: it has no content block")
-    blocks: list[ContentBlock] = []
-    problems: list[str] = []
-    for index, item in enumerate(content):
-        try:
-            block: Any = (
-                item if attrs.has(type(item)) else CONVERTER.structure(item, ContentBlock)  # type: ignore[arg-type]
-            )
-        except Exception as exc:
-            if not isinstance(exc, (InvalidValue,)) and not hasattr(exc, "exceptions"):
-                raise
-            problems.extend(validation_error(exc, describe(ContentBlock), f"$[{index}]").errors)
-            continue
-        if isinstance(block, UnknownContentBlock) or not isinstance(
-            block,
-            ContentBlock.__args__,  # type: ignore[attr-defined]
-        ):
-            problems.append(
-                f"a message cannot hold a block of type "
-                f"{getattr(block, 'original_type', type(block).__name__)!r} @ $[{index}]"
-            )
-            continue
-        blocks.append(block)
+    try:
+        blocks: tuple[ContentBlock, ...] = CONVERTER.structure(
+            list(content), tuple[ContentBlock, ...]
+        )
+    except (cattrs.BaseValidationError, InvalidValue) as exc:
+        raise validation_error(exc, "message") from exc
+    problems = tuple(
+        f"a message cannot hold a block of a type this version does not know @ $[{index}]"
+        for index, block in enumerate(blocks)
+        if isinstance(block, UnknownContentBlock)
+    )
     if problems:
-        raise ValidationError("invalid message: " + "; ".join(problems), tuple(problems))
-    return tuple(blocks)
+        raise ValidationError("invalid message: " + "; ".join(problems), problems)
+    return blocks
 
 
 def _for_reader(record: TurnState[Any], output_type: Any) -> TurnState[Any]:
     """A turn record as a reference with ``output_type`` reads it."""
     if not isinstance(record, Completed) or output_type is None:
         return record
-    if (
-        output_type is not None
-        and not isinstance(record.output, str)
-        and isinstance(record.output, output_type)
-    ):
-        return record
+    if inspect.isclass(output_type) and isinstance(record.output, output_type):
+        return record  # the turn already structured it
     try:
         return attrs.evolve(record, output=parse_output(record.text, output_type))
     except ValidationError as error:

@@ -612,3 +612,34 @@ async def test_history_stays_readable_after_cancel() -> None:
     assert again.text == "hi"
     assert isinstance(events[-1], agentlib.TurnEnded)
     assert events[-1].record.turn_id == record.turn_id  # type: ignore[union-attr]
+
+
+async def test_a_message_may_mix_blocks_and_dicts() -> None:
+    agent = Agent("echo", model=agentlib.FunctionModel(lambda request: request.entries[-1].text))
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        record = await session.run([TextContentBlock(text="a"), {"type": "text", "text": "b"}])
+    assert isinstance(record, Completed)
+    assert record.output == "ab"
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ([{"type": "text", "text": 3}], "expected a string, got int @ $[0].text"),
+        ([TextContentBlock(text="ok"), 5], "got int @ $[1]"),
+        ([{"type": "video", "uri": "sk-secret-uri"}], "does not know @ $[0]"),
+    ],
+)
+async def test_a_malformed_block_in_a_message_names_its_index(
+    content: object, fragment: str
+) -> None:
+    agent = Agent("echo", model=ScriptedModel(["unused"]))
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        with pytest.raises(agentlib.ValidationError) as raised:
+            await session.send_message(content)
+    message = str(raised.value)
+    assert message.startswith("invalid message: ")
+    assert fragment in message
+    assert "sk-secret" not in message
