@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from _support import Recorder
 
 import agentlib
 from agentlib import (
@@ -41,18 +42,6 @@ def lookup(key: str) -> str:
 
 def lookup_call() -> ModelReply:
     return ModelReply(tool_calls=[ToolCallRequest(name="lookup", arguments={"key": "k"})])
-
-
-class Recorder:
-    """A sync step that records its request and answers ``text``."""
-
-    def __init__(self, text: str = "done") -> None:
-        self.text = text
-        self.requests: list[ModelRequest] = []
-
-    def __call__(self, request: ModelRequest) -> str:
-        self.requests.append(request)
-        return self.text
 
 
 async def run_once(agent: Agent, message: str = "hello") -> agentlib.TurnState[Any]:

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from _support import Recorder
 
 import agentlib
 from agentlib import (
@@ -18,7 +19,6 @@ from agentlib import (
     Completed,
     Failed,
     ModelReply,
-    ModelRequest,
     ScriptedModel,
     TextContentBlock,
     ToolCallEntry,
@@ -37,18 +37,6 @@ class Point:
 def call(name: str, arguments: Any = None, id: str | None = None) -> ModelReply:
     """A model step that calls one tool."""
     return ModelReply(tool_calls=[ToolCallRequest(name=name, arguments=arguments or {}, id=id)])
-
-
-class Recorder:
-    """A model step that records the request it gets and answers ``text``."""
-
-    def __init__(self, text: str = "done") -> None:
-        self.text = text
-        self.requests: list[ModelRequest] = []
-
-    def __call__(self, request: ModelRequest) -> str:
-        self.requests.append(request)
-        return self.text
 
 
 async def run_agent(agent: Agent, message: str = "go") -> tuple[agentlib.TurnState[Any], list[Any]]:
