@@ -16,7 +16,7 @@ import trio
 
 from .._callbacks import Callback
 from .._convert import unstructure
-from .._entries import Entry, MessageEntry
+from .._entries import Entry, MessageEntry, ToolCallEntry
 from .._errors import (
     SessionIdempotencyConflictError,
     SessionTerminatedError,
@@ -48,7 +48,7 @@ class TurnCore:
     stop_cause: Literal["interrupted", "cancelled"] | None = None
     steered: list[MessageEntry] = attrs.field(factory=list)
     open_callbacks: dict[str, Callback] = attrs.field(factory=dict)
-    tool_calls: list[Any] = attrs.field(factory=list)
+    tool_calls: list[ToolCallEntry] = attrs.field(factory=list)
 
     @property
     def ended(self) -> bool:

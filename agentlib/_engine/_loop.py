@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import string
+import typing
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
@@ -25,7 +26,7 @@ from ._core import TurnCore, interrupted
 __all__ = ["run_turn"]
 
 _CALL_ID_ALPHABET = string.ascii_letters + string.digits
-_CONTENT_CLASSES = ContentBlock.__args__  # type: ignore[attr-defined]
+_CONTENT_CLASSES = typing.get_args(ContentBlock)
 
 
 def new_call_id() -> str:
