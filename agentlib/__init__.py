@@ -63,6 +63,14 @@ from ._history_items import HistoryImportReasoning as HistoryImportReasoning
 from ._history_items import HistoryImportSnapshot as HistoryImportSnapshot
 from ._history_items import HistoryImportToolCall as HistoryImportToolCall
 from ._history_items import HistoryImportToolResult as HistoryImportToolResult
+from ._hooks import DenyToolCall as DenyToolCall
+from ._hooks import Hook as Hook
+from ._hooks import HookDecision as HookDecision
+from ._hooks import ModifiedArguments as ModifiedArguments
+from ._hooks import RequestApproval as RequestApproval
+from ._hooks import pre_tool_call as pre_tool_call
+from ._inputs import Depends as Depends
+from ._inputs import SessionInput as SessionInput
 from ._models._base import Model as Model
 from ._models._base import ModelReply as ModelReply
 from ._models._base import ModelRequest as ModelRequest
@@ -87,6 +95,8 @@ from ._records import UnknownRecord as UnknownRecord
 from ._session import Session as Session
 from ._session import Turn as Turn
 from ._tools import Tool as Tool
+from ._tools import ToolSource as ToolSource
+from ._tools import client_tool as client_tool
 from ._tools import tool as tool
 
 __version__ = "0.1.0"
@@ -110,6 +120,8 @@ __all__ = [
     "ContextMessage",
     "Credentials",
     "DenyApproval",
+    "DenyToolCall",
+    "Depends",
     "EmbeddedResourceContentBlock",
     "Entry",
     "EntryAdded",
@@ -125,6 +137,8 @@ __all__ = [
     "HistoryImportSnapshot",
     "HistoryImportToolCall",
     "HistoryImportToolResult",
+    "Hook",
+    "HookDecision",
     "ImageContentBlock",
     "Interrupted",
     "InvalidCursorError",
@@ -134,11 +148,13 @@ __all__ = [
     "ModelError",
     "ModelReply",
     "ModelRequest",
+    "ModifiedArguments",
     "NotFound",
     "ObservationLost",
     "OpenApproval",
     "OpenClientToolCall",
     "OpenSignIn",
+    "RequestApproval",
     "ResourceLinkContentBlock",
     "Running",
     "Runtime",
@@ -147,6 +163,7 @@ __all__ = [
     "Session",
     "SessionBusyError",
     "SessionIdempotencyConflictError",
+    "SessionInput",
     "SessionNotFoundError",
     "SessionTerminatedError",
     "SignInAnswer",
@@ -156,6 +173,7 @@ __all__ = [
     "ToolCallRequest",
     "ToolResultEntry",
     "ToolSchema",
+    "ToolSource",
     "Turn",
     "TurnConflict",
     "TurnEnded",
@@ -170,9 +188,11 @@ __all__ = [
     "UnknownRecord",
     "UnsupportedSessionProcedureError",
     "ValidationError",
+    "client_tool",
     "current_runtime",
     "open_runtime",
     "parse_history",
+    "pre_tool_call",
     "structure",
     "tool",
     "unstructure",

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._callbacks import Credentials
 from ._engine._runtime import current_runtime
 from ._history import parse_history
 from ._history_items import HistoryImportEntry
+from ._hooks import Hook
+from ._inputs import SessionInput, stored_inputs
 from ._models._base import Model, ToolSchema
-from ._tools import Tool, tool
+from ._tools import Tool, ToolSource, tool
 
 if TYPE_CHECKING:
     from ._session import ApprovalHandler, ClientToolHandler, Session, SignInHandler
@@ -25,17 +28,20 @@ class Agent:
         instructions: What the model is told to do (the system prompt).
         model: The model that drives the agent: a :class:`Model` such as
             :class:`ScriptedModel`.
-        tools: The tools the model may call: functions (sync or async) or :func:`tool`\\ s.
+        tools: The tools the model may call: functions (sync or async), :func:`tool`\\ s,
+            :func:`client_tool` stubs and :class:`ToolSource`\\ s.
         output_type: Structure the final answer into this type (an attrs class, a
             dataclass, a pydantic model...); None keeps the text.
         subagents: Agents this one may delegate to.
-        hooks: ``pre_tool_call`` hooks, run before every tool call.
+        hooks: :func:`pre_tool_call` hooks, run in order before every tool call.
         tool_errors: ``"report"`` sends a tool's exception to the model as an error result;
             ``"raise"`` fails the turn.
 
     Raises:
-        TypeError: A tool has no JSON schema, or ``model`` is not a model.
-        ValueError: Two tools share a name, or ``tool_errors`` is neither value.
+        TypeError: A tool has no JSON schema, ``model`` is not a model, or a hook is not
+            made with :func:`pre_tool_call`.
+        ValueError: Two tools share a name, a tool outside a sign-in source takes
+            ``Credentials``, or ``tool_errors`` is neither value.
     """
 
     def __init__(
@@ -43,10 +49,10 @@ class Agent:
         name: str,
         instructions: str = "",
         model: Model | None = None,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | ToolSource | Callable[..., Any]] = (),
         output_type: type[Any] | None = None,
         subagents: Sequence[Agent] = (),
-        hooks: Sequence[Callable[..., Any]] = (),
+        hooks: Sequence[Hook] = (),
         tool_errors: Literal["report", "raise"] = "report",
     ) -> None:
         if not isinstance(name, str) or not name:
@@ -61,7 +67,7 @@ class Agent:
         self.name = name
         self.instructions = instructions
         self.model = model
-        self.tools: tuple[Tool, ...] = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
+        self.tools: tuple[Tool, ...] = _tools(name, tools)
         self.tools_by_name: dict[str, Tool] = {}
         for t in self.tools:
             if t.name in self.tools_by_name:
@@ -70,7 +76,13 @@ class Agent:
         self.tool_schemas: tuple[ToolSchema, ...] = tuple(t.schema for t in self.tools)
         self.output_type = output_type
         self.subagents = tuple(subagents)
-        self.hooks = tuple(hooks)
+        for hook in hooks:
+            if not isinstance(hook, Hook):
+                raise TypeError(
+                    f"agent {name!r}: hooks take functions decorated with "
+                    f"@agentlib.pre_tool_call, not {hook!r}"
+                )
+        self.hooks: tuple[Hook, ...] = tuple(hooks)
         self.tool_errors: Literal["report", "raise"] = tool_errors
 
     def __repr__(self) -> str:
@@ -80,7 +92,7 @@ class Agent:
         self,
         *,
         history: Iterable[HistoryImportEntry | Mapping[str, Any]] | None = None,
-        inputs: Sequence[Any] = (),
+        inputs: Sequence[SessionInput] = (),
         idempotency_key: str | None = None,
         on_approval: ApprovalHandler | None = None,
         on_sign_in: SignInHandler | None = None,
@@ -98,7 +110,7 @@ class Agent:
             on_client_tool: Runs client tools while a call of this reference waits.
 
         Raises:
-            ValidationError: ``history`` is malformed; nothing was started.
+            ValidationError: ``history`` or ``inputs`` is malformed; nothing was started.
             RuntimeError: No runtime is running here (use ``open_runtime()``, or
                 ``agentlib_sync``).
         """
@@ -106,7 +118,7 @@ class Agent:
 
         runtime = current_runtime()
         entries = parse_history(history) if history is not None else []
-        core = runtime.start_session(self, entries, idempotency_key)
+        core = runtime.start_session(self, entries, stored_inputs(inputs), idempotency_key)
         return Session(
             runtime,
             core.id,
@@ -139,3 +151,19 @@ class Agent:
             on_sign_in=on_sign_in,
             on_client_tool=on_client_tool,
         )
+
+
+def _tools(agent: str, items: Iterable[Tool | ToolSource | Callable[..., Any]]) -> tuple[Tool, ...]:
+    tools: list[Tool] = []
+    for item in items:
+        if isinstance(item, ToolSource):
+            tools.extend(item.resolved())
+            continue
+        made = item if isinstance(item, Tool) else tool(item)
+        if any(d.annotation is Credentials for d in made.dependencies):
+            raise ValueError(
+                f"agent {agent!r}: tool {made.name} takes Credentials, which only the tools "
+                "of a ToolSource(..., requires_sign_in=True) receive"
+            )
+        tools.append(made)
+    return tuple(tools)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -13,6 +14,7 @@ import trio
 
 from ._callbacks import (
     AllowApproval,
+    Callback,
     DenyApproval,
     KeepCallbackOpen,
     OpenApproval,
@@ -22,13 +24,23 @@ from ._callbacks import (
 )
 from ._content import ContentBlock, TextContentBlock, UnknownContentBlock
 from ._convert import CONVERTER, validation_error
-from ._engine._core import SessionCore, TurnCore
+from ._engine._core import SessionCore, TurnCore, check_callback_id
 from ._engine._runtime import Runtime
-from ._errors import SessionBusyError, ValidationError
+from ._errors import ClientToolAnswerError, SdkError, SessionBusyError, ValidationError
 from ._events import CallbackOpened, Event, TurnEnded
 from ._json import InvalidValue
 from ._output import parse_output
-from ._records import Busy, Completed, ErrorInfo, Failed, TurnConflict, TurnState
+from ._records import (
+    AlreadySettled,
+    Answered,
+    Busy,
+    Completed,
+    ErrorInfo,
+    Failed,
+    NotFound,
+    TurnConflict,
+    TurnState,
+)
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -112,6 +124,64 @@ async def _call(handler: Callable[[Any], Any], value: Any) -> Any:
     return result
 
 
+@attrs.define(eq=False)
+class _HandlerRun:
+    """One run of a reference's handler on one callback, shared by concurrent waits."""
+
+    callback: Callback
+    done: trio.Event = attrs.field(factory=trio.Event)
+    kept_open: bool = False
+    error: BaseException | None = None
+    abandoned: bool = False  # the wait that ran it left before it finished
+
+
+async def _run_handler(
+    session: Session, core: SessionCore, handler: Callable[[Any], Any], run: _HandlerRun
+) -> None:
+    """Run ``handler`` on ``run.callback`` and send its answer; record how it went."""
+    callback = run.callback
+    name = _HANDLER_NAMES[type(callback)]
+    try:
+        try:
+            answer = await _call(handler, callback)
+        except Exception as error:
+            pending = core.callbacks[callback.id]
+            if isinstance(callback, OpenClientToolCall) and core.agent.tool_errors == "report":
+                # As for a failing tool: the model is told, and the turn goes on.
+                core.close_callback(pending, error=f"{type(error).__name__}: {error}")
+            else:
+                run.error = error
+            return
+        if isinstance(answer, KeepCallbackOpen):
+            run.kept_open = True
+            return
+        try:
+            await core.answer(callback.id, answer)
+        except ClientToolAnswerError as error:
+            run.error = ClientToolAnswerError(
+                f"{name} answered call {callback.id}, but the answer could not be sent; the "
+                f"call stays open: {error}"
+            )
+        except SdkError as error:
+            run.error = SdkError(
+                f"{name} returned an answer that does not fit callback {callback.id}, which "
+                f"stays open: {error}"
+            )
+    except trio.Cancelled:
+        run.abandoned = True
+        raise
+    finally:
+        session._handling.pop(callback.id, None)
+        run.done.set()
+
+
+_HANDLER_NAMES: dict[type[Any], str] = {
+    OpenApproval: "on_approval",
+    OpenSignIn: "on_sign_in",
+    OpenClientToolCall: "on_client_tool",
+}
+
+
 class Session:
     """A session of a runtime, named by its id. Building one sends no request.
 
@@ -136,6 +206,20 @@ class Session:
         self._on_approval = on_approval
         self._on_sign_in = on_sign_in
         self._on_client_tool = on_client_tool
+        self._handling: dict[str, _HandlerRun] = {}
+
+    def _handler_for(self, callback: Callback) -> Callable[[Any], Any] | None:
+        if isinstance(callback, OpenApproval):
+            return self._on_approval
+        if isinstance(callback, OpenSignIn):
+            return self._on_sign_in
+        if isinstance(callback, OpenClientToolCall):
+            return self._on_client_tool
+        return None
+
+    @property
+    def _has_handlers(self) -> bool:
+        return any((self._on_approval, self._on_sign_in, self._on_client_tool))
 
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, agent={self._agent.name!r})"
@@ -289,6 +373,87 @@ def _event_for_reader(event: Event, output_type: Any) -> Event:
     return event
 
 
+@attrs.define(eq=False)
+class _Waiter:
+    """One ``result()`` wait: the handlers it runs or shares, and its deadline."""
+
+    session: Session
+    core: SessionCore
+    deadline: float
+    scope: trio.CancelScope = attrs.field(init=False)
+    nursery: trio.Nursery | None = None
+    watched: dict[str, _HandlerRun] = attrs.field(factory=dict)
+    paused_at: float | None = None  # a client tool handler runs: its time is not counted
+
+    def __attrs_post_init__(self) -> None:
+        self.scope = trio.CancelScope(deadline=self.deadline)
+
+    def is_open(self, callback: Callback) -> bool:
+        pending = self.core.callbacks.get(callback.id)
+        return pending is not None and not pending.closed.is_set()
+
+    def handle(self, callback: Callback) -> bool:
+        """Start (or share) the reference's handler for ``callback``; False if none."""
+        handler = self.session._handler_for(callback)
+        if handler is None:
+            return False
+        run = self.session._handling.get(callback.id)
+        if run is None:
+            run = _HandlerRun(callback)
+            self.session._handling[callback.id] = run
+            assert self.nursery is not None
+            self.nursery.start_soon(_run_handler, self.session, self.core, handler, run)
+        self.watched[callback.id] = run
+        return True
+
+    def settle(self) -> bool:
+        """Take the outcomes of finished handler runs; True if one kept its callback open.
+
+        Raises:
+            Exception: What a handler raised, or an ``SdkError`` for an answer that did not
+                fit; its callback stays open.
+        """
+        kept_open = False
+        for callback_id, run in list(self.watched.items()):
+            if not run.done.is_set():
+                continue
+            del self.watched[callback_id]
+            if run.error is not None:
+                raise run.error
+            if run.abandoned and self.is_open(run.callback):
+                self.handle(run.callback)  # the wait that ran it left: run it here
+            elif run.kept_open and self.is_open(run.callback):
+                kept_open = True
+        self._count_client_time()
+        return kept_open
+
+    def _count_client_time(self) -> None:
+        busy = any(isinstance(run.callback, OpenClientToolCall) for run in self.watched.values())
+        now = trio.current_time()
+        if busy and self.paused_at is None:
+            self.paused_at = now
+            self.scope.deadline = math.inf
+        elif not busy and self.paused_at is not None:
+            self.deadline += now - self.paused_at
+            self.paused_at = None
+            self.scope.deadline = self.deadline
+
+    async def wait(self, log: Any, seq: int) -> None:
+        """Return once the log has an event after ``seq``, or a watched handler finished."""
+        if not self.watched:
+            await log.wait_beyond(seq)
+            return
+        async with trio.open_nursery() as nursery:
+
+            async def first(wait: Callable[[], Awaitable[None]]) -> None:
+                await wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(first, functools.partial(log.wait_beyond, seq))
+            for run in self.watched.values():
+                nursery.start_soon(first, run.done.wait)
+
+
 class Turn:
     """A turn of a session, named by its id. Building one sends no request.
 
@@ -359,31 +524,83 @@ class Turn:
         # on_event sees the whole turn, whatever ``after`` is.
         delivered = turn.first_seq - 1 if on_event is not None else position
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        with trio.move_on_at(deadline):
-            while True:
-                events = log.events
-                while delivered < len(events):
-                    event = events[delivered]
-                    delivered += 1
-                    if event.turn_id != turn.id:
-                        continue
-                    event = _event_for_reader(event, wanted)
-                    if on_event is not None:
-                        await _call(on_event, event)
-                    if delivered <= position:
-                        continue
-                    if isinstance(event, TurnEnded):
-                        return attrs.evolve(event.record, cursor=log.last_cursor())
-                    if (
-                        isinstance(event, CallbackOpened)
-                        and event.callback.id in turn.open_callbacks
-                    ):
-                        return _for_reader(turn.state(), wanted)
-                position = max(position, delivered)
-                if turn.ended and delivered >= len(log.events):
-                    break
-                await log.wait_beyond(delivered)
-        return _for_reader(turn.state(), wanted)
+        waiter = _Waiter(self._session, turn.session, deadline)
+        record: TurnState[Any] | None = None
+        failure: Exception | None = None
+        with waiter.scope:
+            async with trio.open_nursery() as nursery:  # the handlers it runs
+                waiter.nursery = nursery
+                try:
+                    record = await self._follow(turn, waiter, position, delivered, wanted, on_event)
+                except Exception as error:  # raised below, not wrapped in a group by trio
+                    failure = error
+                nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return record if record is not None else _for_reader(turn.state(), wanted)
+
+    async def _follow(
+        self,
+        turn: TurnCore,
+        waiter: _Waiter,
+        position: int,
+        delivered: int,
+        wanted: Any,
+        on_event: EventHandler | None,
+    ) -> TurnState[Any] | None:
+        """Follow the log until the turn ends or blocks; None once it ended unseen."""
+        log = turn.session.log
+        while True:
+            events = log.events
+            while delivered < len(events):
+                event = events[delivered]
+                delivered += 1
+                if event.turn_id != turn.id:
+                    continue
+                event = _event_for_reader(event, wanted)
+                if on_event is not None:
+                    await _call(on_event, event)
+                if delivered <= position:
+                    continue
+                if isinstance(event, TurnEnded):
+                    return attrs.evolve(event.record, cursor=log.last_cursor())
+                if (
+                    isinstance(event, CallbackOpened)
+                    and waiter.is_open(event.callback)
+                    and not waiter.handle(event.callback)
+                ):
+                    return _for_reader(turn.state(), wanted)
+            position = max(position, delivered)
+            if waiter.settle():  # a handler kept its callback open
+                return _for_reader(turn.state(), wanted)
+            if turn.ended and delivered >= len(log.events):
+                return None
+            await waiter.wait(log, delivered)
+
+    async def answer(
+        self, callback_id: str, answer: object
+    ) -> Answered | AlreadySettled | NotFound:
+        """Settle any open callback of this turn's session (of any turn), by its id.
+
+        An approval takes :class:`AllowApproval` or :class:`DenyApproval`; a sign-in a
+        :class:`SignInAnswer` naming every requested source and only those; a client tool
+        call the tool's result, checked against the stub's return type. The first answer
+        wins: two concurrent answers to an approval both get ``Answered`` holding the answer
+        taken (compare it with yours); for a client tool or a sign-in, ``Answered.answer`` is
+        None.
+
+        Returns:
+            ``Answered`` if the callback was open, ``AlreadySettled`` if it is no longer
+            open, ``NotFound`` if the session never opened it.
+
+        Raises:
+            ValueError: ``callback_id`` is not a UUID; nothing was sent.
+            SdkError: ``answer`` is ``KeepCallbackOpen()``, does not fit the callback
+                (``ClientToolAnswerError`` for a client tool's result), or allows a hook's
+                approval for the whole session; nothing was sent.
+        """
+        check_callback_id(callback_id)
+        return await self._session._core.answer(callback_id, answer)
 
     async def iter_events(
         self, *, after: TurnState[Any] | str | None = None

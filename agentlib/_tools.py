@@ -5,19 +5,22 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar, overload
 
 import attrs
 import cattrs
 import trio
 
+from ._callbacks import Credentials
 from ._convert import CONVERTER, validation_error
+from ._errors import ClientToolAnswerError
+from ._inputs import Dependency, dependencies_of
 from ._json import InvalidValue, json_problem
 from ._models._base import ToolSchema
 from ._schema import docstring_parameters, json_schema
 
-__all__ = ["Tool", "tool"]
+__all__ = ["Tool", "ToolSource", "client_tool", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,8 +41,13 @@ class Tool:
         name: The tool's id, as the model calls it.
         description: What the tool does, for the model.
         parameters: The JSON schema of the arguments.
-        function: The Python function (sync or async).
+        function: The Python function (sync or async); a client tool's stub never runs.
         requires_approval: Whether every call first opens an approval callback.
+        kind: ``"local"`` for a tool the engine runs, ``"client"`` for a client tool.
+        source: The :class:`ToolSource` the tool belongs to, if any.
+        requires_sign_in: Whether its source needs credentials before a call.
+        return_type: The stub's return type, which a client tool's answer is checked against.
+        dependencies: The parameters that receive session inputs or credentials.
     """
 
     name: str
@@ -47,6 +55,11 @@ class Tool:
     parameters: Mapping[str, Any]
     function: Callable[..., Any]
     requires_approval: bool = False
+    kind: Literal["local", "client"] = "local"
+    source: str | None = None
+    requires_sign_in: bool = False
+    return_type: Any = attrs.field(default=Any, repr=False)
+    dependencies: tuple[Dependency, ...] = attrs.field(default=(), repr=False)
     _signature: tuple[_Parameter, ...] = attrs.field(alias="signature", repr=False)
     _is_async: bool = attrs.field(alias="is_async", repr=False)
 
@@ -90,9 +103,35 @@ class Tool:
             )
         return values
 
+    def check_answer(self, answer: object) -> Any:
+        """A client tool's answer, checked against the stub's return type.
+
+        Raises:
+            ClientToolAnswerError: The answer does not fit; the message names the type and
+                the field, never the value.
+        """
+        wanted = self.return_type
+        if wanted is Any or (isinstance(wanted, type) and isinstance(answer, wanted)):
+            value = answer
+        else:
+            try:
+                value = CONVERTER.structure(answer, wanted)
+            except (cattrs.BaseValidationError, InvalidValue, ValueError, TypeError) as exc:
+                error = validation_error(exc, f"answer for {self.name}")
+                raise ClientToolAnswerError(
+                    f"{error}; answer with a value of the stub's return type"
+                ) from None
+        problem = json_problem(CONVERTER.unstructure(value))
+        if problem is not None:
+            raise ClientToolAnswerError(
+                f"invalid answer for {self.name}: {problem}; answer with JSON values, "
+                "attrs classes or dataclasses"
+            )
+        return value
+
     async def call(self, arguments: Mapping[str, Any]) -> Any:
-        """Run the tool with structured arguments: async tools in this task, sync ones in a
-        worker thread so they cannot block the engine."""
+        """Run the tool with structured arguments (and dependencies): async tools in this
+        task, sync ones in a worker thread so they cannot block the engine."""
         if self._is_async:
             return await self.function(**arguments)
         # A stopped turn does not wait for a sync tool's thread: the thread is left to finish.
@@ -107,6 +146,7 @@ def _make_tool(
     name: str | None,
     description: str | None,
     requires_approval: bool,
+    kind: Literal["local", "client"] = "local",
 ) -> Tool:
     if isinstance(function, Tool):
         return function
@@ -118,11 +158,32 @@ def _make_tool(
     required: list[str] = []
     signature: list[_Parameter] = []
     tool_name: str = name or str(getattr(function, "__name__", ""))
-    for parameter in inspect.signature(function).parameters.values():
+    if kind == "client":
+        tool_name = f"client.{tool_name}"
+    parameters = list(inspect.signature(function).parameters.values())
+    for parameter in parameters:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise TypeError(
                 f"tool {tool_name!r}: *args and **kwargs have no schema; name each parameter"
             )
+    try:
+        _, dependencies = dependencies_of(
+            [
+                (p.name, hints.get(p.name, Any), p.default is not p.empty, p.default)
+                for p in parameters
+            ]
+        )
+    except TypeError as exc:
+        raise TypeError(f"tool {tool_name!r}: {exc}") from None
+    if kind == "client" and dependencies:
+        raise TypeError(
+            f"tool {tool_name!r}: a client tool runs in the client, which has no session "
+            "inputs: remove its Depends() parameters"
+        )
+    dependency_names = {dependency.name for dependency in dependencies}
+    for parameter in parameters:
+        if parameter.name in dependency_names:
+            continue
         annotation = hints.get(parameter.name, Any)
         try:
             schema = json_schema(annotation)
@@ -157,6 +218,9 @@ def _make_tool(
         },
         function=function,
         requires_approval=requires_approval,
+        kind=kind,
+        return_type=hints.get("return", Any) if kind == "client" else Any,
+        dependencies=dependencies,
         signature=tuple(signature),
         is_async=inspect.iscoroutinefunction(function),
     )
@@ -206,3 +270,98 @@ def tool(
     return functools.partial(
         _make_tool, name=name, description=description, requires_approval=requires_approval
     )
+
+
+@overload
+def client_tool(function: F, /) -> Tool: ...
+
+
+@overload
+def client_tool(
+    *, name: str | None = None, description: str | None = None
+) -> Callable[[F], Tool]: ...
+
+
+def client_tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a stub a client tool: the model may call it, and the client runs it.
+
+    The stub declares the parameters and the return type; its body (``...``) never runs.
+    A call opens an ``OpenClientToolCall`` callback, answered with the tool's result
+    (``turn.answer`` or an ``on_client_tool`` handler), which is checked against the return
+    type before the model sees it. The tool's id is ``"client.<name>"``.
+
+    Args:
+        function: The stub, when used bare.
+        name: The tool's name, by default the stub's (the id is ``"client.<name>"``).
+        description: What the tool does; by default the docstring's summary.
+
+    Raises:
+        TypeError: A parameter's type has no JSON form, or the stub has ``Depends``
+            parameters (the client has no session inputs).
+    """
+    make = functools.partial(
+        _make_tool, name=name, description=description, requires_approval=False, kind="client"
+    )
+    return make(function) if function is not None else make
+
+
+def _source_tools(value: Iterable[Tool | Callable[..., Any]]) -> tuple[Tool, ...]:
+    return tuple(item if isinstance(item, Tool) else tool(item) for item in value)
+
+
+@attrs.frozen(kw_only=True)
+class ToolSource:
+    """Tools that share a source, such as a service the session signs in to.
+
+    Each tool's id becomes ``"<source>.<tool>"``. With ``requires_sign_in=True``, the first
+    call into the source in a session opens an ``OpenSignIn`` callback; the credentials of
+    its ``SignInAnswer`` reach the source's tools through a parameter annotated
+    ``Annotated[Credentials, Depends()]``, and never appear in events, entries or records.
+
+    Attributes:
+        name: The source's name: letters, digits and underscores.
+        tools: Its tools (functions or :func:`tool`\\ s).
+        requires_sign_in: Whether a session must sign in before calling its tools.
+    """
+
+    name: str
+    tools: tuple[Tool, ...] = attrs.field(converter=_source_tools)
+    requires_sign_in: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(
+                f"tool source name {self.name!r} must be letters, digits and underscores"
+            )
+        if self.name == "client":
+            raise ValueError('"client" names client tools; choose another tool source name')
+        for item in self.tools:
+            if item.kind == "client":
+                raise ValueError(f"{item.name} is a client tool; it cannot be in a tool source")
+            if item.source is not None:
+                raise ValueError(f"tool {item.name} is already in tool source {item.source!r}")
+            if any(d.annotation is Credentials for d in item.dependencies) and (
+                not self.requires_sign_in
+            ):
+                raise ValueError(
+                    f"tool {item.name} takes Credentials, which only a source with "
+                    "requires_sign_in=True receives"
+                )
+
+    def resolved(self) -> tuple[Tool, ...]:
+        """The source's tools, named ``"<source>.<tool>"``."""
+        return tuple(
+            attrs.evolve(
+                item,
+                name=f"{self.name}.{item.name}",
+                source=self.name,
+                requires_sign_in=self.requires_sign_in,
+            )
+            for item in self.tools
+        )

@@ -23,6 +23,8 @@ from agentlib import ContentBlock as ContentBlock
 from agentlib import ContextMessage as ContextMessage
 from agentlib import Credentials as Credentials
 from agentlib import DenyApproval as DenyApproval
+from agentlib import DenyToolCall as DenyToolCall
+from agentlib import Depends as Depends
 from agentlib import EmbeddedResourceContentBlock as EmbeddedResourceContentBlock
 from agentlib import Entry as Entry
 from agentlib import EntryAdded as EntryAdded
@@ -38,6 +40,8 @@ from agentlib import HistoryImportReasoning as HistoryImportReasoning
 from agentlib import HistoryImportSnapshot as HistoryImportSnapshot
 from agentlib import HistoryImportToolCall as HistoryImportToolCall
 from agentlib import HistoryImportToolResult as HistoryImportToolResult
+from agentlib import Hook as Hook
+from agentlib import HookDecision as HookDecision
 from agentlib import ImageContentBlock as ImageContentBlock
 from agentlib import Interrupted as Interrupted
 from agentlib import InvalidCursorError as InvalidCursorError
@@ -47,11 +51,13 @@ from agentlib import Model as Model
 from agentlib import ModelError as ModelError
 from agentlib import ModelReply as ModelReply
 from agentlib import ModelRequest as ModelRequest
+from agentlib import ModifiedArguments as ModifiedArguments
 from agentlib import NotFound as NotFound
 from agentlib import ObservationLost as ObservationLost
 from agentlib import OpenApproval as OpenApproval
 from agentlib import OpenClientToolCall as OpenClientToolCall
 from agentlib import OpenSignIn as OpenSignIn
+from agentlib import RequestApproval as RequestApproval
 from agentlib import ResourceLinkContentBlock as ResourceLinkContentBlock
 from agentlib import Running as Running
 from agentlib import Runtime as Runtime
@@ -59,6 +65,7 @@ from agentlib import ScriptedModel as ScriptedModel
 from agentlib import SdkError as SdkError
 from agentlib import SessionBusyError as SessionBusyError
 from agentlib import SessionIdempotencyConflictError as SessionIdempotencyConflictError
+from agentlib import SessionInput as SessionInput
 from agentlib import SessionNotFoundError as SessionNotFoundError
 from agentlib import SessionTerminatedError as SessionTerminatedError
 from agentlib import SignInAnswer as SignInAnswer
@@ -68,6 +75,7 @@ from agentlib import ToolCallEntry as ToolCallEntry
 from agentlib import ToolCallRequest as ToolCallRequest
 from agentlib import ToolResultEntry as ToolResultEntry
 from agentlib import ToolSchema as ToolSchema
+from agentlib import ToolSource as ToolSource
 from agentlib import TurnConflict as TurnConflict
 from agentlib import TurnEnded as TurnEnded
 from agentlib import TurnNotFoundError as TurnNotFoundError
@@ -81,9 +89,11 @@ from agentlib import UnknownOutcome as UnknownOutcome
 from agentlib import UnknownRecord as UnknownRecord
 from agentlib import UnsupportedSessionProcedureError as UnsupportedSessionProcedureError
 from agentlib import ValidationError as ValidationError
+from agentlib import client_tool as client_tool
 from agentlib import current_runtime as current_runtime
 from agentlib import open_runtime as open_runtime
 from agentlib import parse_history as parse_history
+from agentlib import pre_tool_call as pre_tool_call
 from agentlib import structure as structure
 from agentlib import tool as tool
 from agentlib import unstructure as unstructure
@@ -111,6 +121,8 @@ __all__ = [
     "ContextMessage",
     "Credentials",
     "DenyApproval",
+    "DenyToolCall",
+    "Depends",
     "EmbeddedResourceContentBlock",
     "Entry",
     "EntryAdded",
@@ -126,6 +138,8 @@ __all__ = [
     "HistoryImportSnapshot",
     "HistoryImportToolCall",
     "HistoryImportToolResult",
+    "Hook",
+    "HookDecision",
     "ImageContentBlock",
     "Interrupted",
     "InvalidCursorError",
@@ -135,11 +149,13 @@ __all__ = [
     "ModelError",
     "ModelReply",
     "ModelRequest",
+    "ModifiedArguments",
     "NotFound",
     "ObservationLost",
     "OpenApproval",
     "OpenClientToolCall",
     "OpenSignIn",
+    "RequestApproval",
     "ResourceLinkContentBlock",
     "Running",
     "Runtime",
@@ -148,6 +164,7 @@ __all__ = [
     "Session",
     "SessionBusyError",
     "SessionIdempotencyConflictError",
+    "SessionInput",
     "SessionNotFoundError",
     "SessionTerminatedError",
     "SignInAnswer",
@@ -157,6 +174,7 @@ __all__ = [
     "ToolCallRequest",
     "ToolResultEntry",
     "ToolSchema",
+    "ToolSource",
     "Turn",
     "TurnConflict",
     "TurnEnded",
@@ -171,9 +189,11 @@ __all__ = [
     "UnknownRecord",
     "UnsupportedSessionProcedureError",
     "ValidationError",
+    "client_tool",
     "current_runtime",
     "open_runtime",
     "parse_history",
+    "pre_tool_call",
     "structure",
     "tool",
     "unstructure",

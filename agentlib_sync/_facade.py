@@ -15,7 +15,7 @@ from agentlib._session import (
     SignInHandler,
 )
 
-from ._portal import portal
+from ._portal import off_thread, portal
 
 __all__ = ["Agent", "Session", "Turn"]
 
@@ -40,10 +40,10 @@ class Agent:
         name: str,
         instructions: str = "",
         model: agentlib.Model | None = None,
-        tools: Iterable[agentlib.Tool | Callable[..., Any]] = (),
+        tools: Iterable[agentlib.Tool | agentlib.ToolSource | Callable[..., Any]] = (),
         output_type: type[Any] | None = None,
         subagents: Sequence[Agent | agentlib.Agent] = (),
-        hooks: Sequence[Callable[..., Any]] = (),
+        hooks: Sequence[agentlib.Hook] = (),
         tool_errors: Literal["report", "raise"] = "report",
     ) -> None:
         self.agent: agentlib.Agent = agentlib.Agent(
@@ -69,7 +69,7 @@ class Agent:
         self,
         *,
         history: Iterable[agentlib.HistoryImportEntry | Mapping[str, Any]] | None = None,
-        inputs: Sequence[Any] = (),
+        inputs: Sequence[agentlib.SessionInput] = (),
         idempotency_key: str | None = None,
         on_approval: ApprovalHandler | None = None,
         on_sign_in: SignInHandler | None = None,
@@ -81,9 +81,9 @@ class Agent:
             history=history,
             inputs=inputs,
             idempotency_key=idempotency_key,
-            on_approval=on_approval,
-            on_sign_in=on_sign_in,
-            on_client_tool=on_client_tool,
+            on_approval=off_thread(on_approval),
+            on_sign_in=off_thread(on_sign_in),
+            on_client_tool=off_thread(on_client_tool),
         )
         return Session(session)
 
@@ -100,9 +100,9 @@ class Agent:
         async def reference() -> agentlib.Session:
             return self.agent.session(
                 session_id,
-                on_approval=on_approval,
-                on_sign_in=on_sign_in,
-                on_client_tool=on_client_tool,
+                on_approval=off_thread(on_approval),
+                on_sign_in=off_thread(on_sign_in),
+                on_client_tool=off_thread(on_client_tool),
             )
 
         return Session(portal.call(reference))
@@ -231,6 +231,12 @@ class Turn:
         """Add a message to the running turn; see :meth:`agentlib.Turn.steer`."""
         steered = portal.call(self._turn.steer, content)
         return self if isinstance(steered, agentlib.Turn) else steered
+
+    def answer(
+        self, callback_id: str, answer: object
+    ) -> agentlib.Answered | agentlib.AlreadySettled | agentlib.NotFound:
+        """Settle an open callback of the session; see :meth:`agentlib.Turn.answer`."""
+        return portal.call(self._turn.answer, callback_id, answer)
 
     def interrupt(self) -> Turn | agentlib.TurnConflict:
         """Stop the turn; see :meth:`agentlib.Turn.interrupt`."""

@@ -12,6 +12,8 @@ import _thread
 import atexit
 import concurrent.futures
 import contextlib
+import functools
+import inspect
 import os
 import sys
 import threading
@@ -23,7 +25,7 @@ import trio
 import agentlib
 from agentlib._engine._runtime import set_current_runtime
 
-__all__ = ["Portal", "portal"]
+__all__ = ["Portal", "off_thread", "portal"]
 
 T = TypeVar("T")
 
@@ -168,6 +170,23 @@ class Portal:
         except trio.RunFinishedError:
             return
         thread.join(timeout=_CLOSE_TIMEOUT)
+
+
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+def off_thread(handler: H | None) -> H | None:
+    """A plain handler made to run in a worker thread, so that it may block (on ``input()``,
+    say); a handler that is already async runs as it is."""
+    if handler is None or inspect.iscoroutinefunction(handler):
+        return handler
+
+    @functools.wraps(handler)
+    async def in_thread(callback: Any) -> Any:
+        # A wait that times out does not wait for the thread: it is left to finish.
+        return await trio.to_thread.run_sync(handler, callback, abandon_on_cancel=True)
+
+    return in_thread  # type: ignore[return-value]
 
 
 async def _make_async(make: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T]:

@@ -8,30 +8,58 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
 
-from .._callbacks import Callback
+from .._callbacks import (
+    AllowApproval,
+    Callback,
+    DenyApproval,
+    KeepCallbackOpen,
+    OpenApproval,
+    OpenClientToolCall,
+    OpenSignIn,
+    SignInAnswer,
+)
 from .._convert import unstructure
 from .._entries import Entry, MessageEntry, ToolCallEntry
 from .._errors import (
+    SdkError,
     SessionIdempotencyConflictError,
     SessionTerminatedError,
     TurnNotFoundError,
 )
-from .._events import EntryAdded, EntryCompleted, Event, TurnEnded, TurnStarted
+from .._events import (
+    CallbackClosed,
+    CallbackOpened,
+    EntryAdded,
+    EntryCompleted,
+    Event,
+    TurnEnded,
+    TurnStarted,
+)
 from .._history import new_id
-from .._records import Blocked, Interrupted, Running, TurnState
+from .._records import (
+    AlreadySettled,
+    Answered,
+    Blocked,
+    Interrupted,
+    NotFound,
+    Running,
+    TurnState,
+)
 from ._log import EventLog
 
 if TYPE_CHECKING:
     from .._agent import Agent
+    from .._tools import Tool
     from ._runtime import Runtime
 
-__all__ = ["SessionCore", "TurnCore"]
+__all__ = ["PendingCallback", "SessionCore", "TurnCore", "check_callback_id"]
 
 
 @attrs.define(eq=False)
@@ -72,6 +100,51 @@ class TurnCore:
         self.scope.cancel()
 
 
+@attrs.define(eq=False)
+class PendingCallback:
+    """An open (or settled) callback, and what its turn is waiting for.
+
+    Attributes:
+        callback: The callback as clients see it.
+        turn: The turn waiting on it.
+        tool: For a client tool call, the stub its answer is checked against.
+        closed: Set once it is settled or closed unanswered.
+        answered: Whether an answer settled it.
+        answer: The answer taken (checked: a client tool's value is of the stub's type).
+        error: For a client tool whose handler failed (``tool_errors="report"``), the message
+            the model gets instead of a result.
+    """
+
+    callback: Callback
+    turn: TurnCore
+    tool: Tool | None = None
+    closed: trio.Event = attrs.field(factory=trio.Event)
+    answered: bool = False
+    answer: Any = None
+    error: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.callback.id
+
+
+def check_callback_id(callback_id: object) -> str:
+    """``callback_id`` if it is a UUID.
+
+    Raises:
+        ValueError: It is not; nothing was sent.
+    """
+    try:
+        uuid.UUID(str(callback_id))
+    except ValueError:
+        raise ValueError(
+            "callback_id must be a callback's id (a UUID), as listed in Blocked.callbacks"
+        ) from None
+    if not isinstance(callback_id, str):
+        raise ValueError(f"callback_id must be a str, not {type(callback_id).__name__}")
+    return callback_id
+
+
 def _fingerprint(content: Sequence[Any]) -> str:
     data = json.dumps(unstructure(tuple(content)), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(data.encode()).hexdigest()
@@ -91,6 +164,10 @@ class SessionCore:
     terminated: bool = False
     idempotency: dict[str, tuple[str, str]] = attrs.field(factory=dict)
     idempotency_key: str | None = None
+    inputs: dict[str, Any] = attrs.field(factory=dict)
+    callbacks: dict[str, PendingCallback] = attrs.field(factory=dict)
+    approved_tools: set[str] = attrs.field(factory=set)
+    credentials: dict[str, str] = attrs.field(factory=dict, repr=False)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -104,6 +181,149 @@ class SessionCore:
 
     def open_callbacks_of(self, turn: TurnCore) -> tuple[Callback, ...]:
         return tuple(turn.open_callbacks.values())
+
+    # -- callbacks -------------------------------------------------------------------------
+
+    def open_callback(
+        self,
+        turn: TurnCore,
+        callback_type: type[OpenApproval | OpenClientToolCall | OpenSignIn],
+        tool: Tool | None = None,
+        **fields: Any,
+    ) -> PendingCallback:
+        """Open a callback ``turn`` waits on: ``CallbackOpened`` joins the log."""
+        callback = callback_type(
+            id=str(uuid.uuid4()), session_id=self.id, turn_id=turn.id, **fields
+        )
+        pending = PendingCallback(callback=callback, turn=turn, tool=tool)
+        self.callbacks[callback.id] = pending
+        turn.open_callbacks[callback.id] = callback
+        self.emit(CallbackOpened, turn.id, callback=callback)
+        return pending
+
+    def close_callback(
+        self,
+        pending: PendingCallback,
+        *,
+        answered: bool = True,
+        answer: Any = None,
+        error: str | None = None,
+    ) -> None:
+        """Close ``pending`` with ``answer`` (or a client tool's ``error``), or unanswered
+        when its turn stopped. ``CallbackClosed`` joins the log."""
+        if pending.closed.is_set():
+            return
+        callback = pending.callback
+        pending.answered = answered
+        pending.answer = answer
+        pending.error = error
+        del pending.turn.open_callbacks[callback.id]
+        self.emit(
+            CallbackClosed,
+            pending.turn.id,
+            callback_id=callback.id,
+            answer=answer if isinstance(answer, (AllowApproval, DenyApproval)) else None,
+            answered=pending.answered,
+        )
+        pending.closed.set()
+        if isinstance(answer, AllowApproval) and answer.scope == "session":
+            assert isinstance(callback, OpenApproval)
+            self.approved_tools.add(callback.tool_name)
+            for other in list(self.callbacks.values()):
+                waiting = other.callback
+                if (
+                    not other.closed.is_set()
+                    and isinstance(waiting, OpenApproval)
+                    and waiting.source == "tool"
+                    and waiting.tool_name == callback.tool_name
+                ):
+                    self.close_callback(other, answer=answer)
+        if isinstance(answer, SignInAnswer):
+            self.credentials.update(answer.credentials)
+
+    def fit_answer(self, pending: PendingCallback, answer: object) -> Any:
+        """``answer`` checked against the callback it settles.
+
+        Raises:
+            SdkError: It does not fit (a :class:`ClientToolAnswerError` for a client tool);
+                the message never repeats a credential or the value.
+        """
+        callback = pending.callback
+        if isinstance(answer, KeepCallbackOpen):
+            raise SdkError(
+                "KeepCallbackOpen() is a handler's return value, never an answer: to leave "
+                "a callback open, do not answer it"
+            )
+        if isinstance(callback, OpenApproval):
+            if not isinstance(answer, (AllowApproval, DenyApproval)):
+                raise SdkError(
+                    f"an approval is answered with AllowApproval() or DenyApproval(reason), "
+                    f"not a {type(answer).__name__}"
+                )
+            if isinstance(answer, AllowApproval) and (
+                callback.source == "hook" and answer.scope == "session"
+            ):
+                raise SdkError(
+                    "a hook asked for this approval, so it can only be allowed once: "
+                    'answer AllowApproval() (scope="once")'
+                )
+            return answer
+        if isinstance(callback, OpenSignIn):
+            if not isinstance(answer, SignInAnswer):
+                raise SdkError(
+                    f"a sign-in is answered with SignInAnswer(credentials={{source: ...}}), "
+                    f"not a {type(answer).__name__}"
+                )
+            missing = [s for s in callback.sources if s not in answer.credentials]
+            extra = sorted(s for s in answer.credentials if s not in callback.sources)
+            if missing or extra:
+                problems = []
+                if missing:
+                    problems.append("no credential for " + ", ".join(map(repr, missing)))
+                if extra:
+                    problems.append(
+                        "credentials for sources not asked for: " + ", ".join(map(repr, extra))
+                    )
+                raise SdkError(
+                    f"the SignInAnswer must name every requested source and only those "
+                    f"({', '.join(map(repr, callback.sources))}): {'; '.join(problems)}"
+                )
+            return answer
+        if isinstance(callback, OpenClientToolCall):
+            assert pending.tool is not None
+            return pending.tool.check_answer(answer)
+        raise SdkError(
+            f"callback {callback.id} is of a type this version cannot answer "
+            f"({getattr(callback, 'callback_type', type(callback).__name__)})"
+        )
+
+    async def answer(
+        self, callback_id: str, answer: object
+    ) -> Answered | AlreadySettled | NotFound:
+        """Settle callback ``callback_id`` of this session with ``answer``; first answer wins."""
+        check_callback_id(callback_id)
+        if isinstance(answer, KeepCallbackOpen):
+            raise SdkError(
+                "KeepCallbackOpen() is a handler's return value, never an answer: to leave "
+                "a callback open, do not answer it"
+            )
+        pending = self.callbacks.get(callback_id)
+        if pending is None:
+            return NotFound()
+        fitted = self.fit_answer(pending, answer)
+        was_open = not pending.closed.is_set()
+        # The read above and the write below are two steps, as with any shared store: an
+        # answer that read the callback open may find another answer took it meanwhile.
+        await trio.lowlevel.checkpoint()
+        if was_open and not pending.closed.is_set():
+            self.close_callback(pending, answer=fitted)
+        if not (was_open and pending.answered):
+            return AlreadySettled(session_id=self.id)
+        taken = pending.answer
+        return Answered(
+            answer=taken if isinstance(taken, (AllowApproval, DenyApproval)) else None,
+            session_id=self.id,
+        )
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -189,6 +409,8 @@ class SessionCore:
         for message in turn.steered:  # steered too late for a model step: still history
             self.add_entry(message)
         turn.steered.clear()
+        for callback_id in list(turn.open_callbacks):
+            self.close_callback(self.callbacks[callback_id], answered=False)
         turn.record = record = attrs.evolve(record, cursor=self.log.next_id())
         self.emit(TurnEnded, turn.id, record=record)
         if self.active is turn:

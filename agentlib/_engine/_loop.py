@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import string
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 import attrs
 import trio
 
+from .._callbacks import Credentials, DenyApproval, OpenApproval, OpenClientToolCall, OpenSignIn
 from .._content import ContentBlock, TextContentBlock, UnknownContentBlock
 from .._convert import unstructure
 from .._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry
 from .._errors import ValidationError
 from .._events import EntryAdded, EntryCompleted, EntryDelta
 from .._history import new_id
+from .._hooks import DenyToolCall, ModifiedArguments, RequestApproval
+from .._inputs import read_input
 from .._models._base import ModelRequest, ToolCallRequest
 from .._output import output_schema, parse_output
 from .._records import Completed, ErrorInfo, Failed, TurnState
-from ._core import TurnCore, interrupted
+from .._tools import Tool
+from ._core import PendingCallback, TurnCore, interrupted
 
 __all__ = ["run_turn"]
 
@@ -169,50 +174,207 @@ def _completed(turn: TurnCore, text: str) -> TurnState[Any]:
     )
 
 
+@attrs.define(eq=False)
+class _Call:
+    """One tool call on its way: what the hooks decided, then its result."""
+
+    entry: ToolCallEntry
+    tool: Tool | None
+    refusal: str | None = None
+    hook_approval: bool = False
+    approval_reason: str | None = None
+    result: ToolResultEntry | None = None
+    failure: BaseException | None = None
+
+
 async def _run_tools(turn: TurnCore, requests: Sequence[ToolCallRequest]) -> None:
     session = turn.session
+    agent = session.agent
     calls = [
-        ToolCallEntry(
-            id=new_id(),
-            turn_id=turn.id,
-            name=request.name,
-            arguments=request.arguments,
-            tool_call_id=request.id or new_call_id(),
+        _Call(
+            entry=ToolCallEntry(
+                id=new_id(),
+                turn_id=turn.id,
+                name=request.name,
+                arguments=request.arguments,
+                tool_call_id=request.id or new_call_id(),
+            ),
+            tool=agent.tools_by_name.get(request.name),
         )
         for request in requests
     ]
+    if agent.hooks:
+        await _each(calls, functools.partial(_run_hooks, turn))
     for call in calls:
-        session.add_entry(call)
-        turn.tool_calls.append(call)
-    results: list[ToolResultEntry | None] = [None] * len(calls)
-    failures: list[BaseException | None] = [None] * len(calls)
+        if call.tool is not None:
+            call.entry = attrs.evolve(call.entry, tool_kind=call.tool.kind)
+        session.add_entry(call.entry)
+        turn.tool_calls.append(call.entry)
+    # With tool_errors="raise", the first failure stops the other calls: the turn fails.
+    failed = trio.CancelScope()
 
-    async def run_one(index: int, call: ToolCallEntry) -> None:
-        try:
-            results[index] = await _call_tool(turn, call)
-        except _RaiseFromTool as failure:
-            failures[index] = failure.error
+    async def run_call(call: _Call) -> None:
+        await _run_call(turn, call)
+        if call.failure is not None:
+            failed.cancel()
 
     try:
-        if len(calls) == 1:
-            await run_one(0, calls[0])
-        else:
-            async with trio.open_nursery() as nursery:
-                for index, call in enumerate(calls):
-                    nursery.start_soon(run_one, index, call)
-    except trio.Cancelled:
+        with failed:
+            if not any(call.failure for call in calls):
+                await _sign_in(turn, calls)
+                await _each(calls, run_call)
+    finally:
         # Every call in the history keeps a result, so the next model request stays valid.
-        for call, result in zip(calls, results, strict=True):
-            session.add_entry(
-                result or _error_result(call, "the turn was stopped before this call finished")
+        for call in calls:
+            stopped = call.refusal or "the turn was stopped before this call finished"
+            session.add_entry(call.result or _error_result(call.entry, stopped))
+    for call in calls:
+        if call.failure is not None:
+            raise _RaiseFromTool(call.failure)
+
+
+async def _each(calls: list[_Call], step: Callable[[_Call], Awaitable[None]]) -> None:
+    """Run ``step`` for every call: at once when there are several."""
+    if len(calls) == 1:
+        await step(calls[0])
+        return
+    async with trio.open_nursery() as nursery:
+        for call in calls:
+            nursery.start_soon(step, call)
+
+
+def _fail(turn: TurnCore, call: _Call, error: BaseException, what: str) -> None:
+    """A call failed with ``error``: the turn fails ("raise"), or the model is told."""
+    call.refusal = f"{what}{type(error).__name__}: {error}"
+    if turn.session.agent.tool_errors == "raise":
+        call.failure = error
+
+
+async def _call(function: Callable[..., Any], is_async: bool, *args: Any, **kwargs: Any) -> Any:
+    if is_async:
+        return await function(*args, **kwargs)
+    return function(*args, **kwargs)
+
+
+async def _run_hooks(turn: TurnCore, call: _Call) -> None:
+    """Run the agent's hooks, in order, on one call; the first refusal stops them."""
+    reasons = []
+    for hook in turn.session.agent.hooks:
+        try:
+            values = {d.name: read_input(turn.session.inputs, d) for d in hook.dependencies}
+            decision = await _call(hook.function, hook.is_async, call.entry, **values)
+            if isinstance(decision, ModifiedArguments):
+                if not isinstance(decision.arguments, Mapping):
+                    raise TypeError("ModifiedArguments takes a JSON object of arguments")
+                call.entry = attrs.evolve(call.entry, arguments=decision.arguments)
+            elif isinstance(decision, DenyToolCall):
+                call.refusal = f"this call was refused: {decision.reason}"
+                return
+            elif isinstance(decision, RequestApproval):
+                call.hook_approval = True
+                if decision.reason:
+                    reasons.append(decision.reason)
+            elif decision is not None:
+                raise TypeError(
+                    f"a hook returns None, ModifiedArguments, DenyToolCall or "
+                    f"RequestApproval, not a {type(decision).__name__}"
+                )
+        except Exception as error:
+            _fail(turn, call, error, f"hook {hook.name} failed: ")
+            return
+    call.approval_reason = "; ".join(reasons) or None
+
+
+async def _sign_in(turn: TurnCore, calls: list[_Call]) -> None:
+    """Sign in, with one callback, to every source the calls need credentials for."""
+    session = turn.session
+    sources: list[str] = []
+    for call in calls:
+        tool = call.tool
+        if (
+            call.refusal is None
+            and call.failure is None
+            and tool is not None
+            and tool.requires_sign_in
+            and tool.source not in session.credentials
+            and tool.source not in sources
+        ):
+            assert tool.source is not None
+            sources.append(tool.source)
+    if sources:
+        await _wait(session.open_callback(turn, OpenSignIn, sources=tuple(sources)))
+
+
+async def _wait(pending: PendingCallback) -> PendingCallback:
+    """Wait until ``pending`` is answered; a stopped turn closes it unanswered."""
+    try:
+        await pending.closed.wait()
+    finally:
+        pending.turn.session.close_callback(pending, answered=False)
+    return pending
+
+
+async def _run_call(turn: TurnCore, call: _Call) -> None:
+    try:
+        call.result = await _call_tool(turn, call)
+    except _RaiseFromTool as failure:
+        call.failure = failure.error
+        call.result = _error_result(call.entry, f"{type(failure.error).__name__}: {failure}")
+
+
+async def _call_tool(turn: TurnCore, call: _Call) -> ToolResultEntry:
+    session = turn.session
+    agent = session.agent
+    entry, tool = call.entry, call.tool
+    if call.refusal is not None:
+        return _error_result(entry, call.refusal)
+    if tool is None:
+        known = ", ".join(sorted(agent.tools_by_name)) or "none"
+        return _error_result(entry, f"unknown tool {entry.name!r}; the tools are: {known}")
+    try:
+        arguments = tool.structure_arguments(entry.arguments)
+    except ValidationError as error:
+        return _error_result(entry, str(error))
+    tool_approval = tool.requires_approval and tool.name not in session.approved_tools
+    if tool_approval or call.hook_approval:
+        pending = await _wait(
+            session.open_callback(
+                turn,
+                OpenApproval,
+                tool_name=tool.name,
+                arguments=entry.arguments,
+                source="tool" if tool_approval else "hook",
+                reason=call.approval_reason,
             )
-        raise
-    for failure in failures:
-        if failure is not None:
-            raise _RaiseFromTool(failure)
-    for result in results:
-        assert result is not None
-        session.add_entry(result)
+        )
+        if isinstance(pending.answer, DenyApproval):
+            reason = pending.answer.reason
+            return _error_result(
+                entry, "the client denied this call" + (f": {reason}" if reason else "")
+            )
+    if tool.kind == "client":
+        pending = await _wait(
+            session.open_callback(
+                turn, OpenClientToolCall, tool, tool_name=tool.name, arguments=entry.arguments
+            )
+        )
+        if pending.error is not None:
+            return _error_result(entry, pending.error)
+        return _result_entry(entry, pending.answer)
+    try:
+        for dependency in tool.dependencies:
+            if dependency.annotation is Credentials:
+                assert tool.source is not None
+                value: Any = Credentials(source=tool.source, value=session.credentials[tool.source])
+            else:
+                value = read_input(session.inputs, dependency)
+            arguments[dependency.name] = value
+        value = await tool.call(arguments)
+    except Exception as error:
+        if agent.tool_errors == "raise":
+            raise _RaiseFromTool(error) from error
+        return _error_result(entry, f"{type(error).__name__}: {error}")
+    return _result_entry(entry, value)
 
 
 def _error_result(call: ToolCallEntry, message: str) -> ToolResultEntry:
@@ -224,25 +386,6 @@ def _error_result(call: ToolCallEntry, message: str) -> ToolResultEntry:
         is_error=True,
         tool_call_id=call.tool_call_id,
     )
-
-
-async def _call_tool(turn: TurnCore, call: ToolCallEntry) -> ToolResultEntry:
-    agent = turn.session.agent
-    tool = agent.tools_by_name.get(call.name)
-    if tool is None:
-        known = ", ".join(sorted(agent.tools_by_name)) or "none"
-        return _error_result(call, f"unknown tool {call.name!r}; the tools are: {known}")
-    try:
-        arguments = tool.structure_arguments(call.arguments)
-    except ValidationError as error:
-        return _error_result(call, str(error))
-    try:
-        value = await tool.call(arguments)
-    except Exception as error:
-        if agent.tool_errors == "raise":
-            raise _RaiseFromTool(error) from error
-        return _error_result(call, f"{type(error).__name__}: {error}")
-    return _result_entry(call, value)
 
 
 def _result_entry(call: ToolCallEntry, value: Any) -> ToolResultEntry:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -54,9 +54,14 @@ class Runtime:
             ) from None
 
     def start_session(
-        self, agent: Agent, history: Sequence[Entry], idempotency_key: str | None
+        self,
+        agent: Agent,
+        history: Sequence[Entry],
+        inputs: Mapping[str, Any],
+        idempotency_key: str | None,
     ) -> SessionCore:
-        """A new session (or the one ``idempotency_key`` started) with ``history``."""
+        """A new session (or the one ``idempotency_key`` started) with ``history`` and
+        ``inputs`` (JSON by input id)."""
         if self._closing:
             raise RuntimeError("this runtime is closing; open a new one to start sessions")
         if idempotency_key is not None and idempotency_key in self._session_keys:
@@ -68,6 +73,7 @@ class Runtime:
             runtime=self,
             log=EventLog(session_id),
             idempotency_key=idempotency_key,
+            inputs=dict(inputs),
         )
         self.sessions[session_id] = core
         if idempotency_key is not None:

@@ -1,0 +1,193 @@
+"""Session inputs, and the ``Depends()`` marker that hands them (and credentials) to tools."""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+
+import attrs
+import cattrs
+
+from ._callbacks import Credentials
+from ._convert import CONVERTER, validation_error
+from ._errors import ValidationError
+from ._json import InvalidValue, json_problem
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:
+
+    def dataclass_transform(**_: Any) -> Any:
+        return lambda cls: cls
+
+
+__all__ = ["Dependency", "Depends", "SessionInput", "dependencies_of", "stored_inputs"]
+
+
+@attrs.frozen
+class Depends:
+    """Marks a parameter as a session input: ``Annotated[Repo, Depends()]``.
+
+    The annotated type is the :class:`SessionInput` subclass (or :class:`Credentials`, for a
+    tool of a :class:`ToolSource` that requires sign-in). The model never sees the parameter:
+    it is left out of the tool's schema.
+    """
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(attrs.field,))
+class SessionInput:
+    """A value given when a session starts, that tools and hooks can read.
+
+    Subclass it with the fields you need and a stable ``input_id``; the subclass becomes a
+    frozen attrs class (no decorator needed)::
+
+        class Repo(SessionInput):
+            input_id = "repo"
+            name: str
+
+    A tool or a hook reads it through a parameter annotated ``Annotated[Repo, Depends()]``;
+    the model never sees it. The session keeps its inputs for its whole life, as JSON: each
+    use structures the stored value again, so a validator's rule is checked where the value is
+    used. Never put a credential in an input, nor the value in a validator's message.
+
+    Attributes:
+        input_id: The input's stable name, which the session finds it by. Not part of the
+            value.
+    """
+
+    input_id: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__attrs_attrs__" in cls.__dict__:
+            return  # attrs' own rebuild of a class decorated by hand
+        input_id = cls.__dict__.get("input_id", getattr(cls, "input_id", None))
+        if not isinstance(input_id, str) or not input_id:
+            raise TypeError(
+                f"session input {cls.__name__} needs an input_id: a class attribute such as "
+                'input_id = "repo"'
+            )
+        attrs.define(cls, frozen=True, slots=False, kw_only=True)
+
+
+@attrs.frozen
+class Dependency:
+    """A parameter that receives a session input or credentials, not a model argument."""
+
+    name: str
+    annotation: Any
+    has_default: bool
+    default: Any
+
+    @property
+    def label(self) -> str:
+        if self.annotation is Credentials:
+            return "credentials"
+        return f"session input {self.annotation.input_id!r} ({self.annotation.__name__})"
+
+
+def dependency_type(annotation: Any) -> Any | None:
+    """The type ``T`` of an ``Annotated[T, Depends()]`` annotation; None for other ones.
+
+    Raises:
+        TypeError: ``T`` is neither a :class:`SessionInput` subclass nor :class:`Credentials`.
+    """
+    if typing.get_origin(annotation) is not Annotated:
+        return None
+    if not any(isinstance(extra, Depends) for extra in annotation.__metadata__):
+        return None
+    target = typing.get_args(annotation)[0]
+    if target is Credentials or (isinstance(target, type) and issubclass(target, SessionInput)):
+        return target
+    raise TypeError(
+        f"Depends() marks a SessionInput subclass or Credentials, not {target!r}: "
+        "declare the input as `class Repo(SessionInput): input_id = 'repo'; ...`"
+    )
+
+
+def dependencies_of(
+    parameters: Sequence[tuple[str, Any, bool, Any]],
+) -> tuple[list[tuple[str, Any, bool, Any]], tuple[Dependency, ...]]:
+    """Split ``(name, annotation, has_default, default)`` parameters into model arguments
+    and dependencies."""
+    arguments = []
+    dependencies = []
+    for name, annotation, has_default, default in parameters:
+        target = dependency_type(annotation)
+        if target is None:
+            arguments.append((name, annotation, has_default, default))
+        else:
+            dependencies.append(Dependency(name, target, has_default, default))
+    return arguments, tuple(dependencies)
+
+
+def stored_inputs(inputs: Sequence[Any]) -> dict[str, Any]:
+    """Session inputs as the session stores them: JSON by ``input_id``.
+
+    Raises:
+        ValidationError: An input is not a :class:`SessionInput`, two share an ``input_id``,
+            or one has no JSON form. The message names the input and field, never a value.
+    """
+    if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Sequence):
+        raise ValidationError(
+            f"inputs must be a list of SessionInput values, not {type(inputs).__name__}"
+        )
+    stored: dict[str, Any] = {}
+    for index, value in enumerate(inputs):
+        if not isinstance(value, SessionInput):
+            raise ValidationError(
+                f"invalid inputs: {type(value).__name__} is not a SessionInput @ $[{index}]; "
+                "subclass agentlib.SessionInput"
+            )
+        if value.input_id in stored:
+            raise ValidationError(
+                f"invalid inputs: two inputs have input_id {value.input_id!r} @ $[{index}]; "
+                "a session takes one value per input"
+            )
+        raw = CONVERTER.unstructure(value)
+        problem = json_problem(raw)
+        if problem is not None:
+            raise ValidationError(f"invalid inputs: {problem} @ $[{index}] ({value.input_id})")
+        stored[value.input_id] = raw
+    return stored
+
+
+def read_input(stored: Mapping[str, Any], dependency: Dependency) -> Any:
+    """The session input ``dependency`` asks for, structured from its stored JSON.
+
+    Raises:
+        ValidationError: The session has no such input, or its value fails the class's
+            validation; the message never holds the value.
+    """
+    cls = dependency.annotation
+    if cls.input_id not in stored:
+        if dependency.has_default:
+            return dependency.default
+        raise ValidationError(
+            f"the session has no {dependency.label}: pass it when the session starts, "
+            f"start_session(inputs=[{cls.__name__}(...)])"
+        )
+    raw = stored[cls.input_id]
+    try:
+        return CONVERTER.structure(raw, cls)
+    except (cattrs.BaseValidationError, InvalidValue) as exc:
+        raise validation_error(exc, dependency.label) from None
+    except (ValueError, TypeError) as exc:
+        # A validator's own message goes on, unless it quotes a value of the input (as
+        # attrs' stock validators do): then only the rule's class is named.
+        message = str(exc) if isinstance(exc, ValueError) else ""
+        if not message or _quotes(message, raw):
+            message = f"the value fails {cls.__name__}'s validation ({type(exc).__name__})"
+        raise ValidationError(f"invalid {dependency.label}: {message}", (message,)) from None
+
+
+def _quotes(message: str, value: Any) -> bool:
+    """Whether ``message`` holds any scalar of the JSON ``value``, as text."""
+    if isinstance(value, Mapping):
+        return any(_quotes(message, item) for item in value.values())
+    if isinstance(value, list):
+        return any(_quotes(message, item) for item in value)
+    if value is None or isinstance(value, bool):
+        return False
+    return str(value) in message
