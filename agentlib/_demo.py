@@ -1,7 +1,12 @@
-"""``python -m agentlib demo``: a scripted agent with two tools, two turns, offline."""
+"""``python -m agentlib demo``: a scripted agent with three tools, three turns, offline.
+
+The third turn calls a tool that needs the user's approval: the demo approves it from an
+``on_approval`` handler, or, with ``--interactive``, asks at the terminal.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import agentlib_sync as agents
@@ -26,6 +31,17 @@ def convert_temperature(celsius: float) -> float:
         celsius: The temperature in degrees Celsius.
     """
     return round(celsius * 9 / 5 + 32, 1)
+
+
+@agents.tool(requires_approval=True)
+def send_forecast(to: str, text: str) -> str:
+    """Email a forecast. Every call needs the user's approval.
+
+    Args:
+        to: The recipient's address.
+        text: The forecast.
+    """
+    return f"sent to {to}"
 
 
 def _call(name: str, **arguments: Any) -> agents.ModelReply:
@@ -55,14 +71,26 @@ def make_agent() -> agents.Agent:
             # Turn 2: one tool call, then an answer computed from its result.
             _call("convert_temperature", celsius=-3),
             _answer_about_oslo,
+            # Turn 3: a call that waits for the user's approval, then an answer that says
+            # whether it ran.
+            _call("send_forecast", to="team@example.com", text="Oslo: snow, 26.6 °F."),
+            _answer_about_email,
         ]
     )
     return agents.Agent(
         name="forecaster",
         instructions="You answer questions about the weather.",
         model=model,
-        tools=[get_weather, convert_temperature],
+        tools=[get_weather, convert_temperature, send_forecast],
     )
+
+
+def _answer_about_email(request: agents.ModelRequest) -> str:
+    result = request.entries[-1]
+    assert isinstance(result, agents.ToolResultEntry)
+    if result.is_error:
+        return f"I did not send it ({result.text})."
+    return f"Done: the forecast was {result.text}."
 
 
 def _describe(event: agents.Event) -> str | None:
@@ -77,15 +105,39 @@ def _describe(event: agents.Event) -> str | None:
             return f"  tool result: {result.name} -> {result.text}"
         case agents.EntryCompleted(agents.MessageEntry(role=role) as message):
             return f"  {role}: {message.text}"
+        case agents.CallbackOpened(agents.OpenApproval(tool_name=name)):
+            return f"  waiting for approval of {name}"
+        case agents.CallbackClosed(answer=answer) if answer is not None:
+            return f"  approval answered: {answer}"
         case agents.TurnEnded(record):
             return f"turn ended: {type(record).__name__}"
     return None
 
 
-def main() -> int:
+def approve(callback: agents.OpenApproval) -> agents.AllowApproval:
+    """The non-interactive demo's ``on_approval`` handler: it allows the call."""
+    return agents.AllowApproval()
+
+
+def ask(callback: agents.OpenApproval) -> agents.AllowApproval | agents.DenyApproval:
+    """The interactive demo's ``on_approval`` handler: it asks at the terminal.
+
+    ``agentlib_sync`` runs it in a worker thread, so it may block on ``input()``.
+    """
+    try:
+        reply = input(f"  allow {callback.tool_name}({callback.arguments})? [y/N] ")
+    except EOFError:
+        reply = ""
+    if reply.strip().lower() in ("y", "yes"):
+        return agents.AllowApproval()
+    return agents.DenyApproval(reason="the user said no")
+
+
+def main(interactive: bool = False) -> int:
     """Run the demo; returns the exit status."""
     agent = make_agent()
-    session = agent.start_session()
+    on_approval: Callable[[agents.OpenApproval], Any] = ask if interactive else approve
+    session = agent.start_session(on_approval=on_approval)
     print(f"session {session.id}")
 
     def show(event: agents.Event) -> None:
@@ -96,6 +148,7 @@ def main() -> int:
     records = [
         session.run("What's the weather in Paris and Oslo?", on_event=show),
         session.run("And in Fahrenheit, for Oslo?", on_event=show),
+        session.run("Email that to the team.", on_event=show),
     ]
     print()
     for record in records:

@@ -1,6 +1,7 @@
 """Session inputs, and the ``Depends()`` marker that hands them (and credentials) to tools."""
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: subclasses of SessionInput are resolved with
+# typing.get_type_hints, which must be able to read SessionInput's own annotation as a type.
 
 import typing
 from collections.abc import Mapping, Sequence
