@@ -528,13 +528,18 @@ class Turn:
         record: TurnState[Any] | None = None
         failure: Exception | None = None
         with waiter.scope:
-            async with trio.open_nursery() as nursery:  # the handlers it runs
-                waiter.nursery = nursery
-                try:
-                    record = await self._follow(turn, waiter, position, delivered, wanted, on_event)
-                except Exception as error:  # raised below, not wrapped in a group by trio
-                    failure = error
-                nursery.cancel_scope.cancel()
+            if not self._session._has_handlers:
+                record = await self._follow(turn, waiter, position, delivered, wanted, on_event)
+            else:
+                async with trio.open_nursery() as nursery:  # the handlers it runs
+                    waiter.nursery = nursery
+                    try:
+                        record = await self._follow(
+                            turn, waiter, position, delivered, wanted, on_event
+                        )
+                    except Exception as error:  # raised below, not wrapped in a group
+                        failure = error
+                    nursery.cancel_scope.cancel()
         if failure is not None:
             raise failure
         return record if record is not None else _for_reader(turn.state(), wanted)
