@@ -111,11 +111,13 @@ class Tool:
                 the field, never the value.
         """
         wanted = self.return_type
-        if wanted is Any or (isinstance(wanted, type) and isinstance(answer, wanted)):
+        if wanted is Any:
             value = answer
         else:
             try:
-                value = CONVERTER.structure(answer, wanted)
+                # Through JSON and back: a built instance is checked field by field, and a
+                # bool is not an int.
+                value = CONVERTER.structure(CONVERTER.unstructure(answer), wanted)
             except (cattrs.BaseValidationError, InvalidValue, ValueError, TypeError) as exc:
                 error = validation_error(exc, f"answer for {self.name}")
                 raise ClientToolAnswerError(

@@ -129,20 +129,22 @@ class PendingCallback:
 
 
 def check_callback_id(callback_id: object) -> str:
-    """``callback_id`` if it is a UUID.
+    """``callback_id`` in the canonical form of a UUID (as callbacks' ids are written).
 
     Raises:
-        ValueError: It is not; nothing was sent.
+        ValueError: It is not a UUID; nothing was sent.
     """
+    if not isinstance(callback_id, str):
+        raise ValueError(
+            "callback_id must be a callback's id (a UUID string), "
+            f"not {type(callback_id).__name__}"
+        )
     try:
-        uuid.UUID(str(callback_id))
+        return str(uuid.UUID(callback_id))
     except ValueError:
         raise ValueError(
             "callback_id must be a callback's id (a UUID), as listed in Blocked.callbacks"
         ) from None
-    if not isinstance(callback_id, str):
-        raise ValueError(f"callback_id must be a str, not {type(callback_id).__name__}")
-    return callback_id
 
 
 def _fingerprint(content: Sequence[Any]) -> str:
@@ -301,7 +303,7 @@ class SessionCore:
         self, callback_id: str, answer: object
     ) -> Answered | AlreadySettled | NotFound:
         """Settle callback ``callback_id`` of this session with ``answer``; first answer wins."""
-        check_callback_id(callback_id)
+        callback_id = check_callback_id(callback_id)
         if isinstance(answer, KeepCallbackOpen):
             raise SdkError(
                 "KeepCallbackOpen() is a handler's return value, never an answer: to leave "
