@@ -33,6 +33,7 @@ from ._output import parse_output
 from ._records import (
     AlreadySettled,
     Answered,
+    Blocked,
     Busy,
     Completed,
     ErrorInfo,
@@ -383,6 +384,7 @@ class _Waiter:
     scope: trio.CancelScope = attrs.field(init=False)
     nursery: trio.Nursery | None = None
     watched: dict[str, _HandlerRun] = attrs.field(factory=dict)
+    blocked: bool = False  # a callback is left to the caller: return Blocked when idle
     paused_at: float | None = None  # a client tool handler runs: its time is not counted
 
     def __attrs_post_init__(self) -> None:
@@ -406,14 +408,14 @@ class _Waiter:
         self.watched[callback.id] = run
         return True
 
-    def settle(self) -> bool:
-        """Take the outcomes of finished handler runs; True if one kept its callback open.
+    def settle(self) -> None:
+        """Take the outcomes of finished handler runs: one that kept its callback open makes
+        the wait return ``Blocked`` once the others have finished.
 
         Raises:
             Exception: What a handler raised, or an ``SdkError`` for an answer that did not
                 fit; its callback stays open.
         """
-        kept_open = False
         for callback_id, run in list(self.watched.items()):
             if not run.done.is_set():
                 continue
@@ -423,9 +425,8 @@ class _Waiter:
             if run.abandoned and self.is_open(run.callback):
                 self.handle(run.callback)  # the wait that ran it left: run it here
             elif run.kept_open and self.is_open(run.callback):
-                kept_open = True
+                self.blocked = True
         self._count_client_time()
-        return kept_open
 
     def _count_client_time(self) -> None:
         busy = any(isinstance(run.callback, OpenClientToolCall) for run in self.watched.values())
@@ -574,10 +575,15 @@ class Turn:
                     and waiter.is_open(event.callback)
                     and not waiter.handle(event.callback)
                 ):
-                    return _for_reader(turn.state(), wanted)
+                    waiter.blocked = True  # no handler for it: the caller must answer
             position = max(position, delivered)
-            if waiter.settle():  # a handler kept its callback open
-                return _for_reader(turn.state(), wanted)
+            waiter.settle()
+            if waiter.blocked and not waiter.watched:
+                # Once the handlers at work have finished, the turn is blocked, or going on.
+                state = turn.state()
+                if isinstance(state, Blocked):
+                    return _for_reader(state, wanted)
+                waiter.blocked = False
             if turn.ended and delivered >= len(log.events):
                 return None
             await waiter.wait(log, delivered)

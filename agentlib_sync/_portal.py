@@ -177,16 +177,26 @@ H = TypeVar("H", bound=Callable[..., Any])
 
 def off_thread(handler: H | None) -> H | None:
     """A plain handler made to run in a worker thread, so that it may block (on ``input()``,
-    say); a handler that is already async runs as it is."""
-    if handler is None or inspect.iscoroutinefunction(handler):
+    say); an async one runs in the engine as it is. What the thread returns is awaited in the
+    engine when it is awaitable (a lambda that returns a coroutine, say)."""
+    if handler is None or _is_async(handler):
         return handler
 
     @functools.wraps(handler)
     async def in_thread(callback: Any) -> Any:
         # A wait that times out does not wait for the thread: it is left to finish.
-        return await trio.to_thread.run_sync(handler, callback, abandon_on_cancel=True)
+        answer = await trio.to_thread.run_sync(handler, callback, abandon_on_cancel=True)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        return answer
 
     return in_thread  # type: ignore[return-value]
+
+
+def _is_async(function: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+        getattr(function, "__call__", None)  # noqa: B004  (an object with async __call__)
+    )
 
 
 async def _make_async(make: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T]:
