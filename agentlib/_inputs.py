@@ -41,7 +41,7 @@ class SessionInput:
     """A value given when a session starts, that tools and hooks can read.
 
     Subclass it with the fields you need and a stable ``input_id``; the subclass becomes a
-    frozen attrs class (no decorator needed)::
+    frozen, keyword-only attrs class (do not decorate it yourself)::
 
         class Repo(SessionInput):
             input_id = "repo"
@@ -62,7 +62,11 @@ class SessionInput:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "__attrs_attrs__" in cls.__dict__:
-            return  # attrs' own rebuild of a class decorated by hand
+            # attrs rebuilding a class decorated by hand, which would lose its fields' options
+            raise TypeError(
+                f"session input {cls.__name__} is already a frozen attrs class, as every "
+                "SessionInput subclass is: remove its @attrs decorator"
+            )
         input_id = cls.__dict__.get("input_id", getattr(cls, "input_id", None))
         if not isinstance(input_id, str) or not input_id:
             raise TypeError(
@@ -70,6 +74,17 @@ class SessionInput:
                 'input_id = "repo"'
             )
         attrs.define(cls, frozen=True, slots=False, kw_only=True)
+        # Frozen by the base's __setattr__ rather than an own one, so that an @attrs decorator
+        # added by hand reaches the clear error above, not attrs' "custom __setattr__" one.
+        for name in ("__setattr__", "__delattr__"):
+            if name in cls.__dict__:
+                delattr(cls, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise attrs.exceptions.FrozenInstanceError
+
+    def __delattr__(self, name: str) -> None:
+        raise attrs.exceptions.FrozenInstanceError
 
 
 @attrs.frozen
@@ -147,9 +162,14 @@ def stored_inputs(inputs: Sequence[Any]) -> dict[str, Any]:
                 "a session takes one value per input"
             )
         raw = CONVERTER.unstructure(value)
-        problem = json_problem(raw)
-        if problem is not None:
-            raise ValidationError(f"invalid inputs: {problem} @ $[{index}] ({value.input_id})")
+        for field, item in raw.items():
+            # Only the field is named: deeper positions may be keys of the value's dicts.
+            problem = json_problem(item, positions=False)
+            if problem is not None:
+                raise ValidationError(
+                    f"invalid inputs: in field {field!r} of input {value.input_id!r}, {problem}; "
+                    f"inputs are stored as JSON @ $[{index}]"
+                )
         stored[value.input_id] = raw
     return stored
 
@@ -172,21 +192,37 @@ def read_input(stored: Mapping[str, Any], dependency: Dependency) -> Any:
     raw = stored[cls.input_id]
     try:
         return CONVERTER.structure(raw, cls)
-    except (cattrs.BaseValidationError, InvalidValue) as exc:
-        raise validation_error(exc, dependency.label) from None
-    except (ValueError, TypeError) as exc:
-        # A validator's own message goes on, unless it quotes a value of the input (as
-        # attrs' stock validators do): then only the rule's class is named.
-        message = str(exc) if isinstance(exc, ValueError) else ""
-        if not message or _quotes(message, raw):
-            message = f"the value fails {cls.__name__}'s validation ({type(exc).__name__})"
-        raise ValidationError(f"invalid {dependency.label}: {message}", (message,)) from None
+    except (cattrs.BaseValidationError, InvalidValue, ValueError, TypeError) as exc:
+        raise _input_error(exc, raw, dependency) from None
+
+
+def _input_error(exc: BaseException, raw: Any, dependency: Dependency) -> ValidationError:
+    """The error of an input that fails its class: a validator's own message goes on, unless
+    it quotes a value of the input (as attrs' stock validators do)."""
+    rules = [
+        str(leaf)
+        for leaf in _leaves(exc)
+        if isinstance(leaf, ValueError) and not isinstance(leaf, InvalidValue) and str(leaf)
+    ]
+    if rules and not any(_quotes(rule, raw) for rule in rules):
+        return ValidationError(f"invalid {dependency.label}: " + "; ".join(rules), tuple(rules))
+    if isinstance(exc, (cattrs.BaseValidationError, InvalidValue)) and not rules:
+        return validation_error(exc, dependency.label)
+    name = dependency.annotation.__name__
+    message = f"the value fails {name}'s validation ({type(_leaves(exc)[0]).__name__})"
+    return ValidationError(f"invalid {dependency.label}: {message}", (message,))
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, cattrs.BaseValidationError):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def _quotes(message: str, value: Any) -> bool:
-    """Whether ``message`` holds any scalar of the JSON ``value``, as text."""
+    """Whether ``message`` holds any key or scalar of the JSON ``value``, as text."""
     if isinstance(value, Mapping):
-        return any(_quotes(message, item) for item in value.values())
+        return any(_quotes(message, key) or _quotes(message, item) for key, item in value.items())
     if isinstance(value, list):
         return any(_quotes(message, item) for item in value)
     if value is None or isinstance(value, bool):

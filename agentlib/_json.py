@@ -21,15 +21,16 @@ class InvalidValue(ValidationError):
     ValidationError with the path of the offending value."""
 
 
-def json_problem(value: object) -> str | None:
+def json_problem(value: object, *, positions: bool = True) -> str | None:
     """Why ``value`` is not JSON, or None when it is.
 
-    Tuples count as arrays. The reason names a type and a position, never the value.
+    Tuples count as arrays. The reason names a type and, with ``positions``, a position
+    (whose object keys may be data), never the value.
     """
     stack: list[tuple[object, str]] = [(value, "")]
     while stack:
         item, where = stack.pop()
-        at = f" at {where}" if where else ""
+        at = f" at {where}" if where and positions else ""
         if item is None or isinstance(item, (bool, int, str)):
             continue
         if isinstance(item, float):

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import Annotated, Any
 
 import pytest
+import trio
 
 import agentlib
-from agentlib import Credentials, SignInAnswer
+from agentlib import (
+    AllowApproval,
+    Credentials,
+    Depends,
+    KeepCallbackOpen,
+    ModelReply,
+    ScriptedModel,
+    SessionInput,
+    SignInAnswer,
+    ToolCallRequest,
+)
 
 SECRET = "sk-live-SECRET123"
 #: A long base64 blob (about 12 KB), as an image or a file would carry.
@@ -18,6 +30,24 @@ BLOCK = agentlib.ContentBlock
 ITEM = agentlib.HistoryImportEntry
 APPROVAL = agentlib.ApprovalAnswer
 SIGN_IN = agentlib.SignInAnswer
+#: ``SignInAnswer(credentials=data)``.
+NEW_SIGN_IN = "SignInAnswer(credentials=...)"
+#: ``agent.start_session(inputs=data)``.
+INPUTS = "start_session(inputs=...)"
+#: ``turn.answer(data, AllowApproval())`` for an open approval.
+ANSWER_ID = "turn.answer(callback_id, ...)"
+#: ``turn.answer(callback.id, data)`` for an open approval of a tool, of a hook, a sign-in.
+ANSWER_APPROVAL = "turn.answer(<tool approval>, ...)"
+ANSWER_HOOK_APPROVAL = "turn.answer(<hook approval>, ...)"
+ANSWER_SIGN_IN = "turn.answer(<sign-in>, ...)"
+
+#: What these inputs raise instead of a ValidationError.
+RAISES: dict[Any, type[Exception]] = {
+    ANSWER_ID: ValueError,
+    ANSWER_APPROVAL: agentlib.SdkError,
+    ANSWER_HOOK_APPROVAL: agentlib.SdkError,
+    ANSWER_SIGN_IN: agentlib.SdkError,
+}
 
 #: Words that betray a message written for the library, not for its user.
 UNREADABLE = ("AttributeError", "KeyError", "TypeError", "Traceback", "<member", "<class", " at 0x")
@@ -37,6 +67,16 @@ def message(role: str, *blocks: object) -> dict[str, object]:
 
 def text(**fields: object) -> dict[str, object]:
     return {"type": "text", "text": "hi", **fields}
+
+
+class Repo(SessionInput):
+    input_id = "repo"
+    name: str
+
+
+class Tagged(SessionInput):
+    input_id = "tagged"
+    tags: dict[str, Any]
 
 
 CASES = [
@@ -416,12 +456,287 @@ CASES = [
         ["type must be 'sign_in'"],
         id="sign-in-wrong-tag-with-secret",
     ),
+    # --- sign-in answers, through the constructor ---
+    pytest.param(
+        NEW_SIGN_IN,
+        {"notion": 3},
+        ["credential for 'notion'", "must be a string", "int"],
+        id="new-sign-in-credential-int",
+    ),
+    pytest.param(
+        NEW_SIGN_IN,
+        {"notion": None},
+        ["credential for 'notion'", "must be a string", "NoneType"],
+        id="new-sign-in-credential-none",
+    ),
+    pytest.param(
+        NEW_SIGN_IN,
+        {"notion": SECRET.encode()},
+        ["credential for 'notion'", "must be a string", "bytes"],
+        id="new-sign-in-credential-bytes-secret",
+    ),
+    pytest.param(
+        NEW_SIGN_IN,
+        {"notion": "ok", "github": [SECRET]},
+        ["credential for 'github'", "must be a string", "list"],
+        id="new-sign-in-second-credential-list-secret",
+    ),
+    pytest.param(
+        NEW_SIGN_IN,
+        {"notion": {"token": SECRET}},
+        ["credential for 'notion'", "must be a string", "dict"],
+        id="new-sign-in-credential-dict-secret",
+    ),
+    pytest.param(NEW_SIGN_IN, SECRET, ["credentials must be a dict", "str"], id="new-sign-in-str"),
+    pytest.param(
+        NEW_SIGN_IN, {3: SECRET}, ["tool source's name"], id="new-sign-in-int-source-secret"
+    ),
+    pytest.param(
+        SIGN_IN,
+        {"credentials": {"notion": None}},
+        ["$.credentials", "notion", "expected a string"],
+        id="sign-in-credential-null",
+    ),
+    pytest.param(
+        SIGN_IN,
+        {"credentials": {"notion": True}},
+        ["$.credentials", "notion", "expected a string"],
+        id="sign-in-credential-bool",
+    ),
+    pytest.param(
+        SIGN_IN,
+        {"credentials": {"notion": 1.5}},
+        ["$.credentials", "notion", "expected a string"],
+        id="sign-in-credential-float",
+    ),
+    # --- session inputs, through agent.start_session(inputs=...) ---
+    pytest.param(
+        INPUTS,
+        [{"name": SECRET}],
+        ["invalid inputs", "dict is not a SessionInput", "$[0]", "subclass agentlib.SessionInput"],
+        id="inputs-dict-item-secret",
+    ),
+    pytest.param(
+        INPUTS,
+        [Repo(name="a"), SECRET],
+        ["invalid inputs", "str is not a SessionInput", "$[1]"],
+        id="inputs-str-item-secret",
+    ),
+    pytest.param(
+        INPUTS,
+        [Repo(name=SECRET), Repo(name=SECRET)],
+        ["two inputs have input_id 'repo'", "$[1]", "one value per input"],
+        id="inputs-duplicate-id-secret",
+    ),
+    pytest.param(
+        INPUTS, SECRET, ["inputs must be a list of SessionInput values", "str"], id="inputs-str"
+    ),
+    pytest.param(INPUTS, None, ["inputs must be a list", "NoneType"], id="inputs-none"),
+    pytest.param(
+        INPUTS,
+        {"repo": Repo(name=SECRET)},
+        ["inputs must be a list", "dict"],
+        id="inputs-dict-secret",
+    ),
+    pytest.param(
+        INPUTS,
+        Repo(name=SECRET),
+        ["inputs must be a list", "Repo"],
+        id="inputs-one-input-not-in-a-list",
+    ),
+    pytest.param(
+        INPUTS,
+        [Tagged(tags={"note": SECRET, "n": float("nan")})],
+        ["invalid inputs", "non-finite", "$[0]", "tagged"],
+        id="inputs-nan-beside-secret",
+    ),
+    pytest.param(
+        INPUTS,
+        [Tagged(tags={SECRET: float("nan")})],
+        ["invalid inputs", "non-finite", "$[0]", "tagged"],
+        id="inputs-nan-under-secret-key",
+    ),
+    pytest.param(
+        INPUTS,
+        [Tagged(tags={"blob": SECRET.encode()})],
+        ["invalid inputs", "bytes", "not JSON", "$[0]"],
+        id="inputs-bytes-secret",
+    ),
+    # --- turn.answer: the callback id ---
+    pytest.param(
+        ANSWER_ID,
+        "not-a-uuid",
+        ["callback_id", "UUID", "Blocked.callbacks"],
+        id="answer-id-not-uuid",
+    ),
+    pytest.param(ANSWER_ID, SECRET, ["callback_id", "UUID"], id="answer-id-secret"),
+    pytest.param(ANSWER_ID, "", ["callback_id", "UUID"], id="answer-id-empty"),
+    pytest.param(ANSWER_ID, 42, ["callback_id must be"], id="answer-id-int"),
+    pytest.param(ANSWER_ID, None, ["callback_id must be"], id="answer-id-none"),
+    pytest.param(
+        ANSWER_ID,
+        uuid.UUID(int=1),
+        ["callback_id must be", "UUID"],
+        id="answer-id-uuid-object",
+    ),
+    # --- turn.answer: the answer ---
+    pytest.param(
+        ANSWER_APPROVAL,
+        True,
+        ["AllowApproval()", "DenyApproval(reason)", "bool"],
+        id="answer-approval-true",
+    ),
+    pytest.param(ANSWER_APPROVAL, None, ["AllowApproval()", "NoneType"], id="answer-approval-none"),
+    pytest.param(
+        ANSWER_APPROVAL,
+        {"type": "allow", "scope": "once"},
+        ["AllowApproval()", "dict"],
+        id="answer-approval-dict",
+    ),
+    pytest.param(ANSWER_APPROVAL, "allow", ["AllowApproval()", "str"], id="answer-approval-str"),
+    pytest.param(
+        ANSWER_APPROVAL,
+        KeepCallbackOpen(),
+        ["KeepCallbackOpen()", "never an answer"],
+        id="answer-approval-keep-open",
+    ),
+    pytest.param(
+        ANSWER_APPROVAL,
+        SignInAnswer(credentials={"notion": SECRET}),
+        ["AllowApproval()", "SignInAnswer"],
+        id="answer-approval-sign-in-secret",
+    ),
+    pytest.param(
+        ANSWER_HOOK_APPROVAL,
+        AllowApproval(scope="session"),
+        ["hook", 'scope="once"'],
+        id="answer-hook-approval-for-the-session",
+    ),
+    pytest.param(
+        ANSWER_HOOK_APPROVAL,
+        KeepCallbackOpen(),
+        ["KeepCallbackOpen()", "never an answer"],
+        id="answer-hook-approval-keep-open",
+    ),
+    pytest.param(
+        ANSWER_SIGN_IN,
+        {"credentials": {"notion": SECRET}},
+        ["SignInAnswer(credentials=", "dict"],
+        id="answer-sign-in-dict-secret",
+    ),
+    pytest.param(
+        ANSWER_SIGN_IN, True, ["SignInAnswer(credentials=", "bool"], id="answer-sign-in-true"
+    ),
+    pytest.param(
+        ANSWER_SIGN_IN,
+        AllowApproval(),
+        ["SignInAnswer(credentials=", "AllowApproval"],
+        id="answer-sign-in-allow",
+    ),
+    pytest.param(
+        ANSWER_SIGN_IN,
+        SignInAnswer(credentials={"notion": SECRET, "github": SECRET}),
+        ["every requested source", "not asked for: 'github'"],
+        id="answer-sign-in-extra-source-secret",
+    ),
+    pytest.param(
+        ANSWER_SIGN_IN,
+        SignInAnswer(credentials={"github": SECRET}),
+        ["every requested source", "no credential for 'notion'"],
+        id="answer-sign-in-wrong-source-secret",
+    ),
+    pytest.param(
+        ANSWER_SIGN_IN,
+        KeepCallbackOpen(),
+        ["KeepCallbackOpen()", "never an answer"],
+        id="answer-sign-in-keep-open",
+    ),
 ]
+
+
+@agentlib.tool(requires_approval=True)
+def delete(path: str) -> str:
+    """Delete a file."""
+    return "deleted"
+
+
+@agentlib.pre_tool_call
+def ask(call: agentlib.ToolCallEntry) -> agentlib.RequestApproval:
+    return agentlib.RequestApproval("check first")
+
+
+def search(query: str, creds: Annotated[Credentials, Depends()]) -> str:
+    """Search the notes."""
+    return "found"
+
+
+def calling(name: str, **arguments: Any) -> ScriptedModel:
+    return ScriptedModel([ModelReply(tool_calls=[ToolCallRequest(name=name, arguments=arguments)])])
+
+
+def lookup(query: str) -> str:
+    """Look something up."""
+    return "found"
+
+
+#: An agent whose first turn blocks on a callback, for each kind of answer.
+BLOCKING = {
+    ANSWER_ID: agentlib.Agent("a", model=calling("delete", path="x"), tools=[delete]),
+    ANSWER_APPROVAL: agentlib.Agent("a", model=calling("delete", path="x"), tools=[delete]),
+    ANSWER_HOOK_APPROVAL: agentlib.Agent(
+        "a", model=calling("lookup", query="q"), tools=[lookup], hooks=[ask]
+    ),
+    ANSWER_SIGN_IN: agentlib.Agent(
+        "a",
+        model=calling("notion.search", query="q"),
+        tools=[agentlib.ToolSource(name="notion", tools=[search], requires_sign_in=True)],
+    ),
+}
+
+
+async def answer_blocked_turn(target: str, data: object) -> object:
+    """Answer the callback a new session's first turn blocks on; the answer, or the callback
+    id for ANSWER_ID, is ``data``. A refused answer leaves the callback open."""
+    async with agentlib.open_runtime():
+        session = await BLOCKING[target].start_session()
+        blocked = await session.run("go")
+        assert isinstance(blocked, agentlib.Blocked)
+        turn = session.turn(blocked.turn_id)
+        callback_id = data if target == ANSWER_ID else blocked.callbacks[0].id
+        answer = AllowApproval() if target == ANSWER_ID else data
+        try:
+            return await turn.answer(callback_id, answer)  # type: ignore[arg-type]
+        except Exception as error:  # re-raised outside the runtime's nursery
+            refused = error
+        still = await turn.get()
+        await session.cancel()
+    assert isinstance(still, agentlib.Blocked), "a refused answer was sent"
+    assert still.callbacks == blocked.callbacks, "a refused answer was sent"
+    raise refused
+
+
+async def start_with_inputs(inputs: object) -> object:
+    """Start a session with ``inputs``; a refused start leaves the runtime without one."""
+    agent = agentlib.Agent("a", model=ScriptedModel([]))
+    async with agentlib.open_runtime() as runtime:
+        try:
+            return await agent.start_session(inputs=inputs)  # type: ignore[arg-type]
+        except Exception as error:  # re-raised outside the runtime's nursery
+            refused = error
+        started = dict(runtime.sessions)
+    assert started == {}, "a refused start started a session"
+    raise refused
 
 
 def run(target: Any, data: object) -> object:
     if target == HISTORY:
         return agentlib.parse_history(data)  # type: ignore[arg-type]
+    if target == NEW_SIGN_IN:
+        return SignInAnswer(credentials=data)  # type: ignore[arg-type]
+    if target == INPUTS:
+        return trio.run(start_with_inputs, data)
+    if target in BLOCKING:
+        return trio.run(answer_blocked_turn, target, data)
     return agentlib.structure(data, target)
 
 
@@ -433,12 +748,14 @@ def test_there_are_at_least_45_cases() -> None:
 def test_malformed_input_raises_a_readable_validation_error_that_leaks_nothing(
     target: Any, data: object, fragments: list[str]
 ) -> None:
-    with pytest.raises(agentlib.ValidationError) as info:
+    expected = RAISES.get(target, agentlib.ValidationError)
+    with pytest.raises(expected) as info:
         run(target, data)
 
     message = str(info.value)
-    assert isinstance(info.value, ValueError)
-    assert isinstance(info.value, agentlib.SdkError)
+    if expected is agentlib.ValidationError:
+        assert isinstance(info.value, ValueError)
+        assert isinstance(info.value, agentlib.SdkError)
     for fragment in fragments:
         assert fragment in message
     for word in UNREADABLE:

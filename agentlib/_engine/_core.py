@@ -136,8 +136,7 @@ def check_callback_id(callback_id: object) -> str:
     """
     if not isinstance(callback_id, str):
         raise ValueError(
-            "callback_id must be a callback's id (a UUID string), "
-            f"not {type(callback_id).__name__}"
+            f"callback_id must be a callback's id (a UUID string), not {type(callback_id).__name__}"
         )
     try:
         return str(uuid.UUID(callback_id))

@@ -198,6 +198,7 @@ async def _run_tools(turn: TurnCore, requests: Sequence[ToolCallRequest]) -> Non
                 name=request.name,
                 arguments=request.arguments,
                 tool_call_id=request.id or new_call_id(),
+                tool_kind=_kind(agent.tools_by_name.get(request.name)),
             ),
             tool=agent.tools_by_name.get(request.name),
         )
@@ -206,8 +207,6 @@ async def _run_tools(turn: TurnCore, requests: Sequence[ToolCallRequest]) -> Non
     if agent.hooks:
         await _each(calls, functools.partial(_run_hooks, turn))
     for call in calls:
-        if call.tool is not None:
-            call.entry = attrs.evolve(call.entry, tool_kind=call.tool.kind)
         session.add_entry(call.entry)
         turn.tool_calls.append(call.entry)
     # With tool_errors="raise", the first failure stops the other calls: the turn fails.
@@ -231,6 +230,10 @@ async def _run_tools(turn: TurnCore, requests: Sequence[ToolCallRequest]) -> Non
     for call in calls:
         if call.failure is not None:
             raise _RaiseFromTool(call.failure)
+
+
+def _kind(tool: Tool | None) -> str:
+    return "local" if tool is None else tool.kind
 
 
 async def _each(calls: list[_Call], step: Callable[[_Call], Awaitable[None]]) -> None:
