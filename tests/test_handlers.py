@@ -670,6 +670,34 @@ async def test_the_handler_runs_once_for_each_of_two_parallel_calls() -> None:
     assert sorted(deletions.deleted) == ["a.txt", "b.txt"]
 
 
+async def test_a_callback_kept_open_waits_for_the_handler_still_answering_another(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    deletions = Deletions()
+
+    async def keep_a_answer_b_later(callback: OpenApproval) -> Any:
+        if callback.arguments["path"] == "a.txt":
+            return KeepCallbackOpen()
+        await trio.sleep(10)  # still at work when the other callback is kept open
+        return AllowApproval()
+
+    both = ModelReply(
+        tool_calls=[
+            ToolCallRequest(name="delete", arguments={"path": "a.txt"}),
+            ToolCallRequest(name="delete", arguments={"path": "b.txt"}),
+        ]
+    )
+    agent = Agent("approver", model=ScriptedModel([both, "done"]), tools=[deletions.tool])
+    async with open_runtime():
+        session = await agent.start_session(on_approval=keep_a_answer_b_later)
+        record = await session.run("delete both")
+        assert trio.current_time() == pytest.approx(10)
+        assert isinstance(record, Blocked)
+        assert [callback.arguments["path"] for callback in record.callbacks] == ["a.txt"]
+        assert deletions.deleted == ["b.txt"]  # the other answer was not lost
+        await session.cancel()
+
+
 # -- handlers run only while a wait is active -------------------------------------------------
 
 
