@@ -107,3 +107,13 @@ class ModelError(SdkError):
         super().__init__(message)
         self.status = status
         self.body = body
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``, on Python 3.10 too (where tracebacks show ``__notes__``
+    through the exceptiongroup backport)."""
+    notes = getattr(error, "__notes__", None)
+    if not isinstance(notes, list):
+        notes = []
+        error.__notes__ = notes  # type: ignore[attr-defined]
+    notes.append(note)

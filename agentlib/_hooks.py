@@ -71,7 +71,6 @@ class Hook:
 
     function: Callable[..., Any]
     dependencies: tuple[Dependency, ...] = attrs.field(repr=False)
-    is_async: bool = attrs.field(repr=False)
 
     @property
     def name(self) -> str:
@@ -113,8 +112,4 @@ def pre_tool_call(function: Callable[..., Any]) -> Hook:
         )
     if any(dependency.annotation is Credentials for dependency in dependencies):
         raise TypeError(f"hook {name}: only the tools of a tool source receive Credentials")
-    return Hook(
-        function=function,
-        dependencies=dependencies,
-        is_async=inspect.iscoroutinefunction(function),
-    )
+    return Hook(function=function, dependencies=dependencies)

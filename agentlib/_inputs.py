@@ -220,11 +220,15 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 
 def _quotes(message: str, value: Any) -> bool:
-    """Whether ``message`` holds any key or scalar of the JSON ``value``, as text."""
+    """Whether ``message`` holds a scalar of the JSON ``value``, as text or as its repr.
+
+    A guard only: a validator may transform the value before it quotes it, so its message
+    must never hold the value.
+    """
     if isinstance(value, Mapping):
-        return any(_quotes(message, key) or _quotes(message, item) for key, item in value.items())
+        return any(_quotes(message, item) for item in value.values())
     if isinstance(value, list):
         return any(_quotes(message, item) for item in value)
     if value is None or isinstance(value, bool):
         return False
-    return str(value) in message
+    return str(value) in message or repr(value) in message

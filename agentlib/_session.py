@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -24,9 +23,10 @@ from ._callbacks import (
 )
 from ._content import ContentBlock, TextContentBlock, UnknownContentBlock
 from ._convert import CONVERTER, validation_error
-from ._engine._core import SessionCore, TurnCore, check_callback_id
+from ._engine._core import SessionCore, TurnCore
+from ._engine._handlers import Handler, Waiter, invoke
 from ._engine._runtime import Runtime
-from ._errors import ClientToolAnswerError, SdkError, SessionBusyError, ValidationError
+from ._errors import SessionBusyError, ValidationError, add_note
 from ._events import CallbackOpened, Event, TurnEnded
 from ._json import InvalidValue
 from ._output import parse_output
@@ -118,71 +118,6 @@ def _for_reader(record: TurnState[Any], output_type: Any) -> TurnState[Any]:
         )
 
 
-async def _call(handler: Callable[[Any], Any], value: Any) -> Any:
-    result = handler(value)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
-
-
-@attrs.define(eq=False)
-class _HandlerRun:
-    """One run of a reference's handler on one callback, shared by concurrent waits."""
-
-    callback: Callback
-    done: trio.Event = attrs.field(factory=trio.Event)
-    kept_open: bool = False
-    error: BaseException | None = None
-    abandoned: bool = False  # the wait that ran it left before it finished
-
-
-async def _run_handler(
-    session: Session, core: SessionCore, handler: Callable[[Any], Any], run: _HandlerRun
-) -> None:
-    """Run ``handler`` on ``run.callback`` and send its answer; record how it went."""
-    callback = run.callback
-    name = _HANDLER_NAMES[type(callback)]
-    try:
-        try:
-            answer = await _call(handler, callback)
-        except Exception as error:
-            pending = core.callbacks[callback.id]
-            if isinstance(callback, OpenClientToolCall) and core.agent.tool_errors == "report":
-                # As for a failing tool: the model is told, and the turn goes on.
-                core.close_callback(pending, error=f"{type(error).__name__}: {error}")
-            else:
-                run.error = error
-            return
-        if isinstance(answer, KeepCallbackOpen):
-            run.kept_open = True
-            return
-        try:
-            await core.answer(callback.id, answer)
-        except ClientToolAnswerError as error:
-            run.error = ClientToolAnswerError(
-                f"{name} answered call {callback.id}, but the answer could not be sent; the "
-                f"call stays open: {error}"
-            )
-        except SdkError as error:
-            run.error = SdkError(
-                f"{name} returned an answer that does not fit callback {callback.id}, which "
-                f"stays open: {error}"
-            )
-    except trio.Cancelled:
-        run.abandoned = True
-        raise
-    finally:
-        session._handling.pop(callback.id, None)
-        run.done.set()
-
-
-_HANDLER_NAMES: dict[type[Any], str] = {
-    OpenApproval: "on_approval",
-    OpenSignIn: "on_sign_in",
-    OpenClientToolCall: "on_client_tool",
-}
-
-
 class Session:
     """A session of a runtime, named by its id. Building one sends no request.
 
@@ -207,9 +142,8 @@ class Session:
         self._on_approval = on_approval
         self._on_sign_in = on_sign_in
         self._on_client_tool = on_client_tool
-        self._handling: dict[str, _HandlerRun] = {}
 
-    def _handler_for(self, callback: Callback) -> Callable[[Any], Any] | None:
+    def _handler_for(self, callback: Callback) -> Handler | None:
         if isinstance(callback, OpenApproval):
             return self._on_approval
         if isinstance(callback, OpenSignIn):
@@ -217,10 +151,6 @@ class Session:
         if isinstance(callback, OpenClientToolCall):
             return self._on_client_tool
         return None
-
-    @property
-    def _has_handlers(self) -> bool:
-        return any((self._on_approval, self._on_sign_in, self._on_client_tool))
 
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, agent={self._agent.name!r})"
@@ -368,91 +298,17 @@ class Session:
         return []
 
 
+def _leaving_note(turn: TurnCore) -> str:
+    return (
+        f"leaving the wait does not stop turn {turn.id} of session {turn.session.id}: it goes "
+        "on; to stop it, call interrupt() on it, or cancel() on its session"
+    )
+
+
 def _event_for_reader(event: Event, output_type: Any) -> Event:
     if isinstance(event, TurnEnded) and output_type is not None:
         return attrs.evolve(event, record=_for_reader(event.record, output_type))
     return event
-
-
-@attrs.define(eq=False)
-class _Waiter:
-    """One ``result()`` wait: the handlers it runs or shares, and its deadline."""
-
-    session: Session
-    core: SessionCore
-    deadline: float
-    scope: trio.CancelScope = attrs.field(init=False)
-    nursery: trio.Nursery | None = None
-    watched: dict[str, _HandlerRun] = attrs.field(factory=dict)
-    blocked: bool = False  # a callback is left to the caller: return Blocked when idle
-    paused_at: float | None = None  # a client tool handler runs: its time is not counted
-
-    def __attrs_post_init__(self) -> None:
-        self.scope = trio.CancelScope(deadline=self.deadline)
-
-    def is_open(self, callback: Callback) -> bool:
-        pending = self.core.callbacks.get(callback.id)
-        return pending is not None and not pending.closed.is_set()
-
-    def handle(self, callback: Callback) -> bool:
-        """Start (or share) the reference's handler for ``callback``; False if none."""
-        handler = self.session._handler_for(callback)
-        if handler is None:
-            return False
-        run = self.session._handling.get(callback.id)
-        if run is None:
-            run = _HandlerRun(callback)
-            self.session._handling[callback.id] = run
-            assert self.nursery is not None
-            self.nursery.start_soon(_run_handler, self.session, self.core, handler, run)
-        self.watched[callback.id] = run
-        return True
-
-    def settle(self) -> None:
-        """Take the outcomes of finished handler runs: one that kept its callback open makes
-        the wait return ``Blocked`` once the others have finished.
-
-        Raises:
-            Exception: What a handler raised, or an ``SdkError`` for an answer that did not
-                fit; its callback stays open.
-        """
-        for callback_id, run in list(self.watched.items()):
-            if not run.done.is_set():
-                continue
-            del self.watched[callback_id]
-            if run.error is not None:
-                raise run.error
-            if run.abandoned and self.is_open(run.callback):
-                self.handle(run.callback)  # the wait that ran it left: run it here
-            elif run.kept_open and self.is_open(run.callback):
-                self.blocked = True
-        self._count_client_time()
-
-    def _count_client_time(self) -> None:
-        busy = any(isinstance(run.callback, OpenClientToolCall) for run in self.watched.values())
-        now = trio.current_time()
-        if busy and self.paused_at is None:
-            self.paused_at = now
-            self.scope.deadline = math.inf
-        elif not busy and self.paused_at is not None:
-            self.deadline += now - self.paused_at
-            self.paused_at = None
-            self.scope.deadline = self.deadline
-
-    async def wait(self, log: Any, seq: int) -> None:
-        """Return once the log has an event after ``seq``, or a watched handler finished."""
-        if not self.watched:
-            await log.wait_beyond(seq)
-            return
-        async with trio.open_nursery() as nursery:
-
-            async def first(wait: Callable[[], Awaitable[None]]) -> None:
-                await wait()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(first, functools.partial(log.wait_beyond, seq))
-            for run in self.watched.values():
-                nursery.start_soon(first, run.done.wait)
 
 
 class Turn:
@@ -525,30 +381,21 @@ class Turn:
         # on_event sees the whole turn, whatever ``after`` is.
         delivered = turn.first_seq - 1 if on_event is not None else position
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        waiter = _Waiter(self._session, turn.session, deadline)
-        record: TurnState[Any] | None = None
-        failure: Exception | None = None
-        with waiter.scope:
-            if not self._session._has_handlers:
+        waiter = Waiter(turn.session, self._session._handler_for, deadline)
+        try:
+            with waiter.scope:
                 record = await self._follow(turn, waiter, position, delivered, wanted, on_event)
-            else:
-                async with trio.open_nursery() as nursery:  # the handlers it runs
-                    waiter.nursery = nursery
-                    try:
-                        record = await self._follow(
-                            turn, waiter, position, delivered, wanted, on_event
-                        )
-                    except Exception as error:  # raised below, not wrapped in a group
-                        failure = error
-                    nursery.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        return record if record is not None else _for_reader(turn.state(), wanted)
+                if record is not None:
+                    return record
+        except trio.Cancelled as cancelled:
+            add_note(cancelled, _leaving_note(turn))
+            raise
+        return _for_reader(turn.state(), wanted)
 
     async def _follow(
         self,
         turn: TurnCore,
-        waiter: _Waiter,
+        waiter: Waiter,
         position: int,
         delivered: int,
         wanted: Any,
@@ -565,17 +412,13 @@ class Turn:
                     continue
                 event = _event_for_reader(event, wanted)
                 if on_event is not None:
-                    await _call(on_event, event)
+                    await invoke(on_event, event)
                 if delivered <= position:
                     continue
                 if isinstance(event, TurnEnded):
                     return attrs.evolve(event.record, cursor=log.last_cursor())
-                if (
-                    isinstance(event, CallbackOpened)
-                    and waiter.is_open(event.callback)
-                    and not waiter.handle(event.callback)
-                ):
-                    waiter.blocked = True  # no handler for it: the caller must answer
+                if isinstance(event, CallbackOpened):
+                    waiter.handle(event.callback)
             position = max(position, delivered)
             waiter.settle()
             if waiter.blocked and not waiter.watched:
@@ -610,7 +453,6 @@ class Turn:
                 (``ClientToolAnswerError`` for a client tool's result), or allows a hook's
                 approval for the whole session; nothing was sent.
         """
-        check_callback_id(callback_id)
         return await self._session._core.answer(callback_id, answer)
 
     async def iter_events(

@@ -24,6 +24,7 @@ import trio
 
 import agentlib
 from agentlib._engine._runtime import set_current_runtime
+from agentlib._errors import add_note
 
 __all__ = ["Portal", "off_thread", "portal"]
 
@@ -104,13 +105,18 @@ class Portal:
         done = _thread.allocate_lock()
         done.acquire()
         result: list[Any] = []  # [value] or [value, error]
+        notes: list[str] = []
         scope = trio.CancelScope()
 
         async def task() -> None:
             set_current_runtime(runtime)
             try:
                 with scope:
-                    result.append(await afn(*args, **kwargs))
+                    try:
+                        result.append(await afn(*args, **kwargs))
+                    except trio.Cancelled as cancelled:  # keep its notes for the caller
+                        notes[:] = getattr(cancelled, "__notes__", ())
+                        raise
             except BaseException as exc:
                 result[:] = [None, exc]
                 if isinstance(exc, trio.Cancelled):
@@ -138,7 +144,10 @@ class Portal:
                 raise RuntimeError("agentlib's engine stopped during the call") from None
             raise error
         if not result:  # our scope caught the cancellation: the caller pressed Ctrl-C
-            raise KeyboardInterrupt
+            stop = KeyboardInterrupt()
+            for note in notes:  # e.g. which turn goes on, and how to stop it
+                add_note(stop, note)
+            raise stop
         return result[0]  # type: ignore[no-any-return]
 
     def iterate(self, make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:

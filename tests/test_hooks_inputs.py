@@ -494,7 +494,9 @@ async def test_a_handler_allowing_a_hooks_approval_for_the_session_raises() -> N
     assert runs == []
 
 
-async def test_a_tool_requiring_approval_and_a_hook_asking_open_one_approval_of_the_tool() -> None:
+async def test_a_tool_requiring_approval_and_a_hook_asking_open_one_approval_of_the_hook() -> None:
+    # The hook's approval can only be allowed once, so a session-wide approval of the tool
+    # never lets through a call a hook flagged.
     runs: list[int] = []
 
     @tool(requires_approval=True)
@@ -506,7 +508,7 @@ async def test_a_tool_requiring_approval_and_a_hook_asking_open_one_approval_of_
     agent = make_agent(Script(call("delete", n=1), "done"), [delete], [ask_why])
     outcome = await run_turn(agent, on_approval=lambda approval: AllowApproval())
 
-    assert [approval.source for approval in approvals(outcome)] == ["tool"]
+    assert [approval.source for approval in approvals(outcome)] == ["hook"]
     assert isinstance(outcome.record, Completed)
     assert runs == [1]
 

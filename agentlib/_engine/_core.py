@@ -18,6 +18,7 @@ import trio
 from .._callbacks import (
     AllowApproval,
     Callback,
+    Credentials,
     DenyApproval,
     KeepCallbackOpen,
     OpenApproval,
@@ -28,6 +29,7 @@ from .._callbacks import (
 from .._convert import unstructure
 from .._entries import Entry, MessageEntry, ToolCallEntry
 from .._errors import (
+    ClientToolAnswerError,
     SdkError,
     SessionIdempotencyConflictError,
     SessionTerminatedError,
@@ -57,6 +59,7 @@ from ._log import EventLog
 if TYPE_CHECKING:
     from .._agent import Agent
     from .._tools import Tool
+    from ._handlers import HandlerRun
     from ._runtime import Runtime
 
 __all__ = ["PendingCallback", "SessionCore", "TurnCore", "check_callback_id"]
@@ -128,6 +131,11 @@ class PendingCallback:
         return self.callback.id
 
 
+#: Answers of other callbacks, which a client tool's result must not be (a credential would
+#: reach the model).
+_NOT_RESULTS = (AllowApproval, DenyApproval, SignInAnswer, Credentials, KeepCallbackOpen)
+
+
 def check_callback_id(callback_id: object) -> str:
     """``callback_id`` in the canonical form of a UUID (as callbacks' ids are written).
 
@@ -165,8 +173,9 @@ class SessionCore:
     terminated: bool = False
     idempotency: dict[str, tuple[str, str]] = attrs.field(factory=dict)
     idempotency_key: str | None = None
-    inputs: dict[str, Any] = attrs.field(factory=dict)
+    inputs: dict[str, Any] = attrs.field(factory=dict, repr=False)
     callbacks: dict[str, PendingCallback] = attrs.field(factory=dict)
+    handler_runs: dict[str, HandlerRun] = attrs.field(factory=dict)
     approved_tools: set[str] = attrs.field(factory=set)
     credentials: dict[str, str] = attrs.field(factory=dict, repr=False)
 
@@ -182,6 +191,13 @@ class SessionCore:
 
     def open_callbacks_of(self, turn: TurnCore) -> tuple[Callback, ...]:
         return tuple(turn.open_callbacks.values())
+
+    def find_open(self, callback_id: str) -> PendingCallback | None:
+        """The open callback ``callback_id`` of this session, if any."""
+        pending = self.callbacks.get(callback_id)
+        if pending is None or pending.closed.is_set():
+            return None
+        return pending
 
     # -- callbacks -------------------------------------------------------------------------
 
@@ -227,6 +243,9 @@ class SessionCore:
             answered=pending.answered,
         )
         pending.closed.set()
+        run = self.handler_runs.get(callback.id)
+        if run is not None:
+            run.scope.cancel()  # its answer is moot now
         if isinstance(answer, AllowApproval) and answer.scope == "session":
             assert isinstance(callback, OpenApproval)
             self.approved_tools.add(callback.tool_name)
@@ -250,10 +269,9 @@ class SessionCore:
                 the message never repeats a credential or the value.
         """
         callback = pending.callback
-        if isinstance(answer, KeepCallbackOpen):
+        if isinstance(answer, type):
             raise SdkError(
-                "KeepCallbackOpen() is a handler's return value, never an answer: to leave "
-                "a callback open, do not answer it"
+                f"{answer.__name__} is a class: answer with an instance, {answer.__name__}(...)"
             )
         if isinstance(callback, OpenApproval):
             if not isinstance(answer, (AllowApproval, DenyApproval)):
@@ -290,13 +308,14 @@ class SessionCore:
                     f"({', '.join(map(repr, callback.sources))}): {'; '.join(problems)}"
                 )
             return answer
-        if isinstance(callback, OpenClientToolCall):
-            assert pending.tool is not None
-            return pending.tool.check_answer(answer)
-        raise SdkError(
-            f"callback {callback.id} is of a type this version cannot answer "
-            f"({getattr(callback, 'callback_type', type(callback).__name__)})"
-        )
+        assert isinstance(callback, OpenClientToolCall), "only known callbacks are opened"
+        assert pending.tool is not None
+        if isinstance(answer, _NOT_RESULTS):
+            raise ClientToolAnswerError(
+                f"a {type(answer).__name__} answers another kind of callback; a client tool "
+                "call is answered with the tool's result"
+            )
+        return pending.tool.check_answer(answer)
 
     async def answer(
         self, callback_id: str, answer: object

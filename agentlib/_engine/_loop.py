@@ -27,6 +27,7 @@ from .._output import output_schema, parse_output
 from .._records import Completed, ErrorInfo, Failed, TurnState
 from .._tools import Tool
 from ._core import PendingCallback, TurnCore, interrupted
+from ._handlers import invoke
 
 __all__ = ["run_turn"]
 
@@ -253,19 +254,13 @@ def _fail(turn: TurnCore, call: _Call, error: BaseException, what: str) -> None:
         call.failure = error
 
 
-async def _call(function: Callable[..., Any], is_async: bool, *args: Any, **kwargs: Any) -> Any:
-    if is_async:
-        return await function(*args, **kwargs)
-    return function(*args, **kwargs)
-
-
 async def _run_hooks(turn: TurnCore, call: _Call) -> None:
     """Run the agent's hooks, in order, on one call; the first refusal stops them."""
     reasons = []
     for hook in turn.session.agent.hooks:
         try:
             values = {d.name: read_input(turn.session.inputs, d) for d in hook.dependencies}
-            decision = await _call(hook.function, hook.is_async, call.entry, **values)
+            decision = await invoke(hook.function, call.entry, **values)
             if isinstance(decision, ModifiedArguments):
                 if not isinstance(decision.arguments, Mapping):
                     raise TypeError("ModifiedArguments takes a JSON object of arguments")
@@ -338,6 +333,7 @@ async def _call_tool(turn: TurnCore, call: _Call) -> ToolResultEntry:
         arguments = tool.structure_arguments(entry.arguments)
     except ValidationError as error:
         return _error_result(entry, str(error))
+    # One approval per call: a hook's, which is allowed once only, or else the tool's own.
     tool_approval = tool.requires_approval and tool.name not in session.approved_tools
     if tool_approval or call.hook_approval:
         pending = await _wait(
@@ -346,7 +342,7 @@ async def _call_tool(turn: TurnCore, call: _Call) -> ToolResultEntry:
                 OpenApproval,
                 tool_name=tool.name,
                 arguments=entry.arguments,
-                source="tool" if tool_approval else "hook",
+                source="hook" if call.hook_approval else "tool",
                 reason=call.approval_reason,
             )
         )

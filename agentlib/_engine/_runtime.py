@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,10 @@ class Runtime:
 
     def spawn_turn(self, turn: TurnCore) -> None:
         self._nursery.start_soon(run_turn, turn, name=f"agentlib turn {turn.id}")
+
+    def spawn(self, function: Callable[..., Awaitable[None]], *args: Any, name: str) -> None:
+        """Run ``function(*args)`` in the runtime's nursery; it must not raise."""
+        self._nursery.start_soon(function, *args, name=name)
 
     def core(self, session_id: str) -> SessionCore:
         """The live state of a session.

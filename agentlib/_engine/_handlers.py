@@ -1,0 +1,214 @@
+"""Handlers: the functions of a session reference that answer callbacks while a call waits.
+
+A handler run belongs to the session that opened its callback, not to the wait that started
+it: every wait on that session shares it (a handler runs once per callback), it goes on when
+the wait that started it leaves (a person typing at a prompt is not cut off), and it ends
+when its callback closes, whoever answered it.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from .._callbacks import Callback, KeepCallbackOpen, OpenClientToolCall
+from .._errors import ClientToolAnswerError, SdkError
+from ._log import EventLog
+
+if TYPE_CHECKING:
+    from ._core import SessionCore
+
+__all__ = ["HandlerRun", "Waiter", "invoke"]
+
+#: A handler: a function (sync or async) of a callback.
+Handler = Callable[[Any], Any]
+
+_NAMES = {"approval": "on_approval", "sign_in": "on_sign_in", "client_tool_call": "on_client_tool"}
+
+
+async def invoke(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a user's function, sync or async, and return its result."""
+    result = function(*args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+@attrs.define(eq=False)
+class HandlerRun:
+    """One run of a handler on one callback.
+
+    Attributes:
+        callback: The callback it answers.
+        scope: Cancelled when the callback closes before the handler returns.
+        done: Set when the run is over.
+        kept_open: The handler returned ``KeepCallbackOpen()``.
+        error: What the handler raised, or the error of an answer that did not fit.
+        error_raised: Whether a wait has raised ``error`` already (the others raise a copy).
+    """
+
+    callback: Callback
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    done: trio.Event = attrs.field(factory=trio.Event)
+    kept_open: bool = False
+    error: BaseException | None = None
+    error_raised: bool = False
+
+    @property
+    def for_client_tool(self) -> bool:
+        return isinstance(self.callback, OpenClientToolCall)
+
+
+def start_run(core: SessionCore, callback: Callback, handler: Handler) -> HandlerRun:
+    """The run answering ``callback`` (opened in ``core``): the running one, or a new one."""
+    run = core.handler_runs.get(callback.id)
+    if run is None:
+        run = core.handler_runs[callback.id] = HandlerRun(callback)
+        core.runtime.spawn(_run, core, handler, run, name=f"agentlib handler {callback.id}")
+    return run
+
+
+async def _run(core: SessionCore, handler: Handler, run: HandlerRun) -> None:
+    """Run ``handler`` on ``run.callback`` and send its answer; record how it went."""
+    callback = run.callback
+    name = _NAMES.get(getattr(callback, "type", ""), "the handler")
+    try:
+        with run.scope:
+            try:
+                answer = await invoke(handler, callback)
+            except Exception as error:
+                pending = core.callbacks[callback.id]
+                if run.for_client_tool and core.agent.tool_errors == "report":
+                    # As for a failing tool: the model is told, and the turn goes on.
+                    core.close_callback(pending, error=f"{type(error).__name__}: {error}")
+                else:
+                    run.error = error
+                return
+            if isinstance(answer, KeepCallbackOpen):
+                run.kept_open = True
+                return
+            try:
+                await core.answer(callback.id, answer)
+            except ClientToolAnswerError as error:
+                run.error = ClientToolAnswerError(
+                    f"{name} answered call {callback.id}, but the answer could not be sent; "
+                    f"the call stays open: {error}"
+                )
+            except SdkError as error:
+                run.error = SdkError(
+                    f"{name} returned an answer that does not fit callback {callback.id}, "
+                    f"which stays open: {error}"
+                )
+    finally:
+        if core.handler_runs.get(callback.id) is run:
+            del core.handler_runs[callback.id]
+        run.done.set()
+
+
+@attrs.define(eq=False)
+class Waiter:
+    """One wait (``turn.result``): the handler runs it watches, and its deadline.
+
+    Attributes:
+        core: The session waited on; callbacks of its subagents count too.
+        handler_for: The waiting reference's handler for a callback, if it has one.
+        deadline: When the wait ends; pushed back by the time client tool handlers take.
+        scope: The wait's cancel scope, which holds the deadline.
+        watched: The handler runs the wait follows, by callback id.
+        blocked: A callback was left to the caller: the wait returns ``Blocked`` once the
+            handler runs it follows are over.
+    """
+
+    core: SessionCore
+    handler_for: Callable[[Callback], Handler | None]
+    deadline: float
+    scope: trio.CancelScope = attrs.field(init=False)
+    watched: dict[str, HandlerRun] = attrs.field(factory=dict)
+    blocked: bool = False
+    _paused_at: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        self.scope = trio.CancelScope(deadline=self.deadline)
+
+    def is_open(self, callback: Callback) -> bool:
+        return self.core.find_open(callback.id) is not None
+
+    def handle(self, callback: Callback) -> None:
+        """Have ``callback`` answered by the reference's handler, or left to the caller."""
+        pending = self.core.find_open(callback.id)
+        if pending is None:
+            return
+        handler = self.handler_for(callback)
+        if handler is None:
+            self.blocked = True
+            return
+        self.watched[callback.id] = start_run(pending.turn.session, callback, handler)
+
+    def settle(self) -> None:
+        """Take the outcomes of the handler runs that are over.
+
+        Raises:
+            Exception: What a handler raised, or an ``SdkError`` for an answer that did not
+                fit; its callback stays open.
+        """
+        for callback_id, run in list(self.watched.items()):
+            if not run.done.is_set():
+                if not self.is_open(run.callback):
+                    del self.watched[callback_id]  # answered elsewhere: the run is ending
+                continue
+            del self.watched[callback_id]
+            if run.error is not None:
+                raise _own_copy(run)
+            if run.kept_open and self.is_open(run.callback):
+                self.blocked = True
+        self._count_client_time()
+
+    def _count_client_time(self) -> None:
+        # Only a client tool's handler is not counted: while it runs alone, the clock stops.
+        running = [run for run in self.watched.values() if not run.done.is_set()]
+        paused = bool(running) and all(run.for_client_tool for run in running)
+        now = trio.current_time()
+        if paused and self._paused_at is None:
+            self._paused_at = now
+            self.scope.deadline = math.inf
+        elif not paused and self._paused_at is not None:
+            self.deadline += now - self._paused_at
+            self._paused_at = None
+            self.scope.deadline = self.deadline
+
+    async def wait(self, log: EventLog, seq: int) -> None:
+        """Return once the log has an event after ``seq``, or a watched run is over."""
+        if not self.watched:
+            await log.wait_beyond(seq)
+            return
+        async with trio.open_nursery() as nursery:
+
+            async def first(wait: Callable[[], Awaitable[None]]) -> None:
+                await wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(first, lambda: log.wait_beyond(seq))
+            for run in self.watched.values():
+                nursery.start_soon(first, run.done.wait)
+
+
+def _own_copy(run: HandlerRun) -> BaseException:
+    """The run's error for one wait: the first wait raises it, the others a copy of it, so
+    that no two waits add their frames to one traceback."""
+    error = run.error
+    assert error is not None
+    if not run.error_raised:
+        run.error_raised = True
+        return error
+    try:
+        clone = copy.copy(error)
+    except Exception:
+        return error
+    clone.__cause__ = error
+    return clone.with_traceback(None)
