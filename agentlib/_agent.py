@@ -32,16 +32,22 @@ class Agent:
             :func:`client_tool` stubs and :class:`ToolSource`\\ s.
         output_type: Structure the final answer into this type (an attrs class, a
             dataclass, a pydantic model...); None keeps the text.
-        subagents: Agents this one may delegate to.
+        subagents: Agents this one may delegate to: each is offered to the model as a tool
+            named after it, whose call runs a turn of a new subagent session.
         hooks: :func:`pre_tool_call` hooks, run in order before every tool call.
         tool_errors: ``"report"`` sends a tool's exception to the model as an error result;
             ``"raise"`` fails the turn.
+        description: What the agent does, for a model that may delegate to it; by default
+            the first line of ``instructions``.
+        max_running_subagents: How many subagent turns may run at once below a session of
+            this agent (at any depth); a delegation beyond it gets an error result.
 
     Raises:
-        TypeError: A tool has no JSON schema, ``model`` is not a model, or a hook is not
-            made with :func:`pre_tool_call`.
-        ValueError: Two tools share a name, a tool outside a sign-in source takes
-            ``Credentials``, or ``tool_errors`` is neither value.
+        TypeError: A tool has no JSON schema, ``model`` is not a model, a subagent is not an
+            agent, or a hook is not made with :func:`pre_tool_call`.
+        ValueError: Two tools (or a tool and a subagent) share a name, a tool outside a
+            sign-in source takes ``Credentials``, ``tool_errors`` is neither value, or
+            ``max_running_subagents`` is below 1.
     """
 
     def __init__(
@@ -54,6 +60,9 @@ class Agent:
         subagents: Sequence[Agent] = (),
         hooks: Sequence[Hook] = (),
         tool_errors: Literal["report", "raise"] = "report",
+        *,
+        description: str = "",
+        max_running_subagents: int = 8,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError("an agent needs a name, e.g. Agent(name='assistant', ...)")
@@ -73,9 +82,32 @@ class Agent:
             if t.name in self.tools_by_name:
                 raise ValueError(f"agent {name!r} has two tools named {t.name!r}")
             self.tools_by_name[t.name] = t
-        self.tool_schemas: tuple[ToolSchema, ...] = tuple(t.schema for t in self.tools)
-        self.output_type = output_type
+        self.description = description or _first_line(instructions) or f"The agent {name}."
+        if isinstance(max_running_subagents, bool) or not (
+            isinstance(max_running_subagents, int) and max_running_subagents >= 1
+        ):
+            raise ValueError(
+                f"agent {name!r}: max_running_subagents must be an int of at least 1, "
+                f"not {max_running_subagents!r}"
+            )
+        self.max_running_subagents = max_running_subagents
         self.subagents = tuple(subagents)
+        self.subagents_by_name: dict[str, Agent] = {}
+        for sub in self.subagents:
+            if not isinstance(sub, Agent):
+                raise TypeError(f"agent {name!r}: subagents are Agents, not {sub!r}")
+            if not sub.name.isidentifier():
+                raise ValueError(
+                    f"agent {name!r}: subagent {sub.name!r} is offered to the model as a "
+                    "tool, so its name must be letters, digits and underscores"
+                )
+            if sub.name in self.tools_by_name or sub.name in self.subagents_by_name:
+                raise ValueError(f"agent {name!r} has two tools or subagents named {sub.name!r}")
+            self.subagents_by_name[sub.name] = sub
+        self.tool_schemas: tuple[ToolSchema, ...] = tuple(t.schema for t in self.tools) + tuple(
+            _delegation_schema(sub) for sub in self.subagents
+        )
+        self.output_type = output_type
         for hook in hooks:
             if not isinstance(hook, Hook):
                 raise TypeError(
@@ -167,3 +199,29 @@ def _tools(agent: str, items: Iterable[Tool | ToolSource | Callable[..., Any]]) 
             )
         tools.append(made)
     return tuple(tools)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0].strip() if text.strip() else ""
+
+
+def _delegation_schema(agent: Agent) -> ToolSchema:
+    """The tool a parent's model calls to delegate a task to ``agent``."""
+    return ToolSchema(
+        name=agent.name,
+        description=agent.description,
+        parameters={
+            "type": "object",
+            "properties": {
+                "message": {
+                    "type": "string",
+                    "description": (
+                        f"The task for {agent.name}, with everything it needs to know: it "
+                        "does not see this conversation."
+                    ),
+                }
+            },
+            "required": ["message"],
+            "additionalProperties": False,
+        },
+    )

@@ -26,7 +26,12 @@ from ._convert import CONVERTER, validation_error
 from ._engine._core import SessionCore, TurnCore
 from ._engine._handlers import Handler, Waiter, invoke
 from ._engine._runtime import Runtime
-from ._errors import SessionBusyError, ValidationError, add_note
+from ._errors import (
+    SessionBusyError,
+    UnsupportedSessionProcedureError,
+    ValidationError,
+    add_note,
+)
 from ._events import CallbackOpened, Event, TurnEnded
 from ._json import InvalidValue
 from ._output import parse_output
@@ -190,9 +195,11 @@ class Session:
             SessionTerminatedError: The session was cancelled.
             SessionBusyError: The session still could not take the message after several
                 tries; nothing changed.
+            UnsupportedSessionProcedureError: The session is a subagent's: its references
+                only read, and interrupt its turns.
         """
+        core = self._writable("send_message")
         blocks = message_content(content)
-        core = self._core
         for _ in range(_SEND_TRIES):
             started = core.start_turn(blocks, idempotency_key, self._agent.output_type)
             if isinstance(started, tuple):
@@ -221,12 +228,17 @@ class Session:
             ValidationError: ``content`` is malformed.
             SessionIdempotencyConflictError: The key was used for another message.
             SessionTerminatedError: The session was cancelled.
+            UnsupportedSessionProcedureError: The session is a subagent's: its references
+                only read, and interrupt its turns.
         """
-        return self._start(content, idempotency_key, self._agent.output_type)
+        return self._start("start_turn", content, idempotency_key, self._agent.output_type)
 
-    def _start(self, content: Content, key: str | None, output_type: Any) -> Turn | Busy[Turn]:
+    def _start(
+        self, procedure: str, content: Content, key: str | None, output_type: Any
+    ) -> Turn | Busy[Turn]:
+        core = self._writable(procedure)
         blocks = message_content(content)
-        started = self._core.start_turn(blocks, key, output_type)
+        started = core.start_turn(blocks, key, output_type)
         if isinstance(started, tuple):
             return Turn(self, started[0].id, started=True)
         return Busy(turn=Turn(self, started.id, started=None))
@@ -257,9 +269,12 @@ class Session:
             ValidationError: ``content`` is malformed.
             SessionIdempotencyConflictError: The key was used for another message.
             SessionTerminatedError: The session was cancelled.
+            UnsupportedSessionProcedureError: The session is a subagent's: its references
+                only read, and interrupt its turns.
+            Exception: What a handler raised while the turn ran (see :meth:`Turn.result`).
         """
         wanted = output_type if output_type is not None else self._agent.output_type
-        turn = self._start(content, idempotency_key, wanted)
+        turn = self._start("run", content, idempotency_key, wanted)
         if isinstance(turn, Busy):
             return turn
         return await turn.result(output_type=wanted, timeout=timeout, on_event=on_event)
@@ -289,13 +304,47 @@ class Session:
             await log.wait_beyond(position)
 
     async def cancel(self) -> None:
-        """End the session: interrupt its running turn; later sends raise
-        ``SessionTerminatedError``. Its history stays readable. Idempotent."""
-        await self._core.cancel()
+        """End the session and its subagents: interrupt the running turns; later sends
+        raise ``SessionTerminatedError``. Its history stays readable. Idempotent.
+
+        Raises:
+            UnsupportedSessionProcedureError: The session is a subagent's: its references
+                only read, and interrupt its turns.
+        """
+        await self._writable("cancel").cancel()
 
     async def subagents(self) -> list[Session]:
-        """References to this session's direct subagent sessions, newest first."""
-        return []
+        """References to this session's direct subagent sessions, newest first.
+
+        They read (records, events, entries) and interrupt their turns, and answer callbacks
+        with this reference's handlers; the rest is refused: send to this session instead.
+        """
+        return [
+            Session(
+                self._runtime,
+                child.id,
+                agent=child.agent,
+                on_approval=self._on_approval,
+                on_sign_in=self._on_sign_in,
+                on_client_tool=self._on_client_tool,
+            )
+            for child in reversed(self._core.children)
+        ]
+
+    def _writable(self, procedure: str) -> SessionCore:
+        """The session, if ``procedure`` may change it: a subagent's session only reads.
+
+        Raises:
+            UnsupportedSessionProcedureError: It is a subagent's.
+        """
+        core = self._core
+        if core.parent is not None:
+            raise UnsupportedSessionProcedureError(
+                f"session {self.id} is a subagent's, whose references only read and interrupt "
+                f"its turns, so {procedure} is refused; send to its root session "
+                f"{core.root.id} instead, or cancel that one to stop it"
+            )
+        return core
 
 
 def _leaving_note(turn: TurnCore) -> str:
@@ -492,7 +541,9 @@ class Turn:
 
         Raises:
             ValidationError: ``content`` is malformed.
+            UnsupportedSessionProcedureError: The turn is a subagent's: steer its parent's.
         """
+        self._session._writable("steer")
         blocks = message_content(content)
         turn = self._turn()
         if turn.session.steer(turn, blocks):

@@ -45,6 +45,9 @@ class Agent:
         subagents: Sequence[Agent | agentlib.Agent] = (),
         hooks: Sequence[agentlib.Hook] = (),
         tool_errors: Literal["report", "raise"] = "report",
+        *,
+        description: str = "",
+        max_running_subagents: int = 8,
     ) -> None:
         self.agent: agentlib.Agent = agentlib.Agent(
             name,
@@ -55,6 +58,8 @@ class Agent:
             [_async_agent(sub) for sub in subagents],
             hooks,
             tool_errors,
+            description=description,
+            max_running_subagents=max_running_subagents,
         )
 
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -26,11 +26,13 @@ from .._callbacks import (
     OpenSignIn,
     SignInAnswer,
 )
+from .._content import TextContentBlock
 from .._convert import unstructure
 from .._entries import Entry, MessageEntry, ToolCallEntry
 from .._errors import (
     ClientToolAnswerError,
     SdkError,
+    SessionBusyError,
     SessionIdempotencyConflictError,
     SessionTerminatedError,
     TurnNotFoundError,
@@ -178,6 +180,27 @@ class SessionCore:
     handler_runs: dict[str, HandlerRun] = attrs.field(factory=dict)
     approved_tools: set[str] = attrs.field(factory=set)
     credentials: dict[str, str] = attrs.field(factory=dict, repr=False)
+    # A subagent session: the session and turn that delegated to it.
+    parent: SessionCore | None = attrs.field(default=None, repr=False)
+    parent_turn: TurnCore | None = attrs.field(default=None, repr=False)
+    children: list[SessionCore] = attrs.field(factory=list, repr=False)
+    below: dict[str, PendingCallback] = attrs.field(factory=dict, repr=False)
+    running_subagents: int = 0  # on a root: its subagent turns running, at any depth
+
+    @property
+    def root(self) -> SessionCore:
+        core = self
+        while core.parent is not None:
+            core = core.parent
+        return core
+
+    def ancestors(self) -> Iterator[tuple[SessionCore, TurnCore]]:
+        """Each session above this one, with its turn that (indirectly) delegated to it."""
+        core = self
+        while core.parent is not None:
+            assert core.parent_turn is not None
+            yield core.parent, core.parent_turn
+            core = core.parent
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -193,8 +216,8 @@ class SessionCore:
         return tuple(turn.open_callbacks.values())
 
     def find_open(self, callback_id: str) -> PendingCallback | None:
-        """The open callback ``callback_id`` of this session, if any."""
-        pending = self.callbacks.get(callback_id)
+        """The open callback ``callback_id`` of this session or of a subagent below it."""
+        pending = self.callbacks.get(callback_id) or self.below.get(callback_id)
         if pending is None or pending.closed.is_set():
             return None
         return pending
@@ -216,6 +239,12 @@ class SessionCore:
         self.callbacks[callback.id] = pending
         turn.open_callbacks[callback.id] = callback
         self.emit(CallbackOpened, turn.id, callback=callback)
+        # Every session above lists it too, so that its turn reads Blocked and its readers
+        # (and handlers) see it.
+        for ancestor, delegating in self.ancestors():
+            ancestor.below[callback.id] = pending
+            delegating.open_callbacks[callback.id] = callback
+            ancestor.emit(CallbackOpened, delegating.id, callback=callback)
         return pending
 
     def close_callback(
@@ -235,13 +264,16 @@ class SessionCore:
         pending.answer = answer
         pending.error = error
         del pending.turn.open_callbacks[callback.id]
-        self.emit(
-            CallbackClosed,
-            pending.turn.id,
-            callback_id=callback.id,
-            answer=answer if isinstance(answer, (AllowApproval, DenyApproval)) else None,
-            answered=pending.answered,
-        )
+        closed = {
+            "callback_id": callback.id,
+            "answer": answer if isinstance(answer, (AllowApproval, DenyApproval)) else None,
+            "answered": pending.answered,
+        }
+        self.emit(CallbackClosed, pending.turn.id, **closed)
+        for ancestor, delegating in self.ancestors():
+            del ancestor.below[callback.id]
+            del delegating.open_callbacks[callback.id]
+            ancestor.emit(CallbackClosed, delegating.id, **closed)
         pending.closed.set()
         run = self.handler_runs.get(callback.id)
         if run is not None:
@@ -327,22 +359,24 @@ class SessionCore:
                 "KeepCallbackOpen() is a handler's return value, never an answer: to leave "
                 "a callback open, do not answer it"
             )
-        pending = self.callbacks.get(callback_id)
+        # A subagent's callback is found here while it is open, and answered in its session.
+        pending = self.callbacks.get(callback_id) or self.below.get(callback_id)
         if pending is None:
             return NotFound()
+        owner = pending.turn.session
         fitted = self.fit_answer(pending, answer)
         was_open = not pending.closed.is_set()
         # The read above and the write below are two steps, as with any shared store: an
         # answer that read the callback open may find another answer took it meanwhile.
         await trio.lowlevel.checkpoint()
         if was_open and not pending.closed.is_set():
-            self.close_callback(pending, answer=fitted)
+            owner.close_callback(pending, answer=fitted)
         if not (was_open and pending.answered):
-            return AlreadySettled(session_id=self.id)
+            return AlreadySettled(session_id=owner.id)
         taken = pending.answer
         return Answered(
             answer=taken if isinstance(taken, (AllowApproval, DenyApproval)) else None,
-            session_id=self.id,
+            session_id=owner.id,
         )
 
     # -- writing ---------------------------------------------------------------------------
@@ -430,22 +464,50 @@ class SessionCore:
             self.add_entry(message)
         turn.steered.clear()
         for callback_id in list(turn.open_callbacks):
-            self.close_callback(self.callbacks[callback_id], answered=False)
+            pending = self.callbacks.get(callback_id) or self.below[callback_id]
+            pending.turn.session.close_callback(pending, answered=False)
         turn.record = record = attrs.evolve(record, cursor=self.log.next_id())
         self.emit(TurnEnded, turn.id, record=record)
         if self.active is turn:
             self.active = None
+            if self.parent is not None:
+                self.root.running_subagents -= 1
         turn.done.set()
 
     async def cancel(self) -> None:
-        """End the session: stop its turn, take no more commands, close the log."""
+        """End the session and its subagents: stop its turn, take no more commands, close
+        the logs."""
         self.terminated = True
         turn = self.active
         if turn is not None:
             turn.stop("cancelled")
             await turn.done.wait()
+        for child in self.children:
+            await child.cancel()
         if not self.log.closed:
             self.log.close()
+
+    def start_subagent(self, turn: TurnCore, agent: Agent, message: str) -> TurnCore:
+        """A new subagent session of ``agent`` below this one, running a turn on ``message``.
+
+        Raises:
+            SessionBusyError: The root already runs as many subagent turns as its agent
+                allows; nothing changed.
+        """
+        root = self.root
+        limit = root.agent.max_running_subagents
+        if root.running_subagents >= limit:
+            raise SessionBusyError(
+                f"session {root.id} already runs {limit} subagent turns, its agent's "
+                "max_running_subagents; nothing was started: delegate again once one ends"
+            )
+        child = self.runtime.start_session(agent, (), self.inputs, None)
+        child.parent, child.parent_turn = self, turn
+        self.children.append(child)
+        started = child.start_turn((TextContentBlock(text=message),), None, agent.output_type)
+        assert isinstance(started, tuple)
+        root.running_subagents += 1
+        return started[0]
 
 
 def interrupted(turn: TurnCore) -> Interrupted:

@@ -8,7 +8,7 @@ import random
 import string
 import typing
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import attrs
 import trio
@@ -17,17 +17,20 @@ from .._callbacks import Credentials, DenyApproval, OpenApproval, OpenClientTool
 from .._content import ContentBlock, TextContentBlock, UnknownContentBlock
 from .._convert import unstructure
 from .._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry
-from .._errors import ValidationError
+from .._errors import SessionBusyError, ValidationError
 from .._events import EntryAdded, EntryCompleted, EntryDelta
 from .._history import new_id
 from .._hooks import DenyToolCall, ModifiedArguments, RequestApproval
 from .._inputs import read_input
 from .._models._base import ModelRequest, ToolCallRequest
 from .._output import output_schema, parse_output
-from .._records import Completed, ErrorInfo, Failed, TurnState
+from .._records import Completed, ErrorInfo, Failed, Interrupted, TurnState
 from .._tools import Tool
 from ._core import PendingCallback, TurnCore, interrupted
 from ._handlers import invoke
+
+if TYPE_CHECKING:
+    from .._agent import Agent
 
 __all__ = ["run_turn"]
 
@@ -326,6 +329,9 @@ async def _call_tool(turn: TurnCore, call: _Call) -> ToolResultEntry:
     entry, tool = call.entry, call.tool
     if call.refusal is not None:
         return _error_result(entry, call.refusal)
+    subagent = agent.subagents_by_name.get(entry.name)
+    if subagent is not None:
+        return await _delegate(turn, entry, subagent)
     if tool is None:
         known = ", ".join(sorted(agent.tools_by_name)) or "none"
         return _error_result(entry, f"unknown tool {entry.name!r}; the tools are: {known}")
@@ -374,6 +380,37 @@ async def _call_tool(turn: TurnCore, call: _Call) -> ToolResultEntry:
             raise _RaiseFromTool(error) from error
         return _error_result(entry, f"{type(error).__name__}: {error}")
     return _result_entry(entry, value)
+
+
+async def _delegate(turn: TurnCore, entry: ToolCallEntry, subagent: Agent) -> ToolResultEntry:
+    """Run a turn of a new subagent session on the task; its answer is the call's result."""
+    arguments = entry.arguments
+    message = arguments.get("message") if isinstance(arguments, Mapping) else None
+    if not isinstance(message, str) or not message.strip() or len(arguments) != 1:
+        return _error_result(
+            entry, f'{subagent.name} takes one argument, "message": the task, as a string'
+        )
+    try:
+        child = turn.session.start_subagent(turn, subagent, message)
+    except SessionBusyError as busy:
+        return _error_result(entry, f"SessionBusyError: {busy}")
+    try:
+        await child.done.wait()
+    except BaseException:
+        # The parent turn stops: its subagent's turn stops the same way, and first.
+        child.stop(turn.stop_cause or "cancelled")
+        with trio.CancelScope(shield=True):
+            await child.done.wait()
+        raise
+    record = child.record
+    match record:
+        case Completed(output=output, text=text):
+            return _result_entry(entry, text if subagent.output_type is None else output)
+        case Failed(error=info):
+            return _error_result(entry, f"{subagent.name} failed: {info.type}: {info.message}")
+        case Interrupted(cause=cause):
+            return _error_result(entry, f"the turn of {subagent.name} was {cause}")
+    return _error_result(entry, f"the turn of {subagent.name} ended as {type(record).__name__}")
 
 
 def _error_result(call: ToolCallEntry, message: str) -> ToolResultEntry:
