@@ -133,21 +133,19 @@ class Portal:
             ) from None
         try:
             done.acquire()
-        except KeyboardInterrupt:
-            # Stop this call's task (not the turns it started), wait briefly, re-raise.
+        except KeyboardInterrupt as stop:
+            # Stop this call's task (not the turns it started), wait briefly, re-raise with
+            # what the task noted on its way out (e.g. which turn goes on, how to stop it).
             self._token.run_sync_soon(scope.cancel)
             done.acquire(timeout=_CLOSE_TIMEOUT)
+            for note in notes:
+                add_note(stop, note)
             raise
         if len(result) == 2:
             error = result[1]
             if isinstance(error, trio.Cancelled):
                 raise RuntimeError("agentlib's engine stopped during the call") from None
             raise error
-        if not result:  # our scope caught the cancellation: the caller pressed Ctrl-C
-            stop = KeyboardInterrupt()
-            for note in notes:  # e.g. which turn goes on, and how to stop it
-                add_note(stop, note)
-            raise stop
         return result[0]  # type: ignore[no-any-return]
 
     def iterate(self, make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:

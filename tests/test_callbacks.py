@@ -114,8 +114,18 @@ def choose(question: str) -> Choice:
     ...
 
 
+@agentlib.client_tool
+def look_up(query: str) -> Any:
+    """Look something up on the client; any value is an answer."""
+    ...
+
+
 def client_agent(*steps: Any, **options: Any) -> Agent:
     return Agent("client", model=ScriptedModel(steps), tools=[pick, choose], **options)
+
+
+def look_up_agent(*steps: Any) -> Agent:
+    return Agent("client", model=ScriptedModel(steps), tools=[look_up])
 
 
 def notion(seen: list[Credentials]) -> ToolSource:
@@ -409,6 +419,29 @@ async def test_keep_callback_open_is_refused_for_a_sign_in() -> None:
     assert seen == []
 
 
+@pytest.mark.parametrize(
+    "answer_class", [AllowApproval, DenyApproval, KeepCallbackOpen], ids=lambda c: c.__name__
+)
+async def test_an_answer_class_instead_of_an_instance_is_refused_saying_so(
+    answer_class: type[Any],
+) -> None:
+    runs: list[str] = []
+    agent = approval_agent(runs, reply(call("delete", path="a")), "done")
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        record = await blocked_run(session)
+        turn = turn_of(session, record)
+        with pytest.raises(SdkError) as raised:
+            await turn.answer(record.callbacks[0].id, answer_class)
+        after = await state(turn)
+    message = str(raised.value)
+    assert f"{answer_class.__name__} is a class" in message
+    assert "answer with an instance" in message
+    assert isinstance(after, Blocked)
+    assert after.callbacks == record.callbacks
+    assert runs == []
+
+
 @pytest.mark.parametrize("callback_id", ["", "abc", 42, None, "not-a-uuid-at-all"], ids=repr)
 async def test_a_callback_id_that_is_not_a_uuid_raises_value_error(callback_id: Any) -> None:
     runs: list[str] = []
@@ -613,6 +646,58 @@ async def test_a_client_tool_answer_error_never_repeats_the_value() -> None:
             await turn_of(session, record).answer(record.callbacks[0].id, "private-value-913")
     assert "private-value-913" not in str(raised.value)
     assert "client.pick" in str(raised.value)
+
+
+ANOTHER_CALLBACKS_ANSWERS = [
+    SignInAnswer(credentials={"notion": SECRET}),
+    Credentials(source="notion", value=SECRET),
+    AllowApproval(),
+    DenyApproval(),
+]
+
+
+@pytest.mark.parametrize("wrong", ANOTHER_CALLBACKS_ANSWERS, ids=lambda a: type(a).__name__)
+async def test_another_callbacks_answer_is_refused_for_a_client_tool_that_takes_any_value(
+    wrong: object,
+) -> None:
+    recorder = Recorder("ok")
+    agent = look_up_agent(reply(call("client.look_up", query="q")), recorder)
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        record = await blocked_run(session)
+        turn = turn_of(session, record)
+        with pytest.raises(ClientToolAnswerError):
+            await turn.answer(record.callbacks[0].id, wrong)
+        after = await state(turn)
+        answered = await turn.answer(record.callbacks[0].id, {"found": 1})
+        final = await turn.result(after=record)
+    assert isinstance(after, Blocked)
+    assert after.callbacks == record.callbacks
+    assert answered == Answered(answer=None, session_id=session.id)
+    assert isinstance(final, Completed)
+    (result,) = tool_results(recorder.requests[0])
+    assert result.structured_content == {"found": 1}
+
+
+@pytest.mark.parametrize("wrong", ANOTHER_CALLBACKS_ANSWERS[:2], ids=lambda a: type(a).__name__)
+async def test_a_credential_offered_as_a_client_tools_answer_shows_nowhere(wrong: object) -> None:
+    agent = look_up_agent(reply(call("client.look_up", query="q")), "ok")
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        record = await blocked_run(session)
+        turn = turn_of(session, record)
+        with pytest.raises(ClientToolAnswerError) as raised:
+            await turn.answer(record.callbacks[0].id, wrong)
+        await turn.answer(record.callbacks[0].id, {"found": 1})
+        final = await turn.result(after=record)
+        events = await session_events(session, final.turn_id)
+    assert isinstance(final, Completed)
+    shown = [str(raised.value)]
+    for item in [*events, record, final]:
+        shown.append(repr(item))
+        shown.append(json.dumps(agentlib.unstructure(item)))
+    for text in shown:
+        assert SECRET not in text
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import pytest
 import trio
 import trio.testing
-from _support import Recorder
+from _support import Gate, Recorder, held_agent, held_turn
 
 import agentlib
 from agentlib import (
@@ -624,6 +624,74 @@ async def test_two_concurrent_results_both_raise_the_one_failure_of_the_handler(
     assert open_callbacks(state) == tuple(handler.seen)
 
 
+async def test_the_second_of_two_waits_raises_a_copy_of_the_handlers_failure() -> None:
+    # Each wait raises its own exception object, so neither adds its frames to the other's
+    # traceback; the copy names the original as its cause.
+    deletions = Deletions()
+    handler = HeldApproval()
+    failures: list[BaseException] = []
+
+    async def fail_when_released(callback: OpenApproval) -> Any:
+        handler.seen.append(callback)
+        await handler.release.wait()
+        raise Boom("no approver")
+
+    async with open_runtime():
+        session = await approval_agent(deletions).start_session(on_approval=fail_when_released)
+        turn = await session.start_turn("delete a.txt")
+        assert isinstance(turn, agentlib.Turn)
+
+        async def wait() -> None:
+            with pytest.raises(Boom) as raised:
+                await session.turn(turn.id).result()
+            failures.append(raised.value)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            nursery.start_soon(wait)
+            nursery.start_soon(release_once_all_wait, handler)
+    assert len(handler.seen) == 1
+    assert [type(failure) for failure in failures] == [Boom, Boom]
+    first, second = failures
+    assert first is not second
+    (original,) = [failure for failure in failures if failure.__cause__ is None]
+    (copy,) = [failure for failure in failures if failure is not original]
+    assert copy.__cause__ is original
+    assert str(copy) == str(original) == "no approver"
+
+
+async def test_two_equal_references_waiting_together_run_the_client_tool_handler_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[OpenClientToolCall] = []
+
+    async def slow_pick(callback: OpenClientToolCall) -> int:
+        seen.append(callback)
+        await trio.sleep(1)
+        return 7
+
+    records: list[agentlib.TurnState[Any]] = []
+    async with open_runtime():
+        agent = picking_agent("picked 7")
+        started = await agent.start_session()
+        turn = await started.start_turn("pick one")
+        assert isinstance(turn, agentlib.Turn)
+        first = agent.session(started.id, on_client_tool=slow_pick)
+        second = agent.session(started.id, on_client_tool=slow_pick)
+        assert first == second
+        assert first is not second
+
+        async def wait(reference: agentlib.Session) -> None:
+            records.append(await reference.turn(turn.id).result())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait, first)
+            nursery.start_soon(wait, second)
+    assert len(seen) == 1
+    assert [type(record) for record in records] == [Completed, Completed]
+    assert records[0] == records[1]
+
+
 async def test_the_handler_runs_once_for_each_of_two_callbacks_in_sequence() -> None:
     deletions = Deletions()
     approve = AsyncHandler(AllowApproval())
@@ -820,6 +888,41 @@ async def test_a_timeout_counts_the_model_time_around_a_client_tool_handler(
     assert isinstance(final, Completed)
 
 
+async def test_a_timeout_counts_an_approval_handler_running_alongside_a_client_tool_handler(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The client tool's handler time is not counted, but the approval's, at the same time, is.
+    deletions = Deletions()
+
+    async def slow_pick(callback: OpenClientToolCall) -> int:
+        await trio.sleep(10)
+        return 7
+
+    async def slow_approval(callback: OpenApproval) -> AllowApproval:
+        await trio.sleep(10)
+        return AllowApproval()
+
+    both = ModelReply(
+        tool_calls=[
+            ToolCallRequest(name="client.pick", arguments={"prompt": "a number?"}),
+            ToolCallRequest(name="delete", arguments={"path": "a.txt"}),
+        ]
+    )
+    agent = Agent("both", model=ScriptedModel([both, "done"]), tools=[pick, deletions.tool])
+    async with open_runtime():
+        session = await agent.start_session(on_client_tool=slow_pick, on_approval=slow_approval)
+        start = trio.current_time()
+        record = await session.run("pick and delete", timeout=5)
+        waited = trio.current_time() - start
+        await session.cancel()
+    assert waited == pytest.approx(5)
+    assert sorted(callback.tool_name for callback in open_callbacks(record)) == [
+        "client.pick",
+        "delete",
+    ]
+    assert deletions.deleted == []
+
+
 # -- a wait without handlers ------------------------------------------------------------------
 
 
@@ -914,3 +1017,71 @@ async def test_a_handler_answering_after_the_turn_was_answered_by_hand_changes_n
     assert isinstance(record, Completed)
     assert record == state
     assert deletions.deleted == ["a.txt"]
+
+
+async def test_a_wait_whose_handler_was_overtaken_by_hand_returns_blocked_on_the_next_callback(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The approval's handler never answers; once the approval is answered by hand, the wait
+    # no longer waits on that handler and returns at the client tool call it has no handler for.
+    deletions = Deletions()
+    seen: list[OpenApproval] = []
+    never = trio.Event()
+
+    async def never_answers(callback: OpenApproval) -> AllowApproval:
+        seen.append(callback)
+        await never.wait()
+        return AllowApproval()
+
+    steps = [call("delete", path="a.txt"), call("client.pick", prompt="a number?"), "done"]
+    agent = Agent("both", model=ScriptedModel(steps), tools=[deletions.tool, pick])
+    records: list[agentlib.TurnState[Any]] = []
+    async with open_runtime():
+        session = await agent.start_session(on_approval=never_answers)
+        turn = await session.start_turn("delete a.txt, then pick")
+        assert isinstance(turn, agentlib.Turn)
+
+        async def wait() -> None:
+            with trio.fail_after(5):
+                records.append(await turn.result())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.testing.wait_all_tasks_blocked()
+            (approval,) = seen
+            answered = await turn.answer(approval.id, AllowApproval())
+        await session.cancel()
+    assert isinstance(answered, Answered)
+    assert deletions.deleted == ["a.txt"]
+    (record,) = records
+    (callback,) = open_callbacks(record)
+    assert isinstance(callback, OpenClientToolCall)
+    assert callback.tool_name == "client.pick"
+
+
+# -- leaving a wait ---------------------------------------------------------------------------
+
+
+async def test_a_cancelled_wait_notes_that_the_turn_goes_on_and_how_to_stop_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    gate = Gate()
+    notes: list[str] = []
+    async with open_runtime():
+        session = await held_agent(gate, "done").start_session()
+        turn = await held_turn(session, gate)
+        with trio.move_on_after(1) as scope:
+            try:
+                await turn.result()
+            except trio.Cancelled as cancelled:
+                notes.extend(getattr(cancelled, "__notes__", []))
+                raise
+        state = await turn.get()
+        gate.opened.set()
+        record = await turn.result()
+    assert scope.cancelled_caught
+    assert any(
+        turn.id in note and session.id in note and "interrupt()" in note for note in notes
+    ), notes
+    assert isinstance(state, Running)
+    assert isinstance(record, Completed)

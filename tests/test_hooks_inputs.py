@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import attrs
 import pytest
 import trio
+import trio.testing
 
 import agentlib
 from agentlib import (
@@ -87,6 +88,30 @@ class QuotingRepo(SessionInput):
 
     input_id = "repo"
     name: str = attrs.field(validator=_quoting)
+
+
+def _naming_the_field(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value != value.lower():
+        raise ValueError("name must be lowercase")
+
+
+def _quoting_repr(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value != value.lower():
+        raise ValueError(f"bad {value!r}")
+
+
+class FieldNamingRepo(SessionInput):
+    """The same input as Repo, whose validator's message names the field."""
+
+    input_id = "repo"
+    name: str = attrs.field(validator=_naming_the_field)
+
+
+class ReprQuotingRepo(SessionInput):
+    """The same input as Repo, whose validator (wrongly) quotes the value's repr."""
+
+    input_id = "repo"
+    name: str = attrs.field(validator=_quoting_repr)
 
 
 SECRET = "SECRET-Value-123"
@@ -511,6 +536,83 @@ async def test_a_tool_requiring_approval_and_a_hook_asking_open_one_approval_of_
     assert [approval.source for approval in approvals(outcome)] == ["hook"]
     assert isinstance(outcome.record, Completed)
     assert runs == [1]
+
+
+def guarded_deleter() -> tuple[Agent, list[str]]:
+    """An agent deleting /tmp/a and /etc/passwd in parallel with a tool requiring approval,
+    whose hook asks for approval of paths outside /tmp/; and the paths it deleted."""
+    runs: list[str] = []
+
+    @tool(requires_approval=True)
+    async def delete(path: str) -> str:
+        """Delete a file."""
+        runs.append(path)
+        return "deleted"
+
+    @pre_tool_call
+    def outside_tmp(call: ToolCallEntry) -> RequestApproval | None:
+        if call.arguments["path"].startswith("/tmp/"):
+            return None
+        return RequestApproval("outside /tmp")
+
+    both = ModelReply(
+        tool_calls=[
+            ToolCallRequest(name="delete", arguments={"path": "/tmp/a"}),
+            ToolCallRequest(name="delete", arguments={"path": "/etc/passwd"}),
+        ]
+    )
+    return make_agent(Script(both, "done"), [delete], [outside_tmp]), runs
+
+
+async def both_approvals_open(session: agentlib.Session) -> Blocked:
+    """Run a turn until both of its parallel calls wait for approval (the first approval
+    may open, and run() return, before the other call's hook has asked)."""
+    turn = await session.start_turn("go")
+    await trio.testing.wait_all_tasks_blocked()
+    blocked = await turn.get()
+    assert isinstance(blocked, Blocked)
+    assert len(blocked.callbacks) == 2
+    return blocked
+
+
+async def test_a_session_wide_approval_of_the_tool_leaves_a_parallel_hook_approval_open() -> None:
+    agent, runs = guarded_deleter()
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        blocked = await both_approvals_open(session)
+        by_path = {callback.arguments["path"]: callback for callback in blocked.callbacks}
+        turn = session.turn(blocked.turn_id)
+        await turn.answer(by_path["/tmp/a"].id, AllowApproval(scope="session"))
+        await trio.testing.wait_all_tasks_blocked()
+        still = await turn.get()
+        await session.cancel()
+
+    assert {path: callback.source for path, callback in by_path.items()} == {
+        "/tmp/a": "tool",
+        "/etc/passwd": "hook",
+    }
+    assert isinstance(still, Blocked)
+    assert still.callbacks == (by_path["/etc/passwd"],)
+    assert runs == ["/tmp/a"]
+
+
+async def test_a_hooks_approval_of_a_tool_requiring_approval_refuses_a_session_wide_allow() -> None:
+    agent, runs = guarded_deleter()
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        blocked = await both_approvals_open(session)
+        (hooks,) = [callback for callback in blocked.callbacks if callback.source == "hook"]
+        turn = session.turn(blocked.turn_id)
+        with pytest.raises(SdkError):
+            await turn.answer(hooks.id, AllowApproval(scope="session"))
+        await trio.testing.wait_all_tasks_blocked()
+        still = await turn.get()
+        await session.cancel()
+
+    assert hooks.arguments == {"path": "/etc/passwd"}
+    assert isinstance(still, Blocked)
+    assert still.callbacks == blocked.callbacks
+    assert runs == []
 
 
 async def test_two_hooks_asking_for_approval_open_one_approval() -> None:
@@ -1090,6 +1192,36 @@ async def test_a_quoting_validator_with_tool_errors_raise_leaks_the_value_nowher
 
     assert isinstance(outcome.record, Failed)
     assert SECRET not in outcome.record.error.message
+    assert SECRET not in everything_in(outcome, script)
+
+
+async def test_a_validator_message_naming_the_field_reaches_the_model() -> None:
+    # "name" is the input's key, not its value: the message is not withheld for it.
+    read, runs = reader_of(FieldNamingRepo)
+    script = Script(call("read", path="README"), "done")
+
+    outcome = await run_turn(make_agent(script, [read]), inputs=[Repo(name=SECRET)])
+
+    assert runs == []
+    (result,) = outcome.results
+    assert result.is_error
+    assert "name must be lowercase" in result.text
+    assert SECRET not in everything_in(outcome, script)
+
+
+async def test_a_validator_message_quoting_the_values_repr_is_withheld() -> None:
+    # With a newline in the value, its repr differs from its text; neither may show.
+    read, runs = reader_of(ReprQuotingRepo)
+    script = Script(call("read", path="README"), "done")
+    value = f"{SECRET}\nsecond line"
+
+    outcome = await run_turn(make_agent(script, [read]), inputs=[Repo(name=value)])
+
+    assert runs == []
+    (result,) = outcome.results
+    assert result.is_error
+    assert "ReprQuotingRepo" in result.text
+    assert "bad" not in result.text
     assert SECRET not in everything_in(outcome, script)
 
 

@@ -162,6 +162,37 @@ def test_keep_callback_open_from_a_plain_handler_makes_run_return_blocked() -> N
     assert deletions.deleted == []
 
 
+def test_a_wait_after_one_that_timed_out_shares_the_handler_run_it_left() -> None:
+    # The first wait times out while the plain handler blocks; the run goes on, and the second
+    # wait, started while it still blocks, waits on that run instead of starting another.
+    deletions = Deletions()
+    release = threading.Event()
+    seen: list[agents.OpenApproval] = []
+
+    def approve_when_released(callback: agents.OpenApproval) -> agents.AllowApproval:
+        seen.append(callback)
+        assert release.wait(WAIT), "the test never released the handler"
+        return agents.AllowApproval()
+
+    def release_when_it_sees_the_approval(event: agents.Event) -> None:
+        # Runs on the engine's thread: the second wait takes up the approval right after,
+        # before the handler's answer can be taken.
+        if isinstance(event, agents.CallbackOpened):
+            release.set()
+
+    session = approval_agent(deletions).start_session(on_approval=approve_when_released)
+    turn = session.start_turn("delete a.txt")
+    assert isinstance(turn, agents.Turn)
+
+    first = turn.result(timeout=0.5)
+    second = in_thread(lambda: turn.result(on_event=release_when_it_sees_the_approval))
+
+    assert isinstance(first, agents.Blocked)
+    assert isinstance(second, agents.Completed)
+    assert [blocked_callback(first)] == seen
+    assert deletions.deleted == ["a.txt"]
+
+
 # -- async handlers ---------------------------------------------------------------------------
 
 

@@ -193,12 +193,11 @@ def is_waiting_in_facade(thread_id: int, method: str) -> bool:
     return False
 
 
-def test_ctrl_c_interrupts_the_blocking_wait_and_the_turn_goes_on() -> None:
+def ctrl_c_during_result(turn: agents.Turn, gate: Gate) -> tuple[KeyboardInterrupt, float]:
+    """Press Ctrl-C while the main thread waits in ``turn.result()``, the turn held at
+    ``gate``; the ``KeyboardInterrupt`` it raised, and the seconds from the press to it."""
     assert threading.current_thread() is threading.main_thread()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    gate = Gate("finished anyway")
-    session = scripted_agent(gate, "next").start_session()
-    turn = session.start_turn("a long job")
     main_id = threading.get_ident()
     waiting = threading.Event()  # set by the engine once the blocked call's task runs
     interrupted = threading.Event()
@@ -223,19 +222,43 @@ def test_ctrl_c_interrupts_the_blocking_wait_and_the_turn_goes_on() -> None:
 
     presser = threading.Thread(target=press_ctrl_c, daemon=True)
     presser.start()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as raised:
         turn.result(on_event=lambda event: waiting.set())
     interrupted.set()
     caught_at = time.monotonic()
     presser.join(WAIT)
 
     assert pressed_at
-    assert caught_at - pressed_at[0] < 5
+    return raised.value, caught_at - pressed_at[0]
+
+
+def test_ctrl_c_interrupts_the_blocking_wait_and_the_turn_goes_on() -> None:
+    gate = Gate("finished anyway")
+    session = scripted_agent(gate, "next").start_session()
+    turn = session.start_turn("a long job")
+    assert isinstance(turn, agents.Turn)
+
+    _, delay = ctrl_c_during_result(turn, gate)
+
+    assert delay < 5
     assert isinstance(turn.get(), agents.Running)
     record = turn.result(on_event=lambda event: gate.open_now())
     assert isinstance(record, agents.Completed)
     assert record.output == "finished anyway"
     assert isinstance(session.run("and the session goes on"), agents.Completed)
+
+
+def test_the_ctrl_c_of_a_blocking_wait_notes_the_turn_that_goes_on() -> None:
+    gate = Gate("finished anyway")
+    session = scripted_agent(gate).start_session()
+    turn = session.start_turn("a long job")
+    assert isinstance(turn, agents.Turn)
+
+    stop, _ = ctrl_c_during_result(turn, gate)
+
+    notes = getattr(stop, "__notes__", [])
+    assert any(turn.id in note and "interrupt()" in note for note in notes), notes
+    assert isinstance(turn.result(on_event=lambda event: gate.open_now()), agents.Completed)
 
 
 # -- interpreter exit ---------------------------------------------------------------------
