@@ -331,32 +331,18 @@ async def _call_tool(turn: TurnCore, call: _Call) -> ToolResultEntry:
         return _error_result(entry, call.refusal)
     subagent = agent.subagents_by_name.get(entry.name)
     if subagent is not None:
-        return await _delegate(turn, entry, subagent)
+        denied = await _approve(turn, call)
+        return denied or await _delegate(turn, entry, subagent)
     if tool is None:
-        known = ", ".join(sorted(agent.tools_by_name)) or "none"
+        known = ", ".join(sorted([*agent.tools_by_name, *agent.subagents_by_name])) or "none"
         return _error_result(entry, f"unknown tool {entry.name!r}; the tools are: {known}")
     try:
         arguments = tool.structure_arguments(entry.arguments)
     except ValidationError as error:
         return _error_result(entry, str(error))
-    # One approval per call: a hook's, which is allowed once only, or else the tool's own.
-    tool_approval = tool.requires_approval and tool.name not in session.approved_tools
-    if tool_approval or call.hook_approval:
-        pending = await _wait(
-            session.open_callback(
-                turn,
-                OpenApproval,
-                tool_name=tool.name,
-                arguments=entry.arguments,
-                source="hook" if call.hook_approval else "tool",
-                reason=call.approval_reason,
-            )
-        )
-        if isinstance(pending.answer, DenyApproval):
-            reason = pending.answer.reason
-            return _error_result(
-                entry, "the client denied this call" + (f": {reason}" if reason else "")
-            )
+    denied = await _approve(turn, call)
+    if denied is not None:
+        return denied
     if tool.kind == "client":
         pending = await _wait(
             session.open_callback(
@@ -380,6 +366,36 @@ async def _call_tool(turn: TurnCore, call: _Call) -> ToolResultEntry:
             raise _RaiseFromTool(error) from error
         return _error_result(entry, f"{type(error).__name__}: {error}")
     return _result_entry(entry, value)
+
+
+async def _approve(turn: TurnCore, call: _Call) -> ToolResultEntry | None:
+    """Wait for the call's approval if it needs one; the refusal's result if it is denied.
+
+    One approval per call: a hook's, which is allowed once only, or else the tool's own.
+    """
+    session = turn.session
+    tool = call.tool
+    tool_approval = (
+        tool is not None and tool.requires_approval and tool.name not in session.approved_tools
+    )
+    if not (tool_approval or call.hook_approval):
+        return None
+    pending = await _wait(
+        session.open_callback(
+            turn,
+            OpenApproval,
+            tool_name=call.entry.name,
+            arguments=call.entry.arguments,
+            source="hook" if call.hook_approval else "tool",
+            reason=call.approval_reason,
+        )
+    )
+    if isinstance(pending.answer, DenyApproval):
+        reason = pending.answer.reason
+        return _error_result(
+            call.entry, "the client denied this call" + (f": {reason}" if reason else "")
+        )
+    return None
 
 
 async def _delegate(turn: TurnCore, entry: ToolCallEntry, subagent: Agent) -> ToolResultEntry:
