@@ -150,7 +150,7 @@ class Agent:
 
         runtime = current_runtime()
         entries = parse_history(history) if history is not None else []
-        core = runtime.start_session(self, entries, stored_inputs(inputs), idempotency_key)
+        core = await runtime.start_session(self, entries, stored_inputs(inputs), idempotency_key)
         return Session(
             runtime,
             core.id,

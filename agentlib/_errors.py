@@ -75,8 +75,13 @@ class UnsupportedSessionProcedureError(SdkError):
 class ObservationLost(SdkError):
     """The session's events could not be replayed from the requested position.
 
-    Resume from the cursor of the last event or record you did receive.
+    Attributes:
+        cursor: Where to resume: read again with ``after=cursor`` (None if unknown).
     """
+
+    def __init__(self, message: str, *, cursor: str | None = None) -> None:
+        super().__init__(message)
+        self.cursor = cursor
 
 
 class InvalidCursorError(SdkError):

@@ -168,9 +168,9 @@ class Session:
     def __hash__(self) -> int:
         return hash((id(self._runtime), self.id))
 
-    @property
-    def _core(self) -> SessionCore:
-        return self._runtime.core(self.id)
+    async def _load(self) -> SessionCore:
+        """The session's live state, read from the runtime's store the first time."""
+        return await self._runtime.session(self.id, self._agent)
 
     def turn(self, turn_id: str) -> Turn:
         """A reference to a turn of this session; sends no request.
@@ -198,14 +198,16 @@ class Session:
             UnsupportedSessionProcedureError: The session is a subagent's: its references
                 only read, and interrupt its turns.
         """
-        core = self._writable("send_message")
+        core = await self._writable("send_message")
         blocks = message_content(content)
         for _ in range(_SEND_TRIES):
             started = core.start_turn(blocks, idempotency_key, self._agent.output_type)
             if isinstance(started, tuple):
                 turn, is_new = started
+                await core.runtime.store.flush()
                 return Turn(self, turn.id, started=is_new)
             if core.steer(started, blocks, idempotency_key):
+                await core.runtime.store.flush()
                 return Turn(self, started.id, started=False)
             # The active turn is ending: let it finish, then start a new one.
             await started.done.wait()
@@ -231,15 +233,16 @@ class Session:
             UnsupportedSessionProcedureError: The session is a subagent's: its references
                 only read, and interrupt its turns.
         """
-        return self._start("start_turn", content, idempotency_key, self._agent.output_type)
+        return await self._start("start_turn", content, idempotency_key, self._agent.output_type)
 
-    def _start(
+    async def _start(
         self, procedure: str, content: Content, key: str | None, output_type: Any
     ) -> Turn | Busy[Turn]:
-        core = self._writable(procedure)
+        core = await self._writable(procedure)
         blocks = message_content(content)
         started = core.start_turn(blocks, key, output_type)
         if isinstance(started, tuple):
+            await core.runtime.store.flush()  # a started turn is acknowledged once durable
             return Turn(self, started[0].id, started=True)
         return Busy(turn=Turn(self, started.id, started=None))
 
@@ -274,7 +277,7 @@ class Session:
             Exception: What a handler raised while the turn ran (see :meth:`Turn.result`).
         """
         wanted = output_type if output_type is not None else self._agent.output_type
-        turn = self._start("run", content, idempotency_key, wanted)
+        turn = await self._start("run", content, idempotency_key, wanted)
         if isinstance(turn, Busy):
             return turn
         return await turn.result(output_type=wanted, timeout=timeout, on_event=on_event)
@@ -290,16 +293,14 @@ class Session:
         Raises:
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        log = self._core.log
+        log = (await self._load()).log
         position = log.seq_of(after)
         output_type = self._agent.output_type
         while True:
-            events = log.events
-            while position < len(events):
-                event = events[position]
+            while position < log.visible:
                 position += 1
-                yield _event_for_reader(event, output_type)
-            if log.closed:
+                yield _event_for_reader(log.event(position), output_type)
+            if log.finished(position):
                 return
             await log.wait_beyond(position)
 
@@ -311,7 +312,9 @@ class Session:
             UnsupportedSessionProcedureError: The session is a subagent's: its references
                 only read, and interrupt its turns.
         """
-        await self._writable("cancel").cancel()
+        core = await self._writable("cancel")
+        await core.cancel()
+        await core.runtime.store.flush()
 
     async def subagents(self) -> list[Session]:
         """References to this session's direct subagent sessions, newest first.
@@ -328,16 +331,16 @@ class Session:
                 on_sign_in=self._on_sign_in,
                 on_client_tool=self._on_client_tool,
             )
-            for child in reversed(self._core.children)
+            for child in reversed((await self._load()).children)
         ]
 
-    def _writable(self, procedure: str) -> SessionCore:
+    async def _writable(self, procedure: str) -> SessionCore:
         """The session, if ``procedure`` may change it: a subagent's session only reads.
 
         Raises:
             UnsupportedSessionProcedureError: It is a subagent's.
         """
-        core = self._core
+        core = await self._load()
         if core.parent is not None:
             raise UnsupportedSessionProcedureError(
                 f"session {self.id} is a subagent's, whose references only read and interrupt "
@@ -387,8 +390,8 @@ class Turn:
     def __hash__(self) -> int:
         return hash((hash(self._session), self.id))
 
-    def _turn(self) -> TurnCore:
-        return self._session._core.turn(self.id)
+    async def _turn(self) -> TurnCore:
+        return (await self._session._load()).turn(self.id)
 
     async def get(self) -> TurnState[Any]:
         """The turn's record now: ``Running``, ``Blocked`` or how it ended. Never waits.
@@ -396,7 +399,7 @@ class Turn:
         Raises:
             TurnNotFoundError: The session has no such turn.
         """
-        turn = self._turn()
+        turn = await self._turn()
         return _for_reader(turn.state(), self._session._agent.output_type)
 
     async def result(
@@ -423,7 +426,7 @@ class Turn:
             TurnNotFoundError: The session has no such turn.
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        turn = self._turn()
+        turn = await self._turn()
         log = turn.session.log
         wanted = output_type if output_type is not None else self._session._agent.output_type
         position = max(log.seq_of(after), turn.first_seq - 1)
@@ -453,10 +456,9 @@ class Turn:
         """Follow the log until the turn ends or blocks; None once it ended unseen."""
         log = turn.session.log
         while True:
-            events = log.events
-            while delivered < len(events):
-                event = events[delivered]
+            while delivered < log.visible:
                 delivered += 1
+                event = log.event(delivered)
                 if event.turn_id != turn.id:
                     continue
                 event = _event_for_reader(event, wanted)
@@ -476,7 +478,7 @@ class Turn:
                 if isinstance(state, Blocked):
                     return _for_reader(state, wanted)
                 waiter.blocked = False
-            if turn.ended and delivered >= len(log.events):
+            if turn.end_seq is not None and delivered >= turn.end_seq:
                 return None
             await waiter.wait(log, delivered)
 
@@ -502,7 +504,10 @@ class Turn:
                 (``ClientToolAnswerError`` for a client tool's result), or allows a hook's
                 approval for the whole session; nothing was sent.
         """
-        return await self._session._core.answer(callback_id, answer)
+        core = await self._session._load()
+        answered = await core.answer(callback_id, answer)
+        await core.runtime.store.flush()  # a taken answer is acknowledged once durable
+        return answered
 
     async def iter_events(
         self, *, after: TurnState[Any] | str | None = None
@@ -515,21 +520,20 @@ class Turn:
             TurnNotFoundError: The session has no such turn (on first iteration).
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        turn = self._turn()
+        turn = await self._turn()
         log = turn.session.log
         position = max(log.seq_of(after), turn.first_seq - 1)
         output_type = self._session._agent.output_type
         while True:
-            events = log.events
-            while position < len(events):
-                event = events[position]
+            while position < log.visible:
                 position += 1
+                event = log.event(position)
                 if event.turn_id != turn.id:
                     continue
                 yield _event_for_reader(event, output_type)
                 if isinstance(event, TurnEnded):
                     return
-            if turn.ended:
+            if turn.end_seq is not None and position >= turn.end_seq:
                 return  # the position was at or past its end
             await log.wait_beyond(position)
 
@@ -543,9 +547,9 @@ class Turn:
             ValidationError: ``content`` is malformed.
             UnsupportedSessionProcedureError: The turn is a subagent's: steer its parent's.
         """
-        self._session._writable("steer")
+        await self._session._writable("steer")
         blocks = message_content(content)
-        turn = self._turn()
+        turn = await self._turn()
         if turn.session.steer(turn, blocks):
             return self
         return TurnConflict(turn_id=self.id)
@@ -556,7 +560,7 @@ class Turn:
         Returns once the turn has ended: this turn, or ``TurnConflict`` if it was not the
         active turn.
         """
-        turn = self._turn()
+        turn = await self._turn()
         if turn.session.active is not turn:
             return TurnConflict(turn_id=self.id)
         turn.stop("interrupted")

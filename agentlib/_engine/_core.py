@@ -56,7 +56,8 @@ from .._records import (
     Running,
     TurnState,
 )
-from ._log import EventLog
+from .._store._base import CallbackRow, EntryRow, EventRow, KeyRow, Op, SessionRow, StepRow, TurnRow
+from ._log import EventLog, format_cursor
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -82,6 +83,13 @@ class TurnCore:
     steered: list[MessageEntry] = attrs.field(factory=list)
     open_callbacks: dict[str, Callback] = attrs.field(factory=dict)
     tool_calls: list[ToolCallEntry] = attrs.field(factory=list)
+    # The tool step under way (its calls), whether it signed in, and how many model steps
+    # or tools run now: a turn with none running, in a tool step, is blocked.
+    end_seq: int | None = None  # the seq of its TurnEnded
+    step: list[Any] | None = None
+    signed_in: bool = False
+    working: int = 0
+    suspended: bool = False
 
     @property
     def ended(self) -> bool:
@@ -98,6 +106,26 @@ class TurnCore:
                 turn_id=self.id, session_id=self.session.id, cursor=cursor, callbacks=callbacks
             )
         return Running(turn_id=self.id, session_id=self.session.id, cursor=cursor)
+
+    def resumable(self) -> bool:
+        """Whether a later runtime can resume the turn from the store: it waits on
+        callbacks or on subagent turns that can be resumed, and runs nothing."""
+        if self.record is not None or self.step is None or self.working:
+            return False
+        for call in self.step:
+            if call.state == "running":
+                return False
+            if call.state == "delegated" and call.child is not None:
+                child = self.session.runtime.sessions[call.child[0]].turns[call.child[1]]
+                if child.record is None and not child.resumable():
+                    return False
+        return True
+
+    def suspend(self) -> None:
+        """Stop the turn's task but leave it unended and its callbacks open in the store,
+        for a later runtime to resume."""
+        self.suspended = True
+        self.scope.cancel()
 
     def stop(self, cause: Literal["interrupted", "cancelled"]) -> None:
         if self.stop_cause is None:
@@ -156,6 +184,12 @@ def check_callback_id(callback_id: object) -> str:
         ) from None
 
 
+def _type_name(output_type: Any) -> str | None:
+    if output_type is None:
+        return None
+    return f"{getattr(output_type, '__module__', '?')}.{getattr(output_type, '__qualname__', '?')}"
+
+
 def _fingerprint(content: Sequence[Any]) -> str:
     data = json.dumps(unstructure(tuple(content)), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(data.encode()).hexdigest()
@@ -186,6 +220,19 @@ class SessionCore:
     children: list[SessionCore] = attrs.field(factory=list, repr=False)
     below: dict[str, PendingCallback] = attrs.field(factory=dict, repr=False)
     running_subagents: int = 0  # on a root: its subagent turns running, at any depth
+
+    @property
+    def row(self) -> SessionRow:
+        """The session as the store keeps it."""
+        return SessionRow(
+            self.id,
+            self.agent.name,
+            None if self.parent is None else self.parent.id,
+            None if self.parent_turn is None else self.parent_turn.id,
+            self.idempotency_key,
+            self.inputs,
+            self.terminated,
+        )
 
     @property
     def root(self) -> SessionCore:
@@ -238,6 +285,7 @@ class SessionCore:
         pending = PendingCallback(callback=callback, turn=turn, tool=tool)
         self.callbacks[callback.id] = pending
         turn.open_callbacks[callback.id] = callback
+        self.write(CallbackRow(self.id, callback))
         self.emit(CallbackOpened, turn.id, callback=callback)
         # Every session above lists it too, so that its turn reads Blocked and its readers
         # (and handlers) see it.
@@ -269,6 +317,15 @@ class SessionCore:
             "answer": answer if isinstance(answer, (AllowApproval, DenyApproval)) else None,
             "answered": pending.answered,
         }
+        self.write(
+            CallbackRow(
+                self.id,
+                callback,
+                "answered" if answered else "closed",
+                # A sign-in's credentials are never stored: a restarted runtime asks again.
+                None if isinstance(answer, SignInAnswer) else answer,
+            )
+        )
         self.emit(CallbackClosed, pending.turn.id, **closed)
         for ancestor, delegating in self.ancestors():
             del ancestor.below[callback.id]
@@ -381,16 +438,28 @@ class SessionCore:
 
     # -- writing ---------------------------------------------------------------------------
 
+    def write(self, op: Op) -> None:
+        self.runtime.store.write(op)
+
     def emit(self, event_type: type[Event], turn_id: str | None, **fields: Any) -> Event:
         """Append an event of ``event_type`` with the log's next id."""
-        event = event_type(id=self.log.next_id(), session_id=self.id, turn_id=turn_id, **fields)
+        seq = self.log.last_seq + 1
+        event = event_type(
+            id=format_cursor(self.id, seq), session_id=self.id, turn_id=turn_id, **fields
+        )
         self.log.append(event)
+        self.write(EventRow(self.id, seq, event))
         return event
 
     def add_entry(self, entry: Entry) -> None:
         """A complete entry joins the history: EntryAdded then EntryCompleted."""
-        self.entries.append(entry)
         self.emit(EntryAdded, entry.turn_id, entry=entry)
+        self.complete_entry(entry)
+
+    def complete_entry(self, entry: Entry) -> None:
+        """An entry whose EntryAdded was emitted is complete: it joins the history."""
+        self.write(EntryRow(self.id, len(self.entries), entry))
+        self.entries.append(entry)
         self.emit(EntryCompleted, entry.turn_id, entry=entry)
 
     def check_open(self) -> None:
@@ -439,8 +508,10 @@ class SessionCore:
         )
         self.turns[turn_id] = turn
         self.active = turn
+        self.write(TurnRow(self.id, turn_id, turn.first_seq, _type_name(output_type)))
         if key is not None:
             self.idempotency[key] = (turn_id, fingerprint)
+            self.write(KeyRow(self.id, key, turn_id, fingerprint))
         self.emit(TurnStarted, turn_id, message=message)
         self.add_entry(message)
         self.runtime.spawn_turn(turn)
@@ -453,7 +524,9 @@ class SessionCore:
         message = MessageEntry(id=new_id(), turn_id=turn.id, role="user", content=content)
         turn.steered.append(message)
         if key is not None:
-            self.idempotency[key] = (turn.id, _fingerprint(content))
+            fingerprint = _fingerprint(content)
+            self.idempotency[key] = (turn.id, fingerprint)
+            self.write(KeyRow(self.id, key, turn.id, fingerprint))
         return True
 
     def end_turn(self, turn: TurnCore, record: TurnState[Any]) -> None:
@@ -466,17 +539,25 @@ class SessionCore:
         for callback_id in list(turn.open_callbacks):
             pending = self.callbacks.get(callback_id) or self.below[callback_id]
             pending.turn.session.close_callback(pending, answered=False)
+        turn.end_seq = self.log.last_seq + 1
         turn.record = record = attrs.evolve(record, cursor=self.log.next_id())
+        self.write(TurnRow(self.id, turn.id, turn.first_seq, record=record))
+        self.write(StepRow(self.id, turn.id, None))
         self.emit(TurnEnded, turn.id, record=record)
         if self.active is turn:
             self.active = None
             if self.parent is not None:
                 self.root.running_subagents -= 1
+        if self.parent is not None:  # a subagent's session runs one turn and ends with it
+            self.log.close()
+        self.runtime.turn_ended(self)
         turn.done.set()
 
     async def cancel(self) -> None:
         """End the session and its subagents: stop its turn, take no more commands, close
         the logs."""
+        if not self.terminated:
+            self.write(attrs.evolve(self.row, terminated=True))
         self.terminated = True
         turn = self.active
         if turn is not None:
@@ -501,8 +582,7 @@ class SessionCore:
                 f"session {root.id} already runs {limit} subagent turns, its agent's "
                 "max_running_subagents; nothing was started: delegate again once one ends"
             )
-        child = self.runtime.start_session(agent, (), self.inputs, None)
-        child.parent, child.parent_turn = self, turn
+        child = self.runtime.new_session(agent, self.inputs, parent=(self, turn))
         self.children.append(child)
         started = child.start_turn((TextContentBlock(text=message),), None, agent.output_type)
         assert isinstance(started, tuple)

@@ -6,7 +6,7 @@ from typing import Any
 
 import trio
 
-from .._errors import InvalidCursorError
+from .._errors import InvalidCursorError, ObservationLost
 from .._events import Event
 from .._records import TurnState
 
@@ -19,28 +19,66 @@ def format_cursor(session_id: str, seq: int) -> str:
 
 
 class EventLog:
-    """The events of one session, in order; event number ``n`` (1-based) is ``events[n-1]``."""
+    """The events of one session, in order, numbered from 1 (their seq).
 
-    def __init__(self, session_id: str) -> None:
+    Readers see the events the store has made durable (``visible``): an event a reader got
+    is never lost. Old events may be pruned: ``first_seq`` is the oldest one still held.
+    """
+
+    def __init__(self, session_id: str, *, first_seq: int = 1) -> None:
         self.session_id = session_id
-        self.events: list[Event] = []
+        self._events: list[Event] = []
+        self.first_seq = first_seq  # the seq of _events[0]
+        self.visible = first_seq - 1  # the seq of the last durable event
         self.closed = False
         self._changed = trio.Event()
 
     @property
     def last_seq(self) -> int:
-        return len(self.events)
+        return self.first_seq - 1 + len(self._events)
 
     def next_id(self) -> str:
         """The id the next appended event must have."""
-        return format_cursor(self.session_id, len(self.events) + 1)
+        return format_cursor(self.session_id, self.last_seq + 1)
 
     def last_cursor(self) -> str | None:
-        return format_cursor(self.session_id, len(self.events)) if self.events else None
+        """The cursor of the last event a reader may see."""
+        return format_cursor(self.session_id, self.visible) if self.visible else None
 
     def append(self, event: Event) -> None:
-        self.events.append(event)
-        self._wake()
+        self._events.append(event)
+
+    def made_visible(self, seq: int) -> None:
+        """The store made the events up to ``seq`` durable: readers may see them."""
+        if seq > self.visible:
+            self.visible = seq
+            self._wake()
+
+    def event(self, seq: int) -> Event:
+        """The event ``seq``.
+
+        Raises:
+            ObservationLost: It was pruned; the error names the cursor to resume after.
+        """
+        index = seq - self.first_seq
+        if index < 0:
+            raise ObservationLost(
+                f"event {seq} of session {self.session_id} was pruned (only events from "
+                f"{self.first_seq} on are kept); resume after cursor {self.resume_cursor}",
+                cursor=self.resume_cursor,
+            )
+        return self._events[index]
+
+    @property
+    def resume_cursor(self) -> str:
+        """Where a reader that lost events resumes: right before the oldest event kept."""
+        return format_cursor(self.session_id, self.first_seq - 1)
+
+    def prune(self, before_seq: int) -> None:
+        """Forget the events before ``before_seq``."""
+        drop = max(0, min(before_seq - self.first_seq, len(self._events)))
+        del self._events[:drop]
+        self.first_seq += drop
 
     def close(self) -> None:
         """No event will follow: readers stop once they have read everything."""
@@ -51,9 +89,14 @@ class EventLog:
         self._changed.set()
         self._changed = trio.Event()
 
+    def finished(self, seq: int) -> bool:
+        """Whether a reader at ``seq`` has read everything: the log is closed, and no event
+        after ``seq`` is left to become visible."""
+        return self.closed and seq >= self.last_seq
+
     async def wait_beyond(self, seq: int) -> None:
-        """Return once there is an event after ``seq``, or the log is closed."""
-        while len(self.events) <= seq and not self.closed:
+        """Return once a reader may see an event after ``seq``, or has read everything."""
+        while self.visible <= seq and not self.finished(seq):
             await self._changed.wait()
 
     def seq_of(self, after: TurnState[Any] | str | None) -> int:
@@ -92,9 +135,9 @@ class EventLog:
                 "pass a cursor of this session"
             )
         seq = int(number)
-        if seq > len(self.events):
+        if seq > self.visible:
             raise InvalidCursorError(
-                f"session {self.session_id} never had this cursor (it has {len(self.events)} "
+                f"session {self.session_id} never had this cursor (it has {self.visible} "
                 "events); pass a cursor it gave you"
             )
         return seq

@@ -15,18 +15,19 @@ import trio
 
 from .._callbacks import Credentials, DenyApproval, OpenApproval, OpenClientToolCall, OpenSignIn
 from .._content import ContentBlock, TextContentBlock, UnknownContentBlock
-from .._convert import unstructure
+from .._convert import structure, unstructure
 from .._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry
 from .._errors import SessionBusyError, ValidationError
-from .._events import EntryAdded, EntryCompleted, EntryDelta
+from .._events import EntryAdded, EntryDelta
 from .._history import new_id
 from .._hooks import DenyToolCall, ModifiedArguments, RequestApproval
 from .._inputs import read_input
 from .._models._base import ModelRequest, ToolCallRequest
 from .._output import output_schema, parse_output
 from .._records import Completed, ErrorInfo, Failed, Interrupted, TurnState
+from .._store._base import StepRow
 from .._tools import Tool
-from ._core import PendingCallback, TurnCore, interrupted
+from ._core import PendingCallback, SessionCore, TurnCore, interrupted
 from ._handlers import invoke
 
 if TYPE_CHECKING:
@@ -82,24 +83,36 @@ class _RaiseFromTool(Exception):
         self.error = error
 
 
-async def run_turn(turn: TurnCore) -> None:
-    """Run ``turn`` to its end and record how it ended; never raises but trio.Cancelled."""
+async def run_turn(turn: TurnCore, resume: list[_Call] | None = None) -> None:
+    """Run ``turn`` to its end and record how it ended; never raises but trio.Cancelled.
+
+    With ``resume``, the turn goes on with the tool step it was blocked in when a runtime
+    before this one stopped. A suspended turn (its runtime closes, and a later one will
+    resume it) ends without a record.
+    """
     session = turn.session
     record: TurnState[Any] | None = None
     try:
         with turn.scope:
+            if resume is not None:
+                await _finish_tools(turn, resume)
             record = await _loop(turn)
         if record is None or turn.scope.cancelled_caught:
             record = interrupted(turn)
     except trio.Cancelled:
         # The runtime itself is closing: the turn ends as cancelled, then the task unwinds.
-        turn.stop_cause = turn.stop_cause or "cancelled"
-        session.end_turn(turn, interrupted(turn))
+        if not turn.suspended:
+            turn.stop_cause = turn.stop_cause or "cancelled"
+            session.end_turn(turn, interrupted(turn))
+        turn.done.set()
         raise
     except _RaiseFromTool as failure:
         record = _failed(turn, failure.error)
     except Exception as error:
         record = _failed(turn, error)
+    if turn.suspended:
+        turn.done.set()
+        return
     session.end_turn(turn, record)
 
 
@@ -133,6 +146,7 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
             streamed.append(delta)
             session.emit(EntryDelta, turn.id, entry_id=entry_id, delta=delta)
 
+        turn.working += 1  # a model step cannot be resumed: the turn is not blocked
         request = ModelRequest(
             instructions=agent.instructions,
             entries=HistoryView(session.entries),
@@ -141,7 +155,10 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
             session_id=session.id,
             turn_id=turn.id,
         )
-        reply = await agent.model.complete(request, on_text=on_text)
+        try:
+            reply = await agent.model.complete(request, on_text=on_text)
+        finally:
+            turn.working -= 1
         text = reply.text
         if text is None and streamed:
             text = "".join(streamed)
@@ -153,8 +170,7 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
                 content=(TextContentBlock(text=text or ""),),
             )
             if streamed:
-                session.entries.append(message)
-                session.emit(EntryCompleted, turn.id, entry=message)
+                session.complete_entry(message)
             else:
                 session.add_entry(message)
         if not reply.tool_calls:
@@ -180,15 +196,60 @@ def _completed(turn: TurnCore, text: str) -> TurnState[Any]:
 
 @attrs.define(eq=False)
 class _Call:
-    """One tool call on its way: what the hooks decided, then its result."""
+    """One tool call on its way: what the hooks decided, how far it got, its result.
+
+    ``state`` is ``"new"``, ``"approved"`` (it may run), ``"waiting"`` (on ``callback``),
+    ``"running"`` (the tool runs: a call that cannot be resumed), ``"delegated"`` (a
+    subagent's turn ``child`` runs it) or ``"done"``.
+    """
 
     entry: ToolCallEntry
     tool: Tool | None
     refusal: str | None = None
     hook_approval: bool = False
     approval_reason: str | None = None
+    state: str = "new"
+    callback: str | None = None
+    child: tuple[str, str] | None = None
     result: ToolResultEntry | None = None
     failure: BaseException | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "entry": unstructure(self.entry),
+            "refusal": self.refusal,
+            "hook_approval": self.hook_approval,
+            "approval_reason": self.approval_reason,
+            "state": self.state,
+            "callback": self.callback,
+            "child": list(self.child) if self.child else None,
+            "result": None if self.result is None else unstructure(self.result),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], tools: Mapping[str, Tool]) -> _Call:
+        entry: ToolCallEntry = structure(data["entry"], ToolCallEntry)
+        result = data["result"]
+        return cls(
+            entry=entry,
+            tool=tools.get(entry.name),
+            refusal=data["refusal"],
+            hook_approval=data["hook_approval"],
+            approval_reason=data["approval_reason"],
+            state=data["state"],
+            callback=data["callback"],
+            child=(data["child"][0], data["child"][1]) if data["child"] else None,
+            result=None if result is None else structure(result, ToolResultEntry),
+        )
+
+
+def _save(turn: TurnCore) -> None:
+    """Write how far the turn's tool step got, for a later runtime to resume it."""
+    session = turn.session
+    if session.runtime.store.durable and turn.step is not None:
+        calls = typing.cast("list[_Call]", turn.step)
+        step = {"signed_in": turn.signed_in, "calls": [call.to_json() for call in calls]}
+        session.write(StepRow(session.id, turn.id, step))
 
 
 async def _run_tools(turn: TurnCore, requests: Sequence[ToolCallRequest]) -> None:
@@ -213,6 +274,15 @@ async def _run_tools(turn: TurnCore, requests: Sequence[ToolCallRequest]) -> Non
     for call in calls:
         session.add_entry(call.entry)
         turn.tool_calls.append(call.entry)
+    turn.signed_in = False
+    await _finish_tools(turn, calls)
+
+
+async def _finish_tools(turn: TurnCore, calls: list[_Call]) -> None:
+    """Sign in, run the calls, and add their results to the history, in call order."""
+    session = turn.session
+    turn.step = calls
+    _save(turn)
     # With tool_errors="raise", the first failure stops the other calls: the turn fails.
     failed = trio.CancelScope()
 
@@ -224,13 +294,19 @@ async def _run_tools(turn: TurnCore, requests: Sequence[ToolCallRequest]) -> Non
     try:
         with failed:
             if not any(call.failure for call in calls):
-                await _sign_in(turn, calls)
+                if not turn.signed_in:
+                    await _sign_in(turn, calls)
+                    turn.signed_in = True
+                    _save(turn)
                 await _each(calls, run_call)
     finally:
-        # Every call in the history keeps a result, so the next model request stays valid.
-        for call in calls:
-            stopped = call.refusal or "the turn was stopped before this call finished"
-            session.add_entry(call.result or _error_result(call.entry, stopped))
+        if not turn.suspended:
+            # Every call in the history keeps a result, so the next model request is valid.
+            for call in calls:
+                stopped = call.refusal or "the turn was stopped before this call finished"
+                session.add_entry(call.result or _error_result(call.entry, stopped))
+            turn.step = None
+            session.write(StepRow(session.id, turn.id, None))
     for call in calls:
         if call.failure is not None:
             raise _RaiseFromTool(call.failure)
@@ -302,17 +378,39 @@ async def _sign_in(turn: TurnCore, calls: list[_Call]) -> None:
         ):
             assert tool.source is not None
             sources.append(tool.source)
-    if sources:
+    if not sources:
+        return
+    for pending in session.callbacks.values():  # a sign-in a runtime before this one opened
+        if (
+            pending.turn is turn
+            and isinstance(pending.callback, OpenSignIn)
+            and not pending.closed.is_set()
+        ):
+            await _wait(pending)
+            break
+    else:
         await _wait(session.open_callback(turn, OpenSignIn, sources=tuple(sources)))
+    missing = [source for source in sources if source not in session.credentials]
+    if missing:  # answered before a restart, whose credentials are not stored: ask again
+        await _wait(session.open_callback(turn, OpenSignIn, sources=tuple(missing)))
 
 
 async def _wait(pending: PendingCallback) -> PendingCallback:
-    """Wait until ``pending`` is answered; a stopped turn closes it unanswered."""
+    """Wait until ``pending`` is answered; a stopped turn closes it unanswered (a suspended
+    one leaves it open, for the next runtime)."""
     try:
         await pending.closed.wait()
     finally:
-        pending.turn.session.close_callback(pending, answered=False)
+        if not pending.turn.suspended:
+            pending.turn.session.close_callback(pending, answered=False)
     return pending
+
+
+async def _wait_for(turn: TurnCore, call: _Call, pending: PendingCallback) -> PendingCallback:
+    """``_wait`` for a call, whose state says so while it waits."""
+    call.state, call.callback = "waiting", pending.id
+    _save(turn)
+    return await _wait(pending)
 
 
 async def _run_call(turn: TurnCore, call: _Call) -> None:
@@ -321,34 +419,39 @@ async def _run_call(turn: TurnCore, call: _Call) -> None:
     except _RaiseFromTool as failure:
         call.failure = failure.error
         call.result = _error_result(call.entry, f"{type(failure.error).__name__}: {failure}")
+    call.state = "done"
+    _save(turn)
 
 
 async def _call_tool(turn: TurnCore, call: _Call) -> ToolResultEntry:
     session = turn.session
     agent = session.agent
     entry, tool = call.entry, call.tool
+    if call.state == "done" and call.result is not None:
+        return call.result
     if call.refusal is not None:
         return _error_result(entry, call.refusal)
     subagent = agent.subagents_by_name.get(entry.name)
-    if subagent is not None:
-        denied = await _approve(turn, call)
-        return denied or await _delegate(turn, entry, subagent)
-    if tool is None:
+    if subagent is None and tool is None:
         known = ", ".join(sorted([*agent.tools_by_name, *agent.subagents_by_name])) or "none"
         return _error_result(entry, f"unknown tool {entry.name!r}; the tools are: {known}")
-    try:
-        arguments = tool.structure_arguments(entry.arguments)
-    except ValidationError as error:
-        return _error_result(entry, str(error))
+    arguments: dict[str, Any] = {}
+    if tool is not None:
+        try:
+            arguments = tool.structure_arguments(entry.arguments)
+        except ValidationError as error:
+            return _error_result(entry, str(error))
     denied = await _approve(turn, call)
     if denied is not None:
         return denied
+    if subagent is not None:
+        return await _delegate(turn, call, subagent)
+    assert tool is not None
     if tool.kind == "client":
-        pending = await _wait(
-            session.open_callback(
-                turn, OpenClientToolCall, tool, tool_name=tool.name, arguments=entry.arguments
-            )
+        pending = _restored(session, call, OpenClientToolCall) or session.open_callback(
+            turn, OpenClientToolCall, tool, tool_name=tool.name, arguments=entry.arguments
         )
+        pending = await _wait_for(turn, call, pending)
         if pending.error is not None:
             return _error_result(entry, pending.error)
         return _result_entry(entry, pending.answer)
@@ -360,12 +463,33 @@ async def _call_tool(turn: TurnCore, call: _Call) -> ToolResultEntry:
             else:
                 value = read_input(session.inputs, dependency)
             arguments[dependency.name] = value
-        value = await tool.call(arguments)
+        # Durable before it runs: after a crash, a call that may have run is never run again.
+        call.state = "running"
+        _save(turn)
+        await session.runtime.store.flush()
+        turn.working += 1
+        try:
+            value = await tool.call(arguments)
+        finally:
+            turn.working -= 1
     except Exception as error:
         if agent.tool_errors == "raise":
             raise _RaiseFromTool(error) from error
         return _error_result(entry, f"{type(error).__name__}: {error}")
     return _result_entry(entry, value)
+
+
+def _restored(
+    session: SessionCore, call: _Call, kind: type[OpenApproval | OpenClientToolCall]
+) -> PendingCallback | None:
+    """The open callback of ``kind`` a call waited on when a runtime before this one
+    stopped, if any."""
+    if call.state != "waiting" or call.callback is None:
+        return None
+    pending = session.callbacks.get(call.callback)
+    if pending is None or pending.closed.is_set() or not isinstance(pending.callback, kind):
+        return None
+    return pending
 
 
 async def _approve(turn: TurnCore, call: _Call) -> ToolResultEntry | None:
@@ -374,14 +498,17 @@ async def _approve(turn: TurnCore, call: _Call) -> ToolResultEntry | None:
     One approval per call: a hook's, which is allowed once only, or else the tool's own.
     """
     session = turn.session
+    if call.state in ("approved", "delegated") or (
+        call.state == "waiting" and _restored(session, call, OpenApproval) is None
+    ):
+        return None  # approved before (the call waits on something else now)
     tool = call.tool
     tool_approval = (
         tool is not None and tool.requires_approval and tool.name not in session.approved_tools
     )
-    if not (tool_approval or call.hook_approval):
-        return None
-    pending = await _wait(
-        session.open_callback(
+    pending = _restored(session, call, OpenApproval)
+    if pending is None and (tool_approval or call.hook_approval):
+        pending = session.open_callback(
             turn,
             OpenApproval,
             tool_name=call.entry.name,
@@ -389,32 +516,45 @@ async def _approve(turn: TurnCore, call: _Call) -> ToolResultEntry | None:
             source="hook" if call.hook_approval else "tool",
             reason=call.approval_reason,
         )
-    )
-    if isinstance(pending.answer, DenyApproval):
-        reason = pending.answer.reason
-        return _error_result(
-            call.entry, "the client denied this call" + (f": {reason}" if reason else "")
-        )
+    if pending is not None:
+        pending = await _wait_for(turn, call, pending)
+        if isinstance(pending.answer, DenyApproval):
+            reason = pending.answer.reason
+            return _error_result(
+                call.entry, "the client denied this call" + (f": {reason}" if reason else "")
+            )
+    call.state = "approved"
     return None
 
 
-async def _delegate(turn: TurnCore, entry: ToolCallEntry, subagent: Agent) -> ToolResultEntry:
+async def _delegate(turn: TurnCore, call: _Call, subagent: Agent) -> ToolResultEntry:
     """Run a turn of a new subagent session on the task; its answer is the call's result."""
-    arguments = entry.arguments
-    message = arguments.get("message") if isinstance(arguments, Mapping) else None
-    if not isinstance(message, str) or not message.strip() or len(arguments) != 1:
-        return _error_result(
-            entry, f'{subagent.name} takes one argument, "message": the task, as a string'
-        )
-    try:
-        child = turn.session.start_subagent(turn, subagent, message)
-    except SessionBusyError as busy:
-        return _error_result(entry, f"SessionBusyError: {busy}")
+    entry = call.entry
+    session = turn.session
+    if call.child is not None:  # delegated before a restart: that turn goes on
+        child_session = session.runtime.sessions[call.child[0]]
+        child = child_session.turns[call.child[1]]
+    else:
+        arguments = entry.arguments
+        message = arguments.get("message") if isinstance(arguments, Mapping) else None
+        if not isinstance(message, str) or not message.strip() or len(arguments) != 1:
+            return _error_result(
+                entry, f'{subagent.name} takes one argument, "message": the task, as a string'
+            )
+        try:
+            child = session.start_subagent(turn, subagent, message)
+        except SessionBusyError as busy:
+            return _error_result(entry, f"SessionBusyError: {busy}")
+        call.state, call.child = "delegated", (child.session.id, child.id)
+        _save(turn)
     try:
         await child.done.wait()
     except BaseException:
         # The parent turn stops: its subagent's turn stops the same way, and first.
-        child.stop(turn.stop_cause or "cancelled")
+        if turn.suspended and child.resumable():
+            child.suspend()
+        else:
+            child.stop(turn.stop_cause or "cancelled")
         with trio.CancelScope(shield=True):
             await child.done.wait()
         raise

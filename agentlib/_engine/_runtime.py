@@ -1,8 +1,10 @@
-"""The runtime: the nursery where turns run, and the sessions it holds."""
+"""The runtime: the nursery where turns run, the sessions it holds, and its store."""
 
 from __future__ import annotations
 
 import contextvars
+import math
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -11,8 +13,10 @@ import attrs
 import trio
 
 from .._entries import Entry
-from .._errors import SessionNotFoundError
+from .._errors import SessionBusyError, SessionNotFoundError
 from .._history import new_id
+from .._store import open_store
+from .._store._base import EventRow, LeaseRefused, Op, PruneRow, Store
 from ._core import SessionCore, TurnCore
 from ._log import EventLog
 from ._loop import run_turn
@@ -27,13 +31,25 @@ _CURRENT: contextvars.ContextVar[Runtime] = contextvars.ContextVar("agentlib_run
 
 @attrs.define(eq=False)
 class Runtime:
-    """Owns the engine: the nursery where turns run, and the sessions. Use
-    :func:`open_runtime` to get one."""
+    """Owns the engine: the nursery where turns run, the sessions, and the store. Use
+    :func:`open_runtime` to get one.
+
+    Attributes:
+        store: Where the sessions live.
+        owner: This runtime's name in the store's leases.
+        lease_seconds: How long a lease on a session lasts without renewal.
+        event_retention: How many events each session keeps (None: all).
+    """
 
     _nursery: trio.Nursery
-    store: str
+    store: Store
+    owner: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    lease_seconds: float = 30.0
+    event_retention: int | None = None
     sessions: dict[str, SessionCore] = attrs.field(factory=dict)
+    agents: dict[str, Any] = attrs.field(factory=dict)  # Agents, by name
     _session_keys: dict[str, str] = attrs.field(factory=dict)
+    _loading: dict[str, trio.Event] = attrs.field(factory=dict)
     _closing: bool = False
 
     def spawn_turn(self, turn: TurnCore) -> None:
@@ -43,21 +59,65 @@ class Runtime:
         """Run ``function(*args)`` in the runtime's nursery; it must not raise."""
         self._nursery.start_soon(function, *args, name=name)
 
-    def core(self, session_id: str) -> SessionCore:
-        """The live state of a session.
+    def know(self, agent: Agent) -> None:
+        """Remember ``agent`` and its subagents, to resume their sessions from the store."""
+        if self.agents.get(agent.name) is agent:
+            return
+        self.agents[agent.name] = agent
+        for sub in agent.subagents:
+            self.know(sub)
 
-        Raises:
-            SessionNotFoundError: No session has this id here.
-        """
-        try:
-            return self.sessions[session_id]
-        except KeyError:
-            raise SessionNotFoundError(
-                f"no session {session_id!r} in this runtime; start one with "
-                "agent.start_session(), or open the runtime on the store that holds it"
-            ) from None
+    # -- the store ---------------------------------------------------------------------------
 
-    def start_session(
+    def committed(self, ops: Sequence[Op]) -> None:
+        """The store made ``ops`` durable: readers may see their events."""
+        for op in ops:
+            if isinstance(op, EventRow):
+                core = self.sessions.get(op.session_id)
+                if core is not None:
+                    core.log.made_visible(op.seq)
+
+    def turn_ended(self, core: SessionCore) -> None:
+        """Prune the session's oldest events beyond the retention."""
+        keep = self.event_retention
+        if keep is None:
+            return
+        before = core.log.last_seq - keep + 1
+        if before > core.log.first_seq:
+            core.log.prune(before)
+            core.write(PruneRow(core.id, before))
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def new_session(
+        self,
+        agent: Agent,
+        inputs: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        parent: tuple[SessionCore, TurnCore] | None = None,
+    ) -> SessionCore:
+        """A new session, written to the store."""
+        if self._closing:
+            raise RuntimeError("this runtime is closing; open a new one to start sessions")
+        session_id = new_id()
+        core = SessionCore(
+            id=session_id,
+            agent=agent,
+            runtime=self,
+            log=EventLog(session_id),
+            idempotency_key=key,
+            inputs=dict(inputs),
+        )
+        if parent is not None:
+            core.parent, core.parent_turn = parent
+        self.sessions[session_id] = core
+        if key is not None:
+            self._session_keys[key] = session_id
+        core.write(core.row)
+        return core
+
+    async def start_session(
         self,
         agent: Agent,
         history: Sequence[Entry],
@@ -65,36 +125,92 @@ class Runtime:
         idempotency_key: str | None,
     ) -> SessionCore:
         """A new session (or the one ``idempotency_key`` started) with ``history`` and
-        ``inputs`` (JSON by input id)."""
-        if self._closing:
-            raise RuntimeError("this runtime is closing; open a new one to start sessions")
-        if idempotency_key is not None and idempotency_key in self._session_keys:
-            return self.sessions[self._session_keys[idempotency_key]]
-        session_id = new_id()
-        core = SessionCore(
-            id=session_id,
-            agent=agent,
-            runtime=self,
-            log=EventLog(session_id),
-            idempotency_key=idempotency_key,
-            inputs=dict(inputs),
-        )
-        self.sessions[session_id] = core
+        ``inputs`` (JSON by input id), acknowledged once durable."""
+        self.know(agent)
         if idempotency_key is not None:
-            self._session_keys[idempotency_key] = session_id
+            known = self._session_keys.get(idempotency_key)
+            if known is None:
+                known = await self.store.session_for_key(idempotency_key)
+            if known is not None:
+                return await self.session(known, agent)
+        core = self.new_session(agent, inputs, key=idempotency_key)
         for entry in history:
             core.add_entry(entry)
+        await self.store.acquire([core.id], self.owner, self.lease_seconds)
+        await self.store.flush()
         return core
 
+    def core(self, session_id: str) -> SessionCore:
+        """The live state of a session this runtime holds.
+
+        Raises:
+            SessionNotFoundError: It holds none with this id.
+        """
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise _not_found(session_id) from None
+
+    async def session(self, session_id: str, agent: Agent) -> SessionCore:
+        """The live state of a session, loaded from the store (with its whole tree of
+        subagent sessions) the first time.
+
+        Raises:
+            SessionNotFoundError: The store has no such session.
+            SessionBusyError: Another runtime holds the session's lease.
+        """
+        core = self.sessions.get(session_id)
+        if core is not None:
+            return core
+        self.know(agent)
+        loading = self._loading.get(session_id)
+        if loading is not None:  # another task is loading it: wait for that one
+            await loading.wait()
+            return self.core(session_id)
+        from ._restore import restore
+
+        done = self._loading[session_id] = trio.Event()
+        try:
+            try:
+                await restore(self, session_id)
+            except LeaseRefused as refused:
+                raise SessionBusyError(
+                    f"session {refused.session_id} is run by another runtime ({refused.owner}) "
+                    "whose lease has not expired; retry once it has, or use that runtime"
+                ) from None
+        finally:
+            del self._loading[session_id]
+            done.set()
+        return self.core(session_id)
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await trio.sleep(self.lease_seconds / 3)
+            held = [core.id for core in self.sessions.values() if not core.terminated]
+            if held:
+                await self.store.acquire(held, self.owner, self.lease_seconds)
+
     async def aclose(self) -> None:
-        """Interrupt every running turn (``cause="cancelled"``) and wait until all have ended."""
+        """Stop every running turn and wait until all have ended; a turn blocked on
+        callbacks stays blocked in a durable store, to be resumed by the next runtime."""
         self._closing = True
         running = [core.active for core in self.sessions.values() if core.active is not None]
         for turn in running:
-            turn.stop("cancelled")
+            if self.store.durable and turn.resumable():
+                turn.suspend()
+            else:
+                turn.stop("cancelled")
         for turn in running:
             await turn.done.wait()
-        self._nursery.cancel_scope.cancel()
+        await self.store.flush()
+        await self.store.release(list(self.sessions), self.owner)
+
+
+def _not_found(session_id: str) -> SessionNotFoundError:
+    return SessionNotFoundError(
+        f"no session {session_id!r} in this runtime's store; start one with "
+        "agent.start_session(), or open the runtime on the store that holds it"
+    )
 
 
 def current_runtime() -> Runtime:
@@ -118,25 +234,49 @@ def set_current_runtime(runtime: Runtime) -> contextvars.Token[Runtime]:
 
 
 @asynccontextmanager
-async def open_runtime(store: str | None = None) -> AsyncIterator[Runtime]:
+async def open_runtime(
+    store: str | Store | None = None,
+    *,
+    event_retention: int | None = None,
+    lease_seconds: float = 30.0,
+) -> AsyncIterator[Runtime]:
     """Run an engine for the duration of the block; sessions started inside use it.
 
     Args:
-        store: Where sessions' event logs live; ``None`` or ``":memory:"`` keeps them in
-            memory.
+        store: Where sessions live: ``None`` or ``":memory:"`` keeps them in memory;
+            ``"sqlite:///path.db"`` in a SQLite file (created on first use); or a
+            :class:`Store`.
+        event_retention: Keep only the last N events of each session (pruned when a turn
+            ends); reading before them raises ``ObservationLost``. None keeps them all.
+        lease_seconds: How long this runtime's hold on a session lasts if it stops renewing
+            it (its process died): then another runtime may take the session over.
 
-    Leaving the block interrupts running turns (``Interrupted(cause="cancelled")``) and
-    returns once every task has ended.
+    Leaving the block interrupts running turns (``Interrupted(cause="cancelled")``); with a
+    durable store, a turn blocked on callbacks stays blocked, for the next runtime on the
+    store to resume. Returns once every task has ended.
 
     Raises:
-        ValueError: ``store`` names a kind of store agentlib does not know.
+        ValueError: ``store`` names a kind of store agentlib does not know, or
+            ``event_retention`` or ``lease_seconds`` is not positive.
+        StoreSchemaError: The store's file was written by a newer agentlib.
     """
-    if store is None:
-        store = ":memory:"
-    if store != ":memory:":
-        raise ValueError(f"unknown store {store!r}: use ':memory:'")
+    if event_retention is not None and (
+        isinstance(event_retention, bool)
+        or not isinstance(event_retention, int)
+        or event_retention < 1
+    ):
+        raise ValueError(f"event_retention must be a positive int or None, not {event_retention!r}")
+    if not (isinstance(lease_seconds, (int, float)) and 0 < lease_seconds < math.inf):
+        raise ValueError(f"lease_seconds must be a positive number, not {lease_seconds!r}")
+    backend = open_store(store)
     async with trio.open_nursery() as nursery:
-        runtime = Runtime(nursery, store)
+        await backend.open(nursery.start_soon)
+        runtime = Runtime(
+            nursery, backend, lease_seconds=lease_seconds, event_retention=event_retention
+        )
+        backend.committed = runtime.committed
+        if backend.durable:
+            nursery.start_soon(runtime._renew_leases)
         token = _CURRENT.set(runtime)
         try:
             yield runtime
@@ -144,3 +284,5 @@ async def open_runtime(store: str | None = None) -> AsyncIterator[Runtime]:
             _CURRENT.reset(token)
             with trio.CancelScope(shield=True):
                 await runtime.aclose()
+                await backend.aclose()
+            nursery.cancel_scope.cancel()

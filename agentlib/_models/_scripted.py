@@ -41,6 +41,7 @@ class ScriptedModel:
     """A deterministic offline model that plays a script, the same in every session.
 
     Each session starts at the first step; each request of the session takes the next one.
+    A session read back from a store goes on after the steps its turns already took.
     A step is a ``str`` (the final answer), a :class:`ModelReply`, or a function (sync or
     async) of the :class:`ModelRequest` that returns one of those.
 
@@ -62,7 +63,9 @@ class ScriptedModel:
         self, request: ModelRequest, *, on_text: TextSink | None = None
     ) -> ModelReply:
         """Play the session's next step."""
-        position = self._positions.get(request.session_id, 0)
+        position = self._positions.get(request.session_id)
+        if position is None:  # a session this object has not seen: maybe one from a store
+            position = _steps_taken(request)
         if position >= len(self.steps):
             raise ModelError(
                 f"the scripted model has no step left: its script has {len(self.steps)} "
@@ -73,6 +76,25 @@ class ScriptedModel:
         reply = await _reply_of(self.steps[position], request)
         await _stream(reply, on_text)
         return reply
+
+
+def _steps_taken(request: ModelRequest) -> int:
+    """How many model steps the session's turns took: a step's output is an assistant
+    message and/or tool calls, which the step's tool results follow."""
+    from .._entries import MessageEntry, ToolCallEntry
+
+    steps = 0
+    in_step = False
+    for entry in request.entries:
+        if entry.turn_id is None:
+            continue  # imported history: not this model's
+        output = isinstance(entry, ToolCallEntry) or (
+            isinstance(entry, MessageEntry) and entry.role == "assistant"
+        )
+        if output and not in_step:
+            steps += 1
+        in_step = output
+    return steps
 
 
 @attrs.define(eq=False)

@@ -1,0 +1,192 @@
+"""Reading a session back from the store: its whole tree of subagent sessions, its turns, and
+the turns that were blocked on callbacks, which go on where they stopped."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._callbacks import AllowApproval, OpenApproval, OpenClientToolCall
+from .._entries import ToolCallEntry
+from .._errors import SessionNotFoundError
+from .._records import Interrupted, UnknownOutcome
+from .._store._base import StoredSession
+from ._core import PendingCallback, SessionCore, TurnCore
+from ._log import EventLog
+from ._loop import _Call, run_turn
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+__all__ = ["restore"]
+
+
+async def restore(runtime: Runtime, session_id: str) -> None:
+    """Load the tree of sessions holding ``session_id`` into ``runtime``, lease it, and
+    resume its blocked turns; a turn that was running when its runtime stopped ends as
+    ``UnknownOutcome``.
+
+    Raises:
+        SessionNotFoundError: The store has no such session, or one of the tree was run by
+            an agent this runtime does not know.
+        LeaseRefused: Another runtime holds the tree.
+    """
+    store = runtime.store
+    stored = await store.load(session_id)
+    if stored is None:
+        raise SessionNotFoundError(
+            f"no session {session_id!r} in this runtime's store; start one with "
+            "agent.start_session(), or open the runtime on the store that holds it"
+        )
+    while stored.row.parent_id is not None:  # a subagent's: load from its root down
+        parent = await store.load(stored.row.parent_id)
+        assert parent is not None, "a subagent session's parent is stored before it"
+        stored = parent
+    tree = [stored]
+    for node in tree:  # breadth first: parents before children
+        for child_id in node.children:
+            child = await store.load(child_id)
+            assert child is not None
+            tree.append(child)
+    if any(node.row.session_id in runtime.sessions for node in tree):
+        return  # another task loaded it meanwhile
+    await store.acquire(
+        [node.row.session_id for node in tree], runtime.owner, runtime.lease_seconds
+    )
+    cores = {node.row.session_id: _core(runtime, node) for node in tree}
+    for node in tree:
+        core = cores[node.row.session_id]
+        if node.row.parent_id is not None:
+            core.parent = cores[node.row.parent_id]
+            core.parent_turn = core.parent.turns[node.row.parent_turn_id or ""]
+            core.parent.children.append(core)
+    for node in tree:
+        runtime.sessions[node.row.session_id] = cores[node.row.session_id]
+        if node.row.idempotency_key is not None:
+            runtime._session_keys[node.row.idempotency_key] = node.row.session_id
+    for core in cores.values():  # a subagent's open callbacks are listed above it too
+        for pending in core.callbacks.values():
+            if not pending.closed.is_set():
+                for ancestor, delegating in core.ancestors():
+                    ancestor.below[pending.id] = pending
+                    delegating.open_callbacks[pending.id] = pending.callback
+    # Unended turns, deepest first: a parent's resumption waits on its subagent's turn.
+    resumed: list[tuple[TurnCore, list[_Call]]] = []
+    for node in reversed(tree):
+        core = cores[node.row.session_id]
+        for turn in core.turns.values():
+            if turn.record is not None:
+                continue
+            step = node.steps.get(turn.id)
+            calls = None if step is None else _calls(core, turn, step)
+            if core.terminated:
+                core.end_turn(
+                    turn, Interrupted(turn_id=turn.id, session_id=core.id, cause="cancelled")
+                )
+            elif calls is None:
+                core.end_turn(
+                    turn,
+                    UnknownOutcome(
+                        turn_id=turn.id,
+                        session_id=core.id,
+                        reason="the runtime running this turn stopped before the turn ended",
+                    ),
+                )
+            else:
+                core.active = turn
+                if core.parent is not None:
+                    core.root.running_subagents += 1
+                resumed.append((turn, calls))
+    for turn, calls in resumed:
+        runtime._nursery.start_soon(run_turn, turn, calls, name=f"agentlib turn {turn.id}")
+    await store.flush()
+
+
+def _core(runtime: Runtime, node: StoredSession) -> SessionCore:
+    row = node.row
+    agent = runtime.agents.get(row.agent)
+    if agent is None:
+        raise SessionNotFoundError(
+            f"session {row.session_id} was run by agent {row.agent!r}, which this runtime does "
+            "not know: open it through that agent, or its root session's agent, so that its "
+            "turns can go on"
+        )
+    log = EventLog(row.session_id, first_seq=node.first_seq)
+    for event in node.events:
+        log.append(event)
+    log.visible = log.last_seq
+    core = SessionCore(
+        id=row.session_id,
+        agent=agent,
+        runtime=runtime,
+        log=log,
+        entries=list(node.entries),
+        terminated=row.terminated,
+        idempotency_key=row.idempotency_key,
+        inputs=dict(row.inputs),
+    )
+    if row.terminated:
+        log.close()
+    for key in node.keys:
+        core.idempotency[key.key] = (key.turn_id, key.fingerprint)
+    for turn_row in node.turns:
+        turn = TurnCore(
+            id=turn_row.turn_id,
+            session=core,
+            first_seq=turn_row.first_seq,
+            output_type=agent.output_type,
+            record=turn_row.record,
+        )
+        if turn_row.record is not None:
+            turn.end_seq = _seq(turn_row.record.cursor)
+            turn.done.set()
+        core.turns[turn.id] = turn
+    for turn in core.turns.values():
+        turn.tool_calls.extend(
+            entry
+            for entry in core.entries
+            if isinstance(entry, ToolCallEntry) and entry.turn_id == turn.id
+        )
+    for row_callback in node.callbacks:
+        callback = row_callback.callback
+        turn = core.turns[callback.turn_id]
+        tool = (
+            agent.tools_by_name.get(callback.tool_name)
+            if isinstance(callback, OpenClientToolCall)
+            else None
+        )
+        pending = PendingCallback(callback=callback, turn=turn, tool=tool)
+        core.callbacks[callback.id] = pending
+        if row_callback.state == "open":
+            turn.open_callbacks[callback.id] = callback
+            continue
+        pending.answered = row_callback.state == "answered"
+        pending.answer = row_callback.answer
+        pending.closed.set()
+        answer = row_callback.answer
+        if (
+            isinstance(callback, OpenApproval)
+            and callback.source == "tool"
+            and isinstance(answer, AllowApproval)
+            and answer.scope == "session"
+        ):
+            core.approved_tools.add(callback.tool_name)
+    return core
+
+
+def _calls(core: SessionCore, turn: TurnCore, step: Any) -> list[_Call] | None:
+    """The calls of a stored tool step, if the turn can go on from it: nothing was running."""
+    calls = [_Call.from_json(data, core.agent.tools_by_name) for data in step["calls"]]
+    if any(call.state == "running" for call in calls):
+        return None  # a tool may have run, or not: nobody can tell
+    turn.step = calls
+    turn.signed_in = bool(step["signed_in"])
+    for call in calls:
+        if call.state == "done" and call.result is None:
+            return None
+    return calls
+
+
+def _seq(cursor: str | None) -> int | None:
+    if not cursor:
+        return None
+    return int(cursor.rpartition(":")[2])

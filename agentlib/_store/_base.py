@@ -1,0 +1,192 @@
+"""The store interface: where sessions' event logs, and the state derived from them, live.
+
+The engine writes to a store in order, without waiting (:meth:`Store.write`), and waits for
+the store (:meth:`Store.flush`) before it acknowledges anything to a caller: a started turn,
+a taken answer, an event a reader sees. A store reads back one whole session tree at a time
+(:meth:`Store.load`), and leases sessions to one runtime at a time.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Union
+
+import attrs
+
+from .._callbacks import Callback
+from .._entries import Entry
+from .._events import Event
+from .._records import TurnState
+
+__all__ = [
+    "CallbackRow",
+    "EntryRow",
+    "EventRow",
+    "KeyRow",
+    "LeaseRefused",
+    "Op",
+    "PruneRow",
+    "SessionRow",
+    "StepRow",
+    "Store",
+    "StoredSession",
+    "TurnRow",
+]
+
+
+@attrs.frozen
+class SessionRow:
+    """A session: its agent, where it sits in a tree of subagents, its inputs."""
+
+    session_id: str
+    agent: str
+    parent_id: str | None = None
+    parent_turn_id: str | None = None
+    idempotency_key: str | None = None
+    inputs: Any = attrs.field(factory=dict)  # JSON by input id
+    terminated: bool = False
+
+
+@attrs.frozen
+class EventRow:
+    session_id: str
+    seq: int
+    event: Event
+
+
+@attrs.frozen
+class EntryRow:
+    session_id: str
+    index: int
+    entry: Entry
+
+
+@attrs.frozen
+class TurnRow:
+    """A turn: where its events start, and its end record once it has one."""
+
+    session_id: str
+    turn_id: str
+    first_seq: int
+    output_type: str | None = None
+    record: TurnState[Any] | None = None
+
+
+@attrs.frozen
+class StepRow:
+    """What a turn's current tool step has done so far (JSON), to resume it; None once the
+    step is over."""
+
+    session_id: str
+    turn_id: str
+    step: Any = None
+
+
+@attrs.frozen
+class CallbackRow:
+    """A callback a session opened, and how it closed."""
+
+    session_id: str
+    callback: Callback
+    state: Literal["open", "answered", "closed"] = "open"
+    answer: Any = None  # JSON: the approval answer taken, or a client tool's result
+
+
+@attrs.frozen
+class KeyRow:
+    """An idempotency key of a session, and the turn it started."""
+
+    session_id: str
+    key: str
+    turn_id: str
+    fingerprint: str
+
+
+@attrs.frozen
+class PruneRow:
+    """Forget the session's events before ``before_seq``."""
+
+    session_id: str
+    before_seq: int
+
+
+Op = Union[SessionRow, EventRow, EntryRow, TurnRow, StepRow, CallbackRow, KeyRow, PruneRow]
+
+
+@attrs.frozen
+class StoredSession:
+    """One session as a store holds it."""
+
+    row: SessionRow
+    first_seq: int  # the seq of its first event still stored (older ones were pruned)
+    events: Sequence[Event]
+    entries: Sequence[Entry]
+    turns: Sequence[TurnRow]
+    steps: dict[str, Any]
+    callbacks: Sequence[CallbackRow]
+    keys: Sequence[KeyRow]
+    children: Sequence[str]
+
+
+class LeaseRefused(Exception):
+    """Another runtime holds the session's lease."""
+
+    def __init__(self, session_id: str, owner: str, until: float) -> None:
+        super().__init__(session_id, owner, until)
+        self.session_id = session_id
+        self.owner = owner
+        self.until = until
+
+
+class Store(abc.ABC):
+    """Where a runtime keeps its sessions. Subclass it to keep them elsewhere.
+
+    Writes are applied in the order they were made. ``committed`` is called, in the
+    runtime's trio thread, with each group of writes once it is durable.
+    """
+
+    #: Whether sessions outlive the runtime: then a runtime that closes leaves a turn that
+    #: is blocked on callbacks blocked, for the next one to resume.
+    durable: bool = True
+    committed: Callable[[Sequence[Op]], None] = staticmethod(lambda ops: None)
+
+    @abc.abstractmethod
+    async def open(self, start_soon: Callable[..., Any]) -> None:
+        """Prepare the store; ``start_soon`` runs a background task in the runtime."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Commit what was written, then release the store."""
+
+    @abc.abstractmethod
+    def write(self, op: Op) -> None:
+        """Queue ``op``; never waits. :meth:`flush` waits until it is durable."""
+
+    @abc.abstractmethod
+    async def flush(self) -> None:
+        """Return once every write made so far is durable."""
+
+    @abc.abstractmethod
+    async def load(self, session_id: str) -> StoredSession | None:
+        """The session, or None if the store never had it."""
+
+    @abc.abstractmethod
+    async def session_for_key(self, key: str) -> str | None:
+        """The session an idempotency key of ``start_session`` started."""
+
+    @abc.abstractmethod
+    async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
+        """Up to ``limit`` events of the session after seq ``after``."""
+
+    @abc.abstractmethod
+    async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
+        """Lease the sessions to ``owner`` for ``seconds``, or renew its lease.
+
+        Raises:
+            LeaseRefused: Another owner's lease on one of them has not expired.
+        """
+
+    @abc.abstractmethod
+    async def release(self, session_ids: Sequence[str], owner: str) -> None:
+        """End ``owner``'s leases on the sessions."""

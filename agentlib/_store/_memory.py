@@ -1,0 +1,134 @@
+"""The in-memory store: sessions live as long as the store object."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from .._entries import Entry
+from .._events import Event
+from ._base import (
+    CallbackRow,
+    EntryRow,
+    EventRow,
+    KeyRow,
+    LeaseRefused,
+    Op,
+    PruneRow,
+    SessionRow,
+    StepRow,
+    Store,
+    StoredSession,
+    TurnRow,
+)
+
+__all__ = ["MemoryStore"]
+
+
+@attrs.define(eq=False)
+class _Session:
+    row: SessionRow
+    first_seq: int = 1
+    events: list[Event] = attrs.field(factory=list)
+    entries: list[Entry] = attrs.field(factory=list)
+    turns: dict[str, TurnRow] = attrs.field(factory=dict)
+    steps: dict[str, Any] = attrs.field(factory=dict)
+    callbacks: dict[str, CallbackRow] = attrs.field(factory=dict)
+    keys: dict[str, KeyRow] = attrs.field(factory=dict)
+    children: list[str] = attrs.field(factory=list)
+    lease: tuple[str, float] | None = None
+
+
+class MemoryStore(Store):
+    """Sessions in memory, for as long as the store object lives: every write is durable at
+    once. Reopen a runtime on the same object to resume its sessions."""
+
+    def __init__(self, *, durable: bool = True, clock: Callable[[], float] = time.time) -> None:
+        self.durable = durable
+        self._sessions: dict[str, _Session] = {}
+        self._keys: dict[str, str] = {}
+        self._clock = clock
+
+    async def open(self, start_soon: Callable[..., Any]) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    def write(self, op: Op) -> None:
+        if isinstance(op, SessionRow):
+            known = self._sessions.get(op.session_id)
+            if known is None:
+                self._sessions[op.session_id] = _Session(op)
+                if op.parent_id is not None:
+                    self._sessions[op.parent_id].children.append(op.session_id)
+                if op.idempotency_key is not None:
+                    self._keys[op.idempotency_key] = op.session_id
+            else:
+                known.row = op
+        else:
+            session = self._sessions[op.session_id]
+            if isinstance(op, EventRow):
+                session.events.append(op.event)
+            elif isinstance(op, EntryRow):
+                session.entries.append(op.entry)
+            elif isinstance(op, TurnRow):
+                session.turns[op.turn_id] = op
+            elif isinstance(op, StepRow):
+                session.steps[op.turn_id] = op.step
+            elif isinstance(op, CallbackRow):
+                session.callbacks[op.callback.id] = op
+            elif isinstance(op, KeyRow):
+                session.keys[op.key] = op
+            elif isinstance(op, PruneRow):
+                drop = max(0, min(op.before_seq - session.first_seq, len(session.events)))
+                del session.events[:drop]
+                session.first_seq += drop
+        self.committed((op,))
+
+    async def flush(self) -> None:
+        return None
+
+    async def load(self, session_id: str) -> StoredSession | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        return StoredSession(
+            row=session.row,
+            first_seq=session.first_seq,
+            events=tuple(session.events),
+            entries=tuple(session.entries),
+            turns=tuple(session.turns.values()),
+            steps={turn: step for turn, step in session.steps.items() if step is not None},
+            callbacks=tuple(session.callbacks.values()),
+            keys=tuple(session.keys.values()),
+            children=tuple(session.children),
+        )
+
+    async def session_for_key(self, key: str) -> str | None:
+        return self._keys.get(key)
+
+    async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return []
+        start = max(0, after + 1 - session.first_seq)
+        return session.events[start : start + limit]
+
+    async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
+        now = self._clock()
+        for session_id in session_ids:
+            lease = self._sessions[session_id].lease
+            if lease is not None and lease[0] != owner and lease[1] > now:
+                raise LeaseRefused(session_id, *lease)
+        for session_id in session_ids:
+            self._sessions[session_id].lease = (owner, now + seconds)
+
+    async def release(self, session_ids: Sequence[str], owner: str) -> None:
+        for session_id in session_ids:
+            session = self._sessions.get(session_id)
+            if session is not None and session.lease is not None and session.lease[0] == owner:
+                session.lease = None

@@ -1,0 +1,486 @@
+"""The SQLite store: one file, WAL mode, one writer task committing writes in groups.
+
+Writes queue up in the runtime's thread; the writer task commits everything queued in one
+transaction, in a worker thread, then acknowledges the group. Reads run in worker threads on
+their own connection, so the trio loop never waits on the disk.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import trio
+
+from .._callbacks import AllowApproval, Callback, DenyApproval
+from .._convert import structure, unstructure
+from .._entries import Entry
+from .._events import Event
+from .._records import TurnState
+from ._base import (
+    CallbackRow,
+    EntryRow,
+    EventRow,
+    KeyRow,
+    LeaseRefused,
+    Op,
+    PruneRow,
+    SessionRow,
+    StepRow,
+    Store,
+    StoredSession,
+    TurnRow,
+)
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore", "StoreSchemaError"]
+
+#: The version of the tables this agentlib writes; a file written by a newer one is refused.
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE sessions (
+    session_id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    parent_id TEXT,
+    parent_turn_id TEXT,
+    idempotency_key TEXT UNIQUE,
+    inputs TEXT NOT NULL,
+    terminated INTEGER NOT NULL DEFAULT 0,
+    first_seq INTEGER NOT NULL DEFAULT 1,
+    lease_owner TEXT,
+    lease_until REAL
+);
+CREATE INDEX sessions_by_parent ON sessions (parent_id);
+CREATE TABLE events (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE entries (
+    session_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (session_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE turns (
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    output_type TEXT,
+    record TEXT,
+    step TEXT,
+    PRIMARY KEY (session_id, turn_id)
+) WITHOUT ROWID;
+CREATE TABLE callbacks (
+    session_id TEXT NOT NULL,
+    callback_id TEXT NOT NULL,
+    callback TEXT NOT NULL,
+    state TEXT NOT NULL,
+    answer TEXT,
+    PRIMARY KEY (session_id, callback_id)
+);
+CREATE TABLE keys (
+    session_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    PRIMARY KEY (session_id, key)
+) WITHOUT ROWID;
+"""
+
+
+class StoreSchemaError(RuntimeError):
+    """The store's file was written by a newer agentlib, or is not an agentlib store."""
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(unstructure(value), separators=(",", ":"), ensure_ascii=False)
+
+
+class SQLiteStore(Store):
+    """Sessions in a SQLite file (created on first open).
+
+    Args:
+        path: The database file.
+        clock: The wall clock leases are measured on (seconds).
+    """
+
+    def __init__(self, path: str, *, clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self._clock = clock
+        self._queue: list[Op] = []
+        self._queued = 0  # writes made so far
+        self._done = 0  # writes committed so far
+        self._wake = trio.Event()
+        self._progress = trio.Event()
+        self._closing = False
+        self._failure: BaseException | None = None
+        self._writer: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
+        self._stopped = trio.Event()
+
+    # -- opening and closing ---------------------------------------------------------------
+
+    async def open(self, start_soon: Callable[..., Any]) -> None:
+        await trio.to_thread.run_sync(self._open_files)
+        start_soon(self._write_loop)
+
+    def _connect(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(
+            self.path, timeout=30, isolation_level=None, check_same_thread=False
+        )
+        connection.execute("PRAGMA busy_timeout = 30000")
+        return connection
+
+    def _open_files(self) -> None:
+        writer = self._connect()
+        writer.execute("PRAGMA journal_mode = WAL")
+        writer.execute("PRAGMA synchronous = FULL")  # each commit is on disk: acknowledged
+        writer.execute("BEGIN IMMEDIATE")
+        try:
+            version = writer.execute("PRAGMA user_version").fetchone()[0]
+            tables = writer.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if version == 0 and tables == 0:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        writer.execute(statement)
+                writer.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif version > SCHEMA_VERSION:
+                raise StoreSchemaError(
+                    f"{self.path} holds sessions in schema version {version}, written by a "
+                    f"newer agentlib; this one reads up to version {SCHEMA_VERSION}: upgrade "
+                    "agentlib to open it"
+                )
+            elif version != SCHEMA_VERSION:
+                raise StoreSchemaError(
+                    f"{self.path} is not an agentlib store (schema version {version}, "
+                    f"{tables} tables); give open_runtime another file"
+                )
+            writer.execute("COMMIT")
+        except BaseException:
+            writer.execute("ROLLBACK")
+            writer.close()
+            raise
+        self._writer = writer
+        self._reader = self._connect()
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            await self.flush()
+            self._closing = True
+            self._wake.set()
+            await self._stopped.wait()
+            await trio.to_thread.run_sync(self._close_files)
+
+    def _close_files(self) -> None:
+        for connection in (self._writer, self._reader):
+            if connection is not None:
+                connection.close()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def write(self, op: Op) -> None:
+        self._queue.append(op)
+        self._queued += 1
+        self._wake.set()
+
+    async def flush(self) -> None:
+        target = self._queued
+        while self._done < target:
+            if self._failure is not None:
+                raise RuntimeError(f"the store {self.path} failed to commit") from self._failure
+            await self._progress.wait()
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                if not self._queue:
+                    if self._closing:
+                        return
+                    continue
+                group, self._queue = self._queue, []
+                # A commit under way finishes even when the runtime is cancelled.
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._commit, group)
+                self._done += len(group)
+                self.committed(group)
+                self._progress.set()
+                self._progress = trio.Event()
+                if self._closing and not self._queue:
+                    return
+        except BaseException as error:
+            self._failure = error
+            self._progress.set()
+            raise
+        finally:
+            self._stopped.set()
+
+    def _commit(self, group: Sequence[Op]) -> None:
+        writer = self._writer
+        assert writer is not None
+        writer.execute("BEGIN IMMEDIATE")
+        try:
+            for op in group:
+                self._apply(writer, op)
+            writer.execute("COMMIT")
+        except BaseException:
+            writer.execute("ROLLBACK")
+            raise
+
+    def _apply(self, db: sqlite3.Connection, op: Op) -> None:
+        if isinstance(op, EventRow):
+            db.execute(
+                "INSERT INTO events (session_id, seq, data) VALUES (?, ?, ?)",
+                (op.session_id, op.seq, _dump(op.event)),
+            )
+        elif isinstance(op, EntryRow):
+            db.execute(
+                "INSERT INTO entries (session_id, idx, data) VALUES (?, ?, ?)",
+                (op.session_id, op.index, _dump(op.entry)),
+            )
+        elif isinstance(op, TurnRow):
+            db.execute(
+                "INSERT INTO turns (session_id, turn_id, first_seq, output_type, record)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, turn_id)"
+                " DO UPDATE SET record = excluded.record",
+                (
+                    op.session_id,
+                    op.turn_id,
+                    op.first_seq,
+                    op.output_type,
+                    None if op.record is None else _dump(op.record),
+                ),
+            )
+        elif isinstance(op, StepRow):
+            db.execute(
+                "UPDATE turns SET step = ? WHERE session_id = ? AND turn_id = ?",
+                (
+                    None if op.step is None else json.dumps(op.step),
+                    op.session_id,
+                    op.turn_id,
+                ),
+            )
+        elif isinstance(op, CallbackRow):
+            db.execute(
+                "INSERT INTO callbacks (session_id, callback_id, callback, state, answer)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, callback_id)"
+                " DO UPDATE SET state = excluded.state, answer = excluded.answer",
+                (
+                    op.session_id,
+                    op.callback.id,
+                    _dump(op.callback),
+                    op.state,
+                    None if op.state == "open" else json.dumps(unstructure(op.answer)),
+                ),
+            )
+        elif isinstance(op, KeyRow):
+            db.execute(
+                "INSERT INTO keys (session_id, key, turn_id, fingerprint) VALUES (?, ?, ?, ?)",
+                (op.session_id, op.key, op.turn_id, op.fingerprint),
+            )
+        elif isinstance(op, SessionRow):
+            db.execute(
+                "INSERT INTO sessions (session_id, agent, parent_id, parent_turn_id,"
+                " idempotency_key, inputs, terminated) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (session_id) DO UPDATE SET terminated = excluded.terminated",
+                (
+                    op.session_id,
+                    op.agent,
+                    op.parent_id,
+                    op.parent_turn_id,
+                    op.idempotency_key,
+                    json.dumps(op.inputs),
+                    int(op.terminated),
+                ),
+            )
+        elif isinstance(op, PruneRow):
+            db.execute(
+                "DELETE FROM events WHERE session_id = ? AND seq < ?",
+                (op.session_id, op.before_seq),
+            )
+            db.execute(
+                "UPDATE sessions SET first_seq = max(first_seq, ?) WHERE session_id = ?",
+                (op.before_seq, op.session_id),
+            )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        assert self._reader is not None
+        with self._read_lock:
+            self._reader.execute("BEGIN")
+            try:
+                yield self._reader
+            finally:
+                self._reader.execute("COMMIT")
+
+    async def load(self, session_id: str) -> StoredSession | None:
+        return await trio.to_thread.run_sync(self._load, session_id)
+
+    def _load(self, session_id: str) -> StoredSession | None:
+        with self._reading() as db:
+            row = db.execute(
+                "SELECT agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,"
+                " first_seq FROM sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            agent, parent_id, parent_turn_id, key, inputs, terminated, first_seq = row
+            events: list[Event] = [
+                structure(json.loads(data), Event)
+                for (data,) in db.execute(
+                    "SELECT data FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
+                )
+            ]
+            entries: list[Entry] = [
+                structure(json.loads(data), Entry)
+                for (data,) in db.execute(
+                    "SELECT data FROM entries WHERE session_id = ? ORDER BY idx", (session_id,)
+                )
+            ]
+            turns = []
+            steps = {}
+            for turn_id, turn_first, output_type, record, step in db.execute(
+                "SELECT turn_id, first_seq, output_type, record, step FROM turns"
+                " WHERE session_id = ? ORDER BY first_seq",
+                (session_id,),
+            ):
+                turns.append(
+                    TurnRow(
+                        session_id,
+                        turn_id,
+                        turn_first,
+                        output_type,
+                        None if record is None else structure(json.loads(record), TurnState),
+                    )
+                )
+                if step is not None:
+                    steps[turn_id] = json.loads(step)
+            callbacks = [
+                CallbackRow(
+                    session_id,
+                    structure(json.loads(callback), Callback),
+                    state,
+                    _answer(json.loads(answer)) if answer is not None else None,
+                )
+                for callback, state, answer in db.execute(
+                    "SELECT callback, state, answer FROM callbacks WHERE session_id = ?"
+                    " ORDER BY rowid",
+                    (session_id,),
+                )
+            ]
+            keys = [
+                KeyRow(session_id, key, turn_id, fingerprint)
+                for key, turn_id, fingerprint in db.execute(
+                    "SELECT key, turn_id, fingerprint FROM keys WHERE session_id = ?",
+                    (session_id,),
+                )
+            ]
+            children = [
+                child
+                for (child,) in db.execute(
+                    "SELECT session_id FROM sessions WHERE parent_id = ? ORDER BY rowid",
+                    (session_id,),
+                )
+            ]
+        return StoredSession(
+            row=SessionRow(
+                session_id,
+                agent,
+                parent_id,
+                parent_turn_id,
+                key,
+                json.loads(inputs),
+                bool(terminated),
+            ),
+            first_seq=first_seq,
+            events=events,
+            entries=entries,
+            turns=turns,
+            steps=steps,
+            callbacks=callbacks,
+            keys=keys,
+            children=children,
+        )
+
+    async def session_for_key(self, key: str) -> str | None:
+        def read() -> str | None:
+            with self._reading() as db:
+                row = db.execute(
+                    "SELECT session_id FROM sessions WHERE idempotency_key = ?", (key,)
+                ).fetchone()
+            return None if row is None else str(row[0])
+
+        return await trio.to_thread.run_sync(read)
+
+    async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
+        def read() -> list[Event]:
+            with self._reading() as db:
+                rows = db.execute(
+                    "SELECT data FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                    (session_id, after, limit),
+                ).fetchall()
+            return [structure(json.loads(data), Event) for (data,) in rows]
+
+        return await trio.to_thread.run_sync(read)
+
+    # -- leases ----------------------------------------------------------------------------
+
+    async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
+        def lease() -> None:
+            now = self._clock()
+            db = self._connect()
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    for session_id in session_ids:
+                        row = db.execute(
+                            "SELECT lease_owner, lease_until FROM sessions WHERE session_id = ?",
+                            (session_id,),
+                        ).fetchone()
+                        if row is not None and row[0] not in (None, owner) and row[1] > now:
+                            raise LeaseRefused(session_id, row[0], row[1])
+                    db.executemany(
+                        "UPDATE sessions SET lease_owner = ?, lease_until = ? WHERE session_id = ?",
+                        [(owner, now + seconds, session_id) for session_id in session_ids],
+                    )
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+            finally:
+                db.close()
+
+        await self.flush()  # a new session's row must be there to hold its lease
+        await trio.to_thread.run_sync(lease)
+
+    async def release(self, session_ids: Sequence[str], owner: str) -> None:
+        def free() -> None:
+            db = self._connect()
+            try:
+                db.executemany(
+                    "UPDATE sessions SET lease_owner = NULL, lease_until = NULL"
+                    " WHERE session_id = ? AND lease_owner = ?",
+                    [(session_id, owner) for session_id in session_ids],
+                )
+            finally:
+                db.close()
+
+        await trio.to_thread.run_sync(free)
+
+
+def _answer(data: Any) -> Any:
+    if isinstance(data, dict) and data.get("type") in ("allow", "deny"):
+        return structure(data, AllowApproval if data["type"] == "allow" else DenyApproval)
+    return data
