@@ -94,6 +94,10 @@ from ._records import UnknownOutcome as UnknownOutcome
 from ._records import UnknownRecord as UnknownRecord
 from ._session import Session as Session
 from ._session import Turn as Turn
+from ._store import MemoryStore as MemoryStore
+from ._store import SQLiteStore as SQLiteStore
+from ._store import Store as Store
+from ._store import StoreSchemaError as StoreSchemaError
 from ._tools import Tool as Tool
 from ._tools import ToolSource as ToolSource
 from ._tools import client_tool as client_tool
@@ -143,6 +147,7 @@ __all__ = [
     "Interrupted",
     "InvalidCursorError",
     "KeepCallbackOpen",
+    "MemoryStore",
     "MessageEntry",
     "Model",
     "ModelError",
@@ -158,6 +163,7 @@ __all__ = [
     "ResourceLinkContentBlock",
     "Running",
     "Runtime",
+    "SQLiteStore",
     "ScriptedModel",
     "SdkError",
     "Session",
@@ -167,6 +173,8 @@ __all__ = [
     "SessionNotFoundError",
     "SessionTerminatedError",
     "SignInAnswer",
+    "Store",
+    "StoreSchemaError",
     "TextContentBlock",
     "Tool",
     "ToolCallEntry",

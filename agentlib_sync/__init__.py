@@ -46,6 +46,7 @@ from agentlib import ImageContentBlock as ImageContentBlock
 from agentlib import Interrupted as Interrupted
 from agentlib import InvalidCursorError as InvalidCursorError
 from agentlib import KeepCallbackOpen as KeepCallbackOpen
+from agentlib import MemoryStore as MemoryStore
 from agentlib import MessageEntry as MessageEntry
 from agentlib import Model as Model
 from agentlib import ModelError as ModelError
@@ -69,6 +70,9 @@ from agentlib import SessionInput as SessionInput
 from agentlib import SessionNotFoundError as SessionNotFoundError
 from agentlib import SessionTerminatedError as SessionTerminatedError
 from agentlib import SignInAnswer as SignInAnswer
+from agentlib import SQLiteStore as SQLiteStore
+from agentlib import Store as Store
+from agentlib import StoreSchemaError as StoreSchemaError
 from agentlib import TextContentBlock as TextContentBlock
 from agentlib import Tool as Tool
 from agentlib import ToolCallEntry as ToolCallEntry
@@ -144,6 +148,7 @@ __all__ = [
     "Interrupted",
     "InvalidCursorError",
     "KeepCallbackOpen",
+    "MemoryStore",
     "MessageEntry",
     "Model",
     "ModelError",
@@ -159,6 +164,7 @@ __all__ = [
     "ResourceLinkContentBlock",
     "Running",
     "Runtime",
+    "SQLiteStore",
     "ScriptedModel",
     "SdkError",
     "Session",
@@ -168,6 +174,8 @@ __all__ = [
     "SessionNotFoundError",
     "SessionTerminatedError",
     "SignInAnswer",
+    "Store",
+    "StoreSchemaError",
     "TextContentBlock",
     "Tool",
     "ToolCallEntry",

@@ -136,7 +136,8 @@ class Runtime:
         core = self.new_session(agent, inputs, key=idempotency_key)
         for entry in history:
             core.add_entry(entry)
-        await self.store.acquire([core.id], self.owner, self.lease_seconds)
+        if self.store.durable:
+            await self.store.acquire([core.id], self.owner, self.lease_seconds)
         await self.store.flush()
         return core
 
@@ -186,9 +187,16 @@ class Runtime:
     async def _renew_leases(self) -> None:
         while True:
             await trio.sleep(self.lease_seconds / 3)
-            held = [core.id for core in self.sessions.values() if not core.terminated]
-            if held:
-                await self.store.acquire(held, self.owner, self.lease_seconds)
+            held = [core for core in self.sessions.values() if not core.terminated]
+            for core in held:
+                try:
+                    await self.store.acquire([core.id], self.owner, self.lease_seconds)
+                except LeaseRefused:
+                    # Another runtime took it over (this one stalled past its lease): this
+                    # one lets it go, and leaves its turns to the new owner.
+                    self.sessions.pop(core.id, None)
+                    if core.active is not None and core.active.record is None:
+                        core.active.suspend()
 
     async def aclose(self) -> None:
         """Stop every running turn and wait until all have ended; a turn blocked on
@@ -203,7 +211,8 @@ class Runtime:
         for turn in running:
             await turn.done.wait()
         await self.store.flush()
-        await self.store.release(list(self.sessions), self.owner)
+        if self.store.durable:
+            await self.store.release(list(self.sessions), self.owner)
 
 
 def _not_found(session_id: str) -> SessionNotFoundError:

@@ -59,6 +59,10 @@ class MemoryStore(Store):
         return None
 
     def write(self, op: Op) -> None:
+        if not self.durable:  # ":memory:": sessions die with the runtime, which holds them
+            if isinstance(op, EventRow):
+                self.committed((op,))
+            return
         if isinstance(op, SessionRow):
             known = self._sessions.get(op.session_id)
             if known is None:

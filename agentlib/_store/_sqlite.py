@@ -20,6 +20,7 @@ import trio
 from .._callbacks import AllowApproval, Callback, DenyApproval
 from .._convert import structure, unstructure
 from .._entries import Entry
+from .._errors import SdkError
 from .._events import Event
 from .._records import TurnState
 from ._base import (
@@ -95,7 +96,7 @@ CREATE TABLE keys (
 """
 
 
-class StoreSchemaError(RuntimeError):
+class StoreSchemaError(SdkError):
     """The store's file was written by a newer agentlib, or is not an agentlib store."""
 
 
