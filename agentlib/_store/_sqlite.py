@@ -37,6 +37,7 @@ from ._base import (
     StoredSession,
     TurnRow,
 )
+from ._decode import reader
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "StoreSchemaError"]
 
@@ -96,6 +97,9 @@ CREATE TABLE keys (
 """
 
 
+_INSERT_EVENT = "INSERT INTO events (session_id, seq, data) VALUES (?, ?, ?)"
+
+
 class StoreSchemaError(SdkError):
     """The store's file was written by a newer agentlib, or is not an agentlib store."""
 
@@ -116,6 +120,7 @@ class SQLiteStore(Store):
         self.path = path
         self._clock = clock
         self._queue: list[Op] = []
+        self._payloads: list[str] = []  # the JSON of the queued events, in order
         self._queued = 0  # writes made so far
         self._done = 0  # writes committed so far
         self._wake = trio.Event()
@@ -144,6 +149,8 @@ class SQLiteStore(Store):
         writer = self._connect()
         writer.execute("PRAGMA journal_mode = WAL")
         writer.execute("PRAGMA synchronous = FULL")  # each commit is on disk: acknowledged
+        writer.execute("PRAGMA cache_size = -65536")
+        writer.execute("PRAGMA wal_autocheckpoint = 10000")
         writer.execute("BEGIN IMMEDIATE")
         try:
             version = writer.execute("PRAGMA user_version").fetchone()[0]
@@ -189,6 +196,10 @@ class SQLiteStore(Store):
 
     def write(self, op: Op) -> None:
         self._queue.append(op)
+        if isinstance(op, EventRow):
+            # Serialized here, in the runtime's thread, while the writer's thread spends its
+            # time in SQLite (which lets go of the GIL): the two cores work at once.
+            self._payloads.append(_dump(op.event))
         self._queued += 1
         self._wake.set()
 
@@ -209,9 +220,10 @@ class SQLiteStore(Store):
                         return
                     continue
                 group, self._queue = self._queue, []
+                payloads, self._payloads = self._payloads, []
                 # A commit under way finishes even when the runtime is cancelled.
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(self._commit, group)
+                    await trio.to_thread.run_sync(self._commit, group, payloads)
                 self._done += len(group)
                 self.committed(group)
                 self._progress.set()
@@ -225,25 +237,30 @@ class SQLiteStore(Store):
         finally:
             self._stopped.set()
 
-    def _commit(self, group: Sequence[Op]) -> None:
+    def _commit(self, group: Sequence[Op], payloads: Sequence[str]) -> None:
         writer = self._writer
         assert writer is not None
         writer.execute("BEGIN IMMEDIATE")
         try:
+            events: list[tuple[str, int, str]] = []  # runs of events go in one executemany
+            payload = iter(payloads)
             for op in group:
+                if isinstance(op, EventRow):
+                    events.append((op.session_id, op.seq, next(payload)))
+                    continue
+                if events:
+                    writer.executemany(_INSERT_EVENT, events)
+                    events.clear()
                 self._apply(writer, op)
+            if events:
+                writer.executemany(_INSERT_EVENT, events)
             writer.execute("COMMIT")
         except BaseException:
             writer.execute("ROLLBACK")
             raise
 
     def _apply(self, db: sqlite3.Connection, op: Op) -> None:
-        if isinstance(op, EventRow):
-            db.execute(
-                "INSERT INTO events (session_id, seq, data) VALUES (?, ?, ?)",
-                (op.session_id, op.seq, _dump(op.event)),
-            )
-        elif isinstance(op, EntryRow):
+        if isinstance(op, EntryRow):
             db.execute(
                 "INSERT INTO entries (session_id, idx, data) VALUES (?, ?, ?)",
                 (op.session_id, op.index, _dump(op.entry)),
@@ -338,14 +355,15 @@ class SQLiteStore(Store):
             if row is None:
                 return None
             agent, parent_id, parent_turn_id, key, inputs, terminated, first_seq = row
+            read_event, read_entry = reader(Event), reader(Entry)
             events: list[Event] = [
-                structure(json.loads(data), Event)
+                read_event(data)
                 for (data,) in db.execute(
                     "SELECT data FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
                 )
             ]
             entries: list[Entry] = [
-                structure(json.loads(data), Entry)
+                read_entry(data)
                 for (data,) in db.execute(
                     "SELECT data FROM entries WHERE session_id = ? ORDER BY idx", (session_id,)
                 )
@@ -432,7 +450,8 @@ class SQLiteStore(Store):
                     "SELECT data FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
                     (session_id, after, limit),
                 ).fetchall()
-            return [structure(json.loads(data), Event) for (data,) in rows]
+            read = reader(Event)
+            return [read(data) for (data,) in rows]
 
         return await trio.to_thread.run_sync(read)
 

@@ -1,0 +1,165 @@
+"""Reading back the JSON a store wrote.
+
+What a store wrote, the converter wrote: it needs none of the converter's checks of outside
+input (camelCase keys, strict types, paths in error messages). These decoders build the
+classes straight from the JSON, several times faster; anything they do not expect (a type
+of a later version, say) goes to the converter, which reads everything.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar, Union
+
+import attrs
+
+from .._convert import structure, tag_of
+from .._entries import ContextMessage
+
+__all__ = ["reader"]
+
+Decoder = Callable[[Any], Any]
+
+_DECODERS: dict[Any, Decoder] = {}
+
+
+@attrs.frozen
+class _Known:
+    """A value decoded before, standing in for its JSON."""
+
+    value: Any
+
+
+def reader(tp: Any) -> Callable[[str], Any]:
+    """A function reading JSON a store wrote as an instance of ``tp``, for one read of a
+    log: an entry that several events hold (EntryAdded, EntryCompleted...) is decoded once.
+    """
+    fast = _decoder(tp)
+    entries: dict[str, tuple[Any, Any]] = {}  # entry id -> (its JSON, the entry)
+
+    def read(text: str) -> Any:
+        data = json.loads(text)
+        key = "entry" if "entry" in data else "message" if "message" in data else None
+        raw = data.get(key) if key is not None else None
+        if isinstance(raw, dict):
+            known = entries.get(raw.get("id", ""))
+            if known is not None and known[0] == raw:
+                data[key] = _Known(known[1])
+        try:
+            value = fast(data)
+        except Exception:  # not what this version writes: the converter reads anything
+            if isinstance(raw, dict):
+                data[key] = raw
+            return structure(data, tp)
+        if isinstance(raw, dict) and key is not None:
+            entries[raw.get("id", "")] = (raw, getattr(value, key))
+        return value
+
+    return read
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _decoder(tp: Any) -> Decoder:
+    known = _DECODERS.get(tp)
+    if known is None:
+        known = _DECODERS[tp] = _build(tp)
+    return known
+
+
+def _build(tp: Any) -> Decoder:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return _union(typing.get_args(tp))
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = _decoder(args[0])
+            if item is _identity:
+                return tuple
+            return lambda value: tuple([item(element) for element in value])
+        return _identity
+    cls = origin or tp
+    if isinstance(cls, type) and attrs.has(cls):
+        return _attrs_class(cls)
+    return _identity  # str, int, bool, Any, Literal, JSON values, mappings
+
+
+def _union(members: tuple[Any, ...]) -> Decoder:
+    optional = type(None) in members
+    rest = tuple(member for member in members if member is not type(None))
+    if len(rest) == 1:
+        inner = _decoder(rest[0])
+    else:
+        table: dict[str, Decoder] = {}
+        context: Decoder | None = None
+        for member in rest:
+            cls = typing.get_origin(member) or member
+            if cls is ContextMessage:  # a message whose role is "context"
+                context = _decoder(member)
+                continue
+            tag = tag_of(cls) if isinstance(cls, type) else None
+            if tag is not None:
+                table[tag] = _decoder(member)
+
+        def inner(value: Any) -> Any:
+            if type(value) is _Known:
+                return value.value
+            if context is not None and value.get("role") == "context":
+                return context(value)
+            return table[value["type"]](value)  # an unknown tag: KeyError, to the converter
+
+    if not optional:
+        return inner
+    if inner is _identity:
+        return _identity
+    return lambda value: None if value is None else inner(value)
+
+
+def _attrs_class(cls: type[Any]) -> Decoder:
+    if tag_of(cls) is None and any(field.name == "raw" for field in attrs.fields(cls)):
+        raise TypeError(f"{cls.__name__} keeps unknown fields: the converter reads it")
+    compiled: list[Decoder] = []
+
+    def build(value: Any) -> Any:
+        if type(value) is _Known:
+            return value.value
+        if not compiled:  # on first use: classes may refer to each other
+            compiled.append(_compile(cls))
+        return compiled[0](value)
+
+    return build
+
+
+def _compile(cls: type[Any]) -> Decoder:
+    """A function building ``cls`` from its JSON, written out field by field (a store writes
+    every field; a missing one raises KeyError, and the converter reads the value)."""
+    namespace: dict[str, Any] = {"cls": cls}
+    arguments = []
+    for index, (key, alias, read) in enumerate(_specs(cls)):
+        if read is None:
+            arguments.append(f"{alias}=value[{key!r}]")
+        else:
+            namespace[f"read{index}"] = read
+            arguments.append(f"{alias}=read{index}(value[{key!r}])")
+    source = f"def build(value):\n    return cls({', '.join(arguments)})\n"
+    exec(compile(source, f"<agentlib decoder {cls.__qualname__}>", "exec"), namespace)
+    return namespace["build"]  # type: ignore[no-any-return]
+
+
+def _specs(cls: type[Any]) -> list[tuple[str, str, Decoder | None]]:
+    """(JSON key, argument name, decoder or None to take the value as it is) per field."""
+    specs: list[tuple[str, str, Decoder | None]] = []
+    for field in attrs.fields(cls):  # their types were resolved when agentlib was imported
+        if not field.init:
+            continue
+        if isinstance(field.type, str):
+            raise TypeError(f"{cls.__name__}.{field.name}'s type is not resolved")
+        read = _identity if isinstance(field.type, TypeVar) else _decoder(field.type)
+        specs.append((field.name, field.alias or field.name, None if read is _identity else read))
+    return specs
