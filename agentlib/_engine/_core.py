@@ -56,7 +56,17 @@ from .._records import (
     Running,
     TurnState,
 )
-from .._store._base import CallbackRow, EntryRow, EventRow, KeyRow, Op, SessionRow, StepRow, TurnRow
+from .._store._base import (
+    CallbackRow,
+    EntryRow,
+    EventRow,
+    KeyRow,
+    Op,
+    SessionRow,
+    SteerRow,
+    StepRow,
+    TurnRow,
+)
 from ._log import EventLog, format_cursor
 
 if TYPE_CHECKING:
@@ -523,6 +533,7 @@ class SessionCore:
             return False
         message = MessageEntry(id=new_id(), turn_id=turn.id, role="user", content=content)
         turn.steered.append(message)
+        self.write(SteerRow(self.id, turn.id, message))  # acknowledged: kept until it is history
         if key is not None:
             fingerprint = _fingerprint(content)
             self.idempotency[key] = (turn.id, fingerprint)

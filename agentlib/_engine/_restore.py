@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._callbacks import AllowApproval, OpenApproval, OpenClientToolCall
-from .._entries import ToolCallEntry
+from .._entries import MessageEntry, ToolCallEntry
 from .._errors import SessionNotFoundError
 from .._records import Interrupted, UnknownOutcome
 from .._store._base import StoredSession
@@ -76,6 +76,12 @@ async def restore(runtime: Runtime, session_id: str) -> None:
         for turn in core.turns.values():
             if turn.record is not None:
                 continue
+            in_history = {entry.id for entry in core.entries}
+            turn.steered.extend(
+                message
+                for message in node.steers.get(turn.id, ())
+                if message.id not in in_history and isinstance(message, MessageEntry)
+            )
             step = node.steps.get(turn.id)
             calls = None if step is None else _calls(core, turn, step)
             if core.terminated:

@@ -9,7 +9,7 @@ a taken answer, an event a reader sees. A store reads back one whole session tre
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union
 
 import attrs
@@ -28,6 +28,7 @@ __all__ = [
     "Op",
     "PruneRow",
     "SessionRow",
+    "SteerRow",
     "StepRow",
     "Store",
     "StoredSession",
@@ -104,6 +105,16 @@ class KeyRow:
 
 
 @attrs.frozen
+class SteerRow:
+    """A message steered into a turn, kept until it joins the history at the turn's next
+    model step (or its end)."""
+
+    session_id: str
+    turn_id: str
+    message: Entry
+
+
+@attrs.frozen
 class PruneRow:
     """Forget the session's events before ``before_seq``."""
 
@@ -111,7 +122,9 @@ class PruneRow:
     before_seq: int
 
 
-Op = Union[SessionRow, EventRow, EntryRow, TurnRow, StepRow, CallbackRow, KeyRow, PruneRow]
+Op = Union[
+    SessionRow, EventRow, EntryRow, TurnRow, StepRow, SteerRow, CallbackRow, KeyRow, PruneRow
+]
 
 
 @attrs.frozen
@@ -124,6 +137,7 @@ class StoredSession:
     entries: Sequence[Entry]
     turns: Sequence[TurnRow]
     steps: dict[str, Any]
+    steers: Mapping[str, Sequence[Entry]]  # by turn id
     callbacks: Sequence[CallbackRow]
     keys: Sequence[KeyRow]
     children: Sequence[str]

@@ -19,6 +19,7 @@ from ._base import (
     Op,
     PruneRow,
     SessionRow,
+    SteerRow,
     StepRow,
     Store,
     StoredSession,
@@ -36,6 +37,7 @@ class _Session:
     entries: list[Entry] = attrs.field(factory=list)
     turns: dict[str, TurnRow] = attrs.field(factory=dict)
     steps: dict[str, Any] = attrs.field(factory=dict)
+    steers: dict[str, list[Entry]] = attrs.field(factory=dict)
     callbacks: dict[str, CallbackRow] = attrs.field(factory=dict)
     keys: dict[str, KeyRow] = attrs.field(factory=dict)
     children: list[str] = attrs.field(factory=list)
@@ -83,6 +85,8 @@ class MemoryStore(Store):
                 session.turns[op.turn_id] = op
             elif isinstance(op, StepRow):
                 session.steps[op.turn_id] = op.step
+            elif isinstance(op, SteerRow):
+                session.steers.setdefault(op.turn_id, []).append(op.message)
             elif isinstance(op, CallbackRow):
                 session.callbacks[op.callback.id] = op
             elif isinstance(op, KeyRow):
@@ -107,6 +111,7 @@ class MemoryStore(Store):
             entries=tuple(session.entries),
             turns=tuple(session.turns.values()),
             steps={turn: step for turn, step in session.steps.items() if step is not None},
+            steers={turn: tuple(messages) for turn, messages in session.steers.items()},
             callbacks=tuple(session.callbacks.values()),
             keys=tuple(session.keys.values()),
             children=tuple(session.children),

@@ -32,6 +32,7 @@ from ._base import (
     Op,
     PruneRow,
     SessionRow,
+    SteerRow,
     StepRow,
     Store,
     StoredSession,
@@ -79,6 +80,12 @@ CREATE TABLE turns (
     step TEXT,
     PRIMARY KEY (session_id, turn_id)
 ) WITHOUT ROWID;
+CREATE TABLE steers (
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX steers_by_session ON steers (session_id);
 CREATE TABLE callbacks (
     session_id TEXT NOT NULL,
     callback_id TEXT NOT NULL,
@@ -287,6 +294,11 @@ class SQLiteStore(Store):
                     op.turn_id,
                 ),
             )
+        elif isinstance(op, SteerRow):
+            db.execute(
+                "INSERT INTO steers (session_id, turn_id, data) VALUES (?, ?, ?)",
+                (op.session_id, op.turn_id, _dump(op.message)),
+            )
         elif isinstance(op, CallbackRow):
             db.execute(
                 "INSERT INTO callbacks (session_id, callback_id, callback, state, answer)"
@@ -386,6 +398,12 @@ class SQLiteStore(Store):
                 )
                 if step is not None:
                     steps[turn_id] = json.loads(step)
+            steers: dict[str, list[Entry]] = {}
+            for turn_id, data in db.execute(
+                "SELECT turn_id, data FROM steers WHERE session_id = ? ORDER BY rowid",
+                (session_id,),
+            ):
+                steers.setdefault(turn_id, []).append(read_entry(data))
             callbacks = [
                 CallbackRow(
                     session_id,
@@ -428,6 +446,7 @@ class SQLiteStore(Store):
             entries=entries,
             turns=turns,
             steps=steps,
+            steers=steers,
             callbacks=callbacks,
             keys=keys,
             children=children,
