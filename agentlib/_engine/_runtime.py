@@ -278,20 +278,30 @@ async def open_runtime(
     if not (isinstance(lease_seconds, (int, float)) and 0 < lease_seconds < math.inf):
         raise ValueError(f"lease_seconds must be a positive number, not {lease_seconds!r}")
     backend = open_store(store)
+    # Errors leave the block as they are, not wrapped in a group by the runtime's nursery.
+    failure: Exception | None = None
     async with trio.open_nursery() as nursery:
-        await backend.open(nursery.start_soon)
-        runtime = Runtime(
-            nursery, backend, lease_seconds=lease_seconds, event_retention=event_retention
-        )
-        backend.committed = runtime.committed
-        if backend.durable:
-            nursery.start_soon(runtime._renew_leases)
-        token = _CURRENT.set(runtime)
         try:
-            yield runtime
-        finally:
-            _CURRENT.reset(token)
-            with trio.CancelScope(shield=True):
-                await runtime.aclose()
-                await backend.aclose()
-            nursery.cancel_scope.cancel()
+            await backend.open(nursery.start_soon)
+        except Exception as error:
+            failure = error
+        if failure is None:
+            runtime = Runtime(
+                nursery, backend, lease_seconds=lease_seconds, event_retention=event_retention
+            )
+            backend.committed = runtime.committed
+            if backend.durable:
+                nursery.start_soon(runtime._renew_leases)
+            token = _CURRENT.set(runtime)
+            try:
+                yield runtime
+            except Exception as error:
+                failure = error
+            finally:
+                _CURRENT.reset(token)
+                with trio.CancelScope(shield=True):
+                    await runtime.aclose()
+                    await backend.aclose()
+                nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
