@@ -565,4 +565,5 @@ class Turn:
             return TurnConflict(turn_id=self.id)
         turn.stop("interrupted")
         await turn.done.wait()
+        await turn.session.runtime.store.flush()  # acknowledged once its end is durable
         return self

@@ -92,6 +92,7 @@ class TurnCore:
     stop_cause: Literal["interrupted", "cancelled"] | None = None
     steered: list[MessageEntry] = attrs.field(factory=list)
     open_callbacks: dict[str, Callback] = attrs.field(factory=dict)
+    opened_at: dict[str, int] = attrs.field(factory=dict)  # seq of each one's CallbackOpened
     tool_calls: list[ToolCallEntry] = attrs.field(factory=list)
     # The tool step under way (its calls), whether it signed in, and how many model steps
     # or tools run now: a turn with none running, in a tool step, is blocked.
@@ -106,11 +107,18 @@ class TurnCore:
         return self.record is not None
 
     def state(self) -> TurnState[Any]:
-        """The turn's record now: its end record, or Blocked, or Running."""
-        cursor = self.session.log.last_cursor()
-        if self.record is not None:
+        """The turn's record now, as far as the store has made it durable (a reader is never
+        told of an end, or a callback, that a crash could still lose): its end record, or
+        Blocked, or Running."""
+        log = self.session.log
+        cursor = log.last_cursor()
+        if self.record is not None and self.end_seq is not None and self.end_seq <= log.visible:
             return attrs.evolve(self.record, cursor=cursor)
-        callbacks = self.session.open_callbacks_of(self)
+        callbacks = tuple(
+            callback
+            for callback_id, callback in self.open_callbacks.items()
+            if self.opened_at.get(callback_id, log.visible + 1) <= log.visible
+        )
         if callbacks:
             return Blocked(
                 turn_id=self.id, session_id=self.session.id, cursor=cursor, callbacks=callbacks
@@ -297,12 +305,14 @@ class SessionCore:
         turn.open_callbacks[callback.id] = callback
         self.write(CallbackRow(self.id, callback))
         self.emit(CallbackOpened, turn.id, callback=callback)
+        turn.opened_at[callback.id] = self.log.last_seq
         # Every session above lists it too, so that its turn reads Blocked and its readers
         # (and handlers) see it.
         for ancestor, delegating in self.ancestors():
             ancestor.below[callback.id] = pending
             delegating.open_callbacks[callback.id] = callback
             ancestor.emit(CallbackOpened, delegating.id, callback=callback)
+            delegating.opened_at[callback.id] = ancestor.log.last_seq
         return pending
 
     def close_callback(

@@ -69,8 +69,10 @@ async def restore(runtime: Runtime, session_id: str) -> None:
                 for ancestor, delegating in core.ancestors():
                     ancestor.below[pending.id] = pending
                     delegating.open_callbacks[pending.id] = pending.callback
+                    delegating.opened_at[pending.id] = 0
     # Unended turns, deepest first: a parent's resumption waits on its subagent's turn.
     resumed: list[tuple[TurnCore, list[_Call]]] = []
+    unknown: set[str] = set()  # turns ended as UnknownOutcome here
     for node in reversed(tree):
         core = cores[node.row.session_id]
         for turn in core.turns.values():
@@ -84,11 +86,18 @@ async def restore(runtime: Runtime, session_id: str) -> None:
             )
             step = node.steps.get(turn.id)
             calls = None if step is None else _calls(core, turn, step)
+            if calls is not None and any(
+                call.state == "delegated" and call.child is not None and call.child[1] in unknown
+                for call in calls
+            ):
+                calls = None  # its subagent was running: so was it
+
             if core.terminated:
                 core.end_turn(
                     turn, Interrupted(turn_id=turn.id, session_id=core.id, cause="cancelled")
                 )
             elif calls is None:
+                unknown.add(turn.id)
                 core.end_turn(
                     turn,
                     UnknownOutcome(
@@ -164,6 +173,7 @@ def _core(runtime: Runtime, node: StoredSession) -> SessionCore:
         core.callbacks[callback.id] = pending
         if row_callback.state == "open":
             turn.open_callbacks[callback.id] = callback
+            turn.opened_at[callback.id] = 0  # stored: durable
             continue
         pending.answered = row_callback.state == "answered"
         pending.answer = row_callback.answer

@@ -132,7 +132,9 @@ class Runtime:
             if known is None:
                 known = await self.store.session_for_key(idempotency_key)
             if known is not None:
-                return await self.session(known, agent)
+                core = await self.session(known, agent)
+                await self.store.flush()  # the first start may still wait for the store
+                return core
         core = self.new_session(agent, inputs, key=idempotency_key)
         for entry in history:
             core.add_entry(entry)

@@ -1,0 +1,549 @@
+"""Crash safety (SPEC 11, issue 6 item 5): a worker process is killed with SIGKILL in the
+middle of turns, many times at random points, on one SQLite file; whatever it was told
+survives.
+
+The worker (``_crash_worker.py``) prints a line for every operation acknowledged to it: a
+started session, a started turn, an event a reader saw, a turn's record. After each kill the
+file is read as the worker left it; at the end a runtime in this process reopens every
+session. Leases need no waiting: each process reads the lease clock an hour further on.
+
+``CRASH_SEED=<n>`` replays the kill points of a run (each run prints its seed).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import random
+import selectors
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+from _crash_worker import AGENTS, message_for
+
+import agentlib
+from agentlib import Completed, Turn, TurnEnded, TurnNotFoundError, UnknownOutcome
+
+WORKER = Path(__file__).with_name("_crash_worker.py")
+ROUNDS = 15
+HOUR = 3600.0
+#: The longest a worker may take to print what the test waits for (real seconds): only a
+#: worker that hangs reaches it.
+WORKER_TIMEOUT = 20.0
+#: The longest any wait of the reopened runtime may take.
+WAIT = 10.0
+
+
+def cursor(session_id: str, seq: int) -> str:
+    return f"{session_id}:{seq:012d}"
+
+
+def without_cursor(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's JSON form, less its cursor (the session's last event when it was read)."""
+    return {name: value for name, value in record.items() if name != "cursor"}
+
+
+@attrs.define
+class Acks:
+    """What the workers were told, over every round."""
+
+    sessions: dict[str, str | None] = attrs.field(factory=dict)  # id -> its key
+    session_keys: dict[str, str] = attrs.field(factory=dict)  # key -> session id
+    turns: dict[tuple[str, str], str] = attrs.field(factory=dict)  # (session, turn) -> key
+    turn_keys: dict[tuple[str, str], str] = attrs.field(factory=dict)  # (session, key) -> turn
+    events: dict[tuple[str, int], str] = attrs.field(factory=dict)  # (session, seq) -> type
+    records: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
+    tried_turns: dict[tuple[str, str], None] = attrs.field(factory=dict)  # in order
+    tried_sessions: set[str] = attrs.field(factory=set)
+    #: Keys tried but unacknowledged, whose turn was in the file after the crash.
+    stored_turn_keys: dict[tuple[str, str], str] = attrs.field(factory=dict)
+    retried_stored_keys: int = 0  # how many a retry acknowledged, after a crash
+    count: int = 0
+
+    def take(self, line: str) -> None:
+        """Note one line of a worker."""
+        words = line.split(" ", 4)
+        match words:
+            case ["ready"]:
+                return
+            case ["try", "session", key]:
+                self.tried_sessions.add(key)
+            case ["ack", "session", session_id, key]:
+                key = None if key == "-" else key
+                assert self.sessions.setdefault(session_id, key) == key
+                if key is not None:
+                    known = self.session_keys.setdefault(key, session_id)
+                    assert known == session_id, (
+                        f"session key {key} was acknowledged with session {known}, then, "
+                        f"retried, with a second session {session_id}"
+                    )
+            case ["try", "turn", session_id, key]:
+                self.tried_turns[session_id, key] = None
+            case ["ack", "turn", session_id, turn_id, key]:
+                self.turns[session_id, turn_id] = key
+                known = self.turn_keys.setdefault((session_id, key), turn_id)
+                assert known == turn_id, (
+                    f"turn key {key} of session {session_id} was acknowledged with turn "
+                    f"{known}, then, retried, with a second turn {turn_id}"
+                )
+                stored = self.stored_turn_keys.pop((session_id, key), None)
+                if stored is not None:
+                    assert stored == turn_id, (
+                        f"turn key {key} of session {session_id} started turn {stored} before "
+                        f"a crash; retried after it, it started a second turn {turn_id}"
+                    )
+                    self.retried_stored_keys += 1
+            case ["ack", "event", session_id, event_id, kind]:
+                assert event_id.rpartition(":")[0] == session_id
+                self.events[session_id, int(event_id.rpartition(":")[2])] = kind
+            case ["ack", "record", session_id, turn_id, data]:
+                self.records[session_id, turn_id] = without_cursor(json.loads(data))
+            case _:
+                raise AssertionError(f"the worker printed an unexpected line: {line!r}")
+        if words[0] == "ack":
+            self.count += 1
+
+    def pending_turns(self) -> list[tuple[str, str]]:
+        """Turn keys tried but never acknowledged, of acknowledged sessions."""
+        return [
+            (session_id, key)
+            for session_id, key in self.tried_turns
+            if (session_id, key) not in self.turn_keys and session_id in self.sessions
+        ]
+
+    def pending_sessions(self) -> list[str]:
+        return sorted(self.tried_sessions - set(self.session_keys))
+
+
+class Lines:
+    """The lines a process writes to its stdout, read with a deadline."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        self._fd = process.stdout.fileno()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._fd, selectors.EVENT_READ)
+        self._lines: collections.deque[str] = collections.deque()
+        self._partial = b""
+        self._eof = False
+
+    def read(self, deadline: float) -> Iterator[str]:
+        """Complete lines as they come, until EOF or ``deadline`` (monotonic)."""
+        while True:
+            while self._lines:
+                yield self._lines.popleft()
+            left = deadline - time.monotonic()
+            if self._eof or left <= 0 or not self._selector.select(left):
+                return
+            chunk = os.read(self._fd, 65536)
+            if not chunk:
+                self._eof = True  # a line cut short by the kill was never printed
+                continue
+            *lines, self._partial = (self._partial + chunk).split(b"\n")
+            self._lines.extend(line.decode() for line in lines)
+
+    def close(self) -> None:
+        self._selector.close()
+
+
+def crash_worker(
+    config: dict[str, Any],
+    acks: Acks,
+    errors: Path,
+    *,
+    until: Callable[[str], bool] | None,
+    delay: float = 0.0,
+) -> None:
+    """Start a worker; once it printed a line ``until`` picks (at once if None), and
+    ``delay`` seconds more, kill it. Note every line it printed."""
+    with errors.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, str(WORKER), json.dumps(config)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+    lines = Lines(process)
+    reached = until is None
+    try:
+        if until is not None:
+            for line in lines.read(time.monotonic() + WORKER_TIMEOUT):
+                acks.take(line)
+                if until(line):
+                    reached = True
+                    break
+        if delay:
+            time.sleep(delay)  # the crash point: nothing waits for a state here
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        for line in lines.read(time.monotonic() + WORKER_TIMEOUT):  # what it printed before
+            acks.take(line)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        lines.close()
+        assert process.stdout is not None
+        process.stdout.close()
+    assert process.returncode == -signal.SIGKILL, (
+        f"the worker ended by itself (exit {process.returncode}) before the kill:\n"
+        + errors.read_text()
+    )
+    assert reached, (
+        f"the worker did not print what the test waited for within {WORKER_TIMEOUT}s: it "
+        "hung\n" + errors.read_text()
+    )
+
+
+# -- the file as the killed worker left it -----------------------------------------------------
+
+
+def check_file(path: Path, acks: Acks, *, all_ended: bool = False) -> dict[tuple[str, str], str]:
+    """Check the file as it is; return its unended turns, each with what it must read once
+    reopened: ``"unknown"`` (UnknownOutcome) or ``"resumable"``."""
+    steps: dict[tuple[str, str], str | None] = {}
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        sessions = dict(db.execute("SELECT session_id, idempotency_key FROM sessions"))
+        keys = {
+            (session_id, key): turn_id
+            for session_id, key, turn_id in db.execute("SELECT session_id, key, turn_id FROM keys")
+        }
+        for session_id, key in acks.sessions.items():
+            assert session_id in sessions, f"acknowledged session {session_id} is lost"
+            assert sessions[session_id] == key
+        for (session_id, key), turn_id in acks.turn_keys.items():
+            assert keys.get((session_id, key)) == turn_id, (
+                f"acknowledged key {key} of session {session_id} names turn "
+                f"{keys.get((session_id, key))}, not {turn_id}"
+            )
+        for tried in acks.pending_turns():
+            if tried in keys:
+                acks.stored_turn_keys[tried] = keys[tried]
+        for session_id in sessions:
+            events = [
+                (seq, json.loads(data))
+                for seq, data in db.execute(
+                    "SELECT seq, data FROM events WHERE session_id = ? ORDER BY seq",
+                    (session_id,),
+                )
+            ]
+            turns = db.execute(
+                "SELECT turn_id, first_seq, record, step FROM turns WHERE session_id = ?"
+                " ORDER BY first_seq",
+                (session_id,),
+            ).fetchall()
+            steps.update(_check_log(session_id, events, turns, acks, all_ended=all_ended))
+            indexes = [
+                idx
+                for (idx,) in db.execute(
+                    "SELECT idx FROM entries WHERE session_id = ? ORDER BY idx", (session_id,)
+                )
+            ]
+            assert indexes == list(range(len(indexes))), f"session {session_id}'s history is torn"
+    return {turn: _expected_after_crash(turn, steps) for turn in steps}
+
+
+def _check_log(
+    session_id: str,
+    events: list[tuple[int, dict[str, Any]]],
+    turns: list[tuple[str, int, str | None, str | None]],
+    acks: Acks,
+    *,
+    all_ended: bool,
+) -> dict[tuple[str, str], str | None]:
+    """The session's log is whole: events 1..n, then one block of events per turn, from its
+    TurnStarted to its TurnEnded, only the last one unended; everything acknowledged is
+    there. Returns the unended turn's stored tool step."""
+    label = f"session {session_id}"
+    assert [seq for seq, _ in events] == list(range(1, len(events) + 1)), f"{label}: a gap"
+    for seq, event in events:
+        assert event["id"] == cursor(session_id, seq), label
+        assert event["session_id"] == session_id, label
+    unended = {}
+    position = 1
+    for index, (turn_id, first_seq, record, step) in enumerate(turns):
+        where = f"{label}, turn {turn_id}"
+        assert first_seq == position, f"{where} starts at {first_seq}, not right after the last"
+        end = first_seq
+        while end <= len(events) and events[end - 1][1]["turn_id"] == turn_id:
+            end += 1
+        block = [event for _, event in events[first_seq - 1 : end - 1]]
+        assert block, f"{where} has no event"
+        assert block[0]["type"] == "turn_started", f"{where} starts with {block[0]['type']}"
+        assert [event["type"] for event in block].count("turn_started") == 1, where
+        ended = [event for event in block if event["type"] == "turn_ended"]
+        if record is None:
+            assert not all_ended, f"{where} never ended"
+            assert not ended, f"{where} has a TurnEnded but no record"
+            assert index == len(turns) - 1, f"{where} never ended, yet a turn followed it"
+            unended[session_id, turn_id] = step
+        else:
+            assert len(ended) == 1, f"{where} has {len(ended)} TurnEnded"
+            assert block[-1]["type"] == "turn_ended", f"{where}: its TurnEnded is not last"
+            assert block[-1]["record"] == json.loads(record), where
+            assert block[-1]["record"]["cursor"] == block[-1]["id"], where
+        position = end
+    assert position == len(events) + 1, f"{label}: events after its turns' blocks"
+    stored = {turn_id: record for turn_id, _, record, _ in turns}
+    for acked_session, turn_id in acks.turns:
+        if acked_session == session_id:
+            assert turn_id in stored, f"acknowledged turn {turn_id} of {label} is lost"
+    for (acked_session, seq), kind in acks.events.items():
+        if acked_session == session_id:
+            assert seq <= len(events), f"acknowledged event {seq} of {label} is lost"
+            assert events[seq - 1][1]["type"] == kind, f"{label}: event {seq} changed"
+    for (acked_session, turn_id), acked in acks.records.items():
+        if acked_session == session_id:
+            record = stored.get(turn_id)
+            assert record is not None, (
+                f"turn {turn_id} of {label} was acknowledged as {acked['type']}, yet the file "
+                "has no end for it"
+            )
+            assert without_cursor(json.loads(record)) == acked, f"record of {turn_id} changed"
+    return unended
+
+
+def _expected_after_crash(turn: tuple[str, str], steps: dict[tuple[str, str], str | None]) -> str:
+    """What an unended turn must read once reopened: UnknownOutcome if something ran when
+    its process died (a model step, a tool, a subagent's turn that did); else it may go on
+    from its tool step, which waits on nothing that ran."""
+    step = steps[turn]
+    if step is None:
+        return "unknown"  # a model step, or the turn's start
+    for call in json.loads(step)["calls"]:
+        if call["state"] == "running" or (call["state"] == "done" and call["result"] is None):
+            return "unknown"
+        child = (call["child"][0], call["child"][1]) if call["child"] else None
+        if call["state"] == "delegated" and child in steps:
+            assert child is not None
+            if _expected_after_crash(child, steps) == "unknown":
+                return "unknown"
+    return "resumable"
+
+
+# -- the sessions reopened in a new runtime ----------------------------------------------------
+
+
+def _count(db: sqlite3.Connection, query: str, *parameters: str) -> int:
+    return int(db.execute(query, parameters).fetchone()[0])
+
+
+async def _tree(session: agentlib.Session) -> dict[str, agentlib.Session]:
+    """References to the session and its subagent sessions, at any depth, by id."""
+    tree = {session.id: session}
+    for sub in await session.subagents():
+        tree.update(await _tree(sub))
+    return tree
+
+
+async def reopen_and_check(
+    path: Path, acks: Acks, crashed: dict[tuple[str, str], str], offset: float
+) -> int:
+    """Reopen every session in a new runtime and check it; return how many of the turns cut
+    by a crash read UnknownOutcome."""
+    unknown = 0
+    store = agentlib.SQLiteStore(str(path), clock=lambda: time.time() + offset)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        roots = db.execute(
+            "SELECT session_id, agent FROM sessions WHERE parent_id IS NULL"
+        ).fetchall()
+        async with agentlib.open_runtime(store):
+            for session_id, agent in roots:
+                session = AGENTS[agent].session(session_id)
+                unknown += await _check_session(db, session, acks, crashed)
+            sessions = _count(db, "SELECT count(*) FROM sessions")
+            for key, session_id in acks.session_keys.items():
+                agent = db.execute(
+                    "SELECT agent FROM sessions WHERE session_id = ?", (session_id,)
+                ).fetchone()[0]
+                again = await AGENTS[agent].start_session(idempotency_key=key)
+                assert again.id == session_id, f"session key {key} started a second session"
+            assert _count(db, "SELECT count(*) FROM sessions") == sessions
+    return unknown
+
+
+async def _check_session(
+    db: sqlite3.Connection,
+    session: agentlib.Session,
+    acks: Acks,
+    crashed: dict[tuple[str, str], str],
+) -> int:
+    with contextlib.suppress(TurnNotFoundError):  # reading a turn reopens the session
+        await session.turn("no such turn").get()
+    tree = await _tree(session)
+    unknown = 0
+    for (session_id, turn_id), expected in crashed.items():
+        if session_id not in tree:
+            continue
+        with trio.fail_after(WAIT):  # a turn that goes on from its tool step ends here
+            record = await tree[session_id].turn(turn_id).result()
+        if expected == "unknown":
+            assert isinstance(record, UnknownOutcome), (
+                f"turn {turn_id} of session {session_id} was running when its process was "
+                f"killed, and reads {record!r}"
+            )
+        unknown += isinstance(record, UnknownOutcome)
+    for acked_session, turn_id in acks.turns:
+        if acked_session == session.id:
+            await session.turn(turn_id).get()  # TurnNotFoundError if it were lost
+    for (acked_session, turn_id), acked in acks.records.items():
+        if acked_session == session.id:
+            record = await session.turn(turn_id).get()
+            assert without_cursor(agentlib.unstructure(record)) == acked
+
+    # Every stored event reads back, in order, with the same id.
+    query = "SELECT count(*) FROM events WHERE session_id = ?"
+    stored = _count(db, query, session.id)
+    ids = []
+    ended: dict[str, dict[str, Any]] = {}
+    if stored:
+        with trio.fail_after(WAIT):
+            async with contextlib.aclosing(session.iter_events()) as events:
+                async for event in events:
+                    ids.append(event.id)
+                    if isinstance(event, TurnEnded) and event.turn_id is not None:
+                        ended[event.turn_id] = agentlib.unstructure(event.record)
+                    if len(ids) == stored:
+                        break
+    assert ids == [cursor(session.id, seq) for seq in range(1, stored + 1)]
+    for acked_session, seq in acks.events:
+        if acked_session == session.id:
+            assert cursor(session.id, seq) in ids, f"acknowledged event {seq} is not read back"
+    for (acked_session, turn_id), acked in acks.records.items():
+        if acked_session == session.id:
+            assert without_cursor(ended[turn_id]) == acked
+
+    # A start_turn retried with an acknowledged key is that turn: none starts.
+    turns_query = "SELECT count(*) FROM turns WHERE session_id = ?"
+    turns = _count(db, turns_query, session.id)
+    for (acked_session, key), turn_id in acks.turn_keys.items():
+        if acked_session == session.id:
+            again = await session.start_turn(message_for(key), idempotency_key=key)
+            assert isinstance(again, Turn)
+            assert again.id == turn_id, f"key {key} started a second turn, {again.id}"
+    assert _count(db, turns_query, session.id) == turns
+    assert _count(db, query, session.id) == stored
+
+    # The session takes new turns.
+    with trio.fail_after(WAIT):
+        record = await session.run("One more question.")
+    assert isinstance(record, Completed), record
+    return unknown
+
+
+# -- random crashes ----------------------------------------------------------------------------
+
+
+def _round_config(number: int, rng: random.Random, acks: Acks, path: Path) -> dict[str, Any]:
+    pending = acks.pending_turns()
+    resume = {session_id for session_id, _ in pending}  # the keys are retried there
+    known = sorted(acks.sessions)
+    resume.update(rng.sample(known, min(len(known), rng.randint(0, 3))))
+    return {
+        "path": str(path),
+        "offset": number * HOUR,  # past the leases of every worker before
+        "seed": rng.randrange(2**32),
+        "round": number,
+        "resume": sorted(resume),
+        "retry_turns": pending,
+        "retry_sessions": acks.pending_sessions(),
+        "new_sessions": rng.randint(0 if resume else 1, 3),
+    }
+
+
+def _kill_point(number: int, rng: random.Random) -> tuple[Callable[[str], bool] | None, float]:
+    """When to kill a worker: once it printed a line the predicate picks, then a delay."""
+    if number == 0:  # a turn surely runs: it was acknowledged a moment ago
+        return (lambda line: line.startswith("ack turn ")), 0.0
+    if rng.random() < 0.15:  # anywhere: starting up, reopening sessions, or running turns
+        return None, rng.uniform(0.0, 0.5)
+    left = rng.randint(1, 600)
+
+    def enough(line: str) -> bool:
+        nonlocal left
+        left -= line.startswith("ack ")
+        return left <= 0
+
+    return enough, rng.choice([0.0, rng.uniform(0.0, 0.03)])
+
+
+def test_acknowledged_work_survives_sigkill_at_random_points(tmp_path: Path) -> None:
+    seed = int(os.environ.get("CRASH_SEED", random.randrange(2**32)))
+    print(f"CRASH_SEED={seed}")
+    rng = random.Random(seed)
+    path = tmp_path / "sessions.db"
+    acks = Acks()
+    crashed: dict[tuple[str, str], str] = {}
+    for number in range(ROUNDS):
+        config = _round_config(number, rng, acks, path)
+        until, delay = _kill_point(number, rng)
+        crash_worker(config, acks, tmp_path / f"worker-{number}.err", until=until, delay=delay)
+        if path.exists():
+            crashed.update(check_file(path, acks))
+        print(
+            f"round {number}: {acks.count} acknowledgements, {len(acks.sessions)} sessions, "
+            f"{len(acks.turns)} turns, {len(crashed)} cut by a crash "
+            f"({list(crashed.values()).count('resumable')} between tool calls), "
+            f"{acks.retried_stored_keys} keys retried after a crash"
+        )
+    assert acks.turns, "no worker acknowledged a turn"
+    assert "unknown" in crashed.values(), "no turn was running when a worker was killed"
+    unknown = trio.run(reopen_and_check, path, acks, crashed, (ROUNDS + 1) * HOUR)
+    assert unknown >= 1
+    check_file(path, acks, all_ended=True)
+
+
+# -- one crash at a chosen point ---------------------------------------------------------------
+
+
+def crash_scenario(tmp_path: Path, scenario: str) -> tuple[Path, Acks]:
+    """Run a scenario of the worker; kill it once it says "ready"."""
+    path = tmp_path / "sessions.db"
+    acks = Acks()
+    crash_worker(
+        {"path": str(path), "scenario": scenario},
+        acks,
+        tmp_path / "worker.err",
+        until=lambda line: line == "ready",
+    )
+    return path, acks
+
+
+def test_a_record_read_with_get_survives_a_crash(tmp_path: Path) -> None:
+    # The disk takes forever to commit the turn's end: get() must not tell the turn ended
+    # before that end is stored, or, after a crash, the turn reads something else.
+    path, acks = crash_scenario(tmp_path, "turn_read_while_its_end_commits")
+    crashed = check_file(path, acks)
+    assert list(crashed.values()) == ["unknown"]
+    assert trio.run(reopen_and_check, path, acks, crashed, HOUR) == 1
+
+
+def test_a_session_a_retried_key_returned_survives_a_crash(tmp_path: Path) -> None:
+    # start_session(idempotency_key=K) is retried while the first call still waits for its
+    # session to be committed: the retry must not return that session before it is stored.
+    path, acks = crash_scenario(tmp_path, "session_key_retried_while_it_commits")
+    check_file(path, acks)
+    trio.run(reopen_and_check, path, acks, {}, HOUR)
+
+
+def test_a_turn_whose_subagent_ran_a_tool_reads_unknown_outcome_after_a_crash(
+    tmp_path: Path,
+) -> None:
+    # The root turn was running when the process died (its subagent's tool was executing),
+    # not blocked on callbacks: both turns read UnknownOutcome.
+    path, acks = crash_scenario(tmp_path, "subagent_running_a_tool")
+    crashed = check_file(path, acks)
+    [root_turn] = [turn for session, turn in acks.turns]
+    assert sorted(crashed.values()) == ["unknown", "unknown"]
+    assert [turn for _, turn in crashed].count(root_turn) == 1
+    assert trio.run(reopen_and_check, path, acks, crashed, HOUR) == 2
