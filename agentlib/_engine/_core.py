@@ -98,7 +98,6 @@ class TurnCore:
     # or tools run now: a turn with none running, in a tool step, is blocked.
     end_seq: int | None = None  # the seq of its TurnEnded
     step: list[Any] | None = None
-    signed_in: bool = False
     working: int = 0
     suspended: bool = False
 
@@ -571,7 +570,7 @@ class SessionCore:
                 self.root.running_subagents -= 1
         if self.parent is not None:  # a subagent's session runs one turn and ends with it
             self.log.close()
-        self.runtime.turn_ended(self)
+        self.runtime.turn_ended(self, turn)
         turn.done.set()
 
     async def cancel(self) -> None:

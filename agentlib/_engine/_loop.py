@@ -248,7 +248,7 @@ def _save(turn: TurnCore) -> None:
     session = turn.session
     if session.runtime.store.durable and turn.step is not None:
         calls = typing.cast("list[_Call]", turn.step)
-        step = {"signed_in": turn.signed_in, "calls": [call.to_json() for call in calls]}
+        step = {"calls": [call.to_json() for call in calls]}
         session.write(StepRow(session.id, turn.id, step))
 
 
@@ -274,7 +274,6 @@ async def _run_tools(turn: TurnCore, requests: Sequence[ToolCallRequest]) -> Non
     for call in calls:
         session.add_entry(call.entry)
         turn.tool_calls.append(call.entry)
-    turn.signed_in = False
     await _finish_tools(turn, calls)
 
 
@@ -294,10 +293,8 @@ async def _finish_tools(turn: TurnCore, calls: list[_Call]) -> None:
     try:
         with failed:
             if not any(call.failure for call in calls):
-                if not turn.signed_in:
-                    await _sign_in(turn, calls)
-                    turn.signed_in = True
-                    _save(turn)
+                # Credentials are never stored: a resumed step asks again for those it lacks.
+                await _sign_in(turn, calls)
                 await _each(calls, run_call)
     finally:
         if not turn.suspended:
@@ -371,6 +368,7 @@ async def _sign_in(turn: TurnCore, calls: list[_Call]) -> None:
         if (
             call.refusal is None
             and call.failure is None
+            and call.state not in ("done", "running")
             and tool is not None
             and tool.requires_sign_in
             and tool.source not in session.credentials
@@ -482,12 +480,12 @@ async def _call_tool(turn: TurnCore, call: _Call) -> ToolResultEntry:
 def _restored(
     session: SessionCore, call: _Call, kind: type[OpenApproval | OpenClientToolCall]
 ) -> PendingCallback | None:
-    """The open callback of ``kind`` a call waited on when a runtime before this one
-    stopped, if any."""
+    """The callback of ``kind`` a call waited on when a runtime before this one stopped, if
+    any: open, or answered since (before the resumed turn came back to it)."""
     if call.state != "waiting" or call.callback is None:
         return None
     pending = session.callbacks.get(call.callback)
-    if pending is None or pending.closed.is_set() or not isinstance(pending.callback, kind):
+    if pending is None or not isinstance(pending.callback, kind):
         return None
     return pending
 

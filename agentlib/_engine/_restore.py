@@ -195,7 +195,6 @@ def _calls(core: SessionCore, turn: TurnCore, step: Any) -> list[_Call] | None:
     if any(call.state == "running" for call in calls):
         return None  # a tool may have run, or not: nobody can tell
     turn.step = calls
-    turn.signed_in = bool(step["signed_in"])
     for call in calls:
         if call.state == "done" and call.result is None:
             return None

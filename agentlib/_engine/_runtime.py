@@ -77,12 +77,13 @@ class Runtime:
                 if core is not None:
                     core.log.made_visible(op.seq)
 
-    def turn_ended(self, core: SessionCore) -> None:
-        """Prune the session's oldest events beyond the retention."""
+    def turn_ended(self, core: SessionCore, turn: TurnCore) -> None:
+        """Prune the session's oldest events beyond the retention: never those of the turn
+        that just ended (its readers are reading them), nor any a reader cannot see yet."""
         keep = self.event_retention
         if keep is None:
             return
-        before = core.log.last_seq - keep + 1
+        before = min(core.log.last_seq - keep + 1, turn.first_seq, core.log.visible + 1)
         if before > core.log.first_seq:
             core.log.prune(before)
             core.write(PruneRow(core.id, before))

@@ -143,6 +143,11 @@ class SQLiteStore(Store):
 
     async def open(self, start_soon: Callable[..., Any]) -> None:
         await trio.to_thread.run_sync(self._open_files)
+        self._closing = False  # the same object may be opened again after aclose()
+        self._failure = None
+        self._stopped = trio.Event()
+        self._wake = trio.Event()
+        self._progress = trio.Event()
         start_soon(self._write_loop)
 
     def _connect(self) -> sqlite3.Connection:

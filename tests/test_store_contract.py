@@ -1,0 +1,789 @@
+"""The store contract: one suite, run against every store agentlib ships.
+
+Each test drives the :class:`agentlib.Store` interface directly, as the runtime does: open it
+inside a trio nursery, ``write`` ops, ``flush``, read them back, ``aclose``. The ``store``
+fixture gives a :class:`MemoryStore` and a :class:`SQLiteStore` (a file under ``tmp_path``),
+both on a fake wall clock, so lease expiry needs no sleeping. The last section holds what
+only the SQLite store promises: its file survives a reopen, its schema is checked, WAL mode.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from agentlib import (
+    AllowApproval,
+    CallbackClosed,
+    CallbackOpened,
+    Completed,
+    DenyApproval,
+    EntryAdded,
+    EntryDelta,
+    Event,
+    Interrupted,
+    MemoryStore,
+    MessageEntry,
+    OpenApproval,
+    OpenClientToolCall,
+    OpenSignIn,
+    SdkError,
+    SQLiteStore,
+    Store,
+    StoreSchemaError,
+    TextContentBlock,
+    ToolCallEntry,
+    ToolResultEntry,
+    TurnEnded,
+    TurnStarted,
+)
+from agentlib._store._base import (
+    CallbackRow,
+    EntryRow,
+    EventRow,
+    KeyRow,
+    LeaseRefused,
+    Op,
+    PruneRow,
+    SessionRow,
+    SteerRow,
+    StepRow,
+    StoredSession,
+    TurnRow,
+)
+
+# --- fixtures and helpers -----------------------------------------------------------------
+
+
+class FakeClock:
+    """A wall clock the test moves by hand."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "s.db"
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, db_path: Path, clock: FakeClock) -> Store:
+    if request.param == "memory":
+        return MemoryStore(clock=clock)
+    return SQLiteStore(str(db_path), clock=clock)
+
+
+@asynccontextmanager
+async def opened(store: Store) -> AsyncIterator[Store]:
+    """The store, open in a nursery for the block; closed (committing everything) after."""
+    async with trio.open_nursery() as nursery:
+        await store.open(nursery.start_soon)
+        try:
+            yield store
+        finally:
+            await store.aclose()
+
+
+def recording(store: Store) -> list[Op]:
+    """Every op the store reports committed, in the order it reports them."""
+    seen: list[Op] = []
+    store.committed = seen.extend  # type: ignore[method-assign]
+    return seen
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def cursor(session_id: str, seq: int) -> str:
+    return f"{session_id}:{seq:012d}"
+
+
+def text(value: str) -> tuple[TextContentBlock, ...]:
+    return (TextContentBlock(text=value),)
+
+
+def user_message(turn_id: str, value: str) -> MessageEntry:
+    return MessageEntry(id=new_id(), turn_id=turn_id, role="user", content=text(value))
+
+
+def events_of_a_turn(session_id: str, turn_id: str, first_seq: int = 1) -> list[Event]:
+    """A turn's worth of events of several types, numbered from ``first_seq``."""
+    message = user_message(turn_id, "hello")
+    answer = MessageEntry(id=new_id(), turn_id=turn_id, role="assistant", content=text("hi"))
+    approval = approval_callback(session_id, turn_id)
+    kinds: list[Any] = [
+        lambda id: TurnStarted(id=id, session_id=session_id, turn_id=turn_id, message=message),
+        lambda id: CallbackOpened(id=id, session_id=session_id, turn_id=turn_id, callback=approval),
+        lambda id: CallbackClosed(
+            id=id,
+            session_id=session_id,
+            turn_id=turn_id,
+            callback_id=approval.id,
+            answer=AllowApproval(scope="session"),
+        ),
+        lambda id: EntryAdded(
+            id=id,
+            session_id=session_id,
+            turn_id=turn_id,
+            entry=MessageEntry(id=answer.id, turn_id=turn_id, role="assistant"),
+        ),
+        lambda id: EntryDelta(
+            id=id, session_id=session_id, turn_id=turn_id, entry_id=answer.id, delta="h"
+        ),
+        lambda id: EntryDelta(
+            id=id, session_id=session_id, turn_id=turn_id, entry_id=answer.id, delta="i"
+        ),
+        lambda id: TurnEnded(
+            id=id,
+            session_id=session_id,
+            turn_id=turn_id,
+            record=Completed(
+                turn_id=turn_id, session_id=session_id, cursor=id, output="hi", text="hi"
+            ),
+        ),
+    ]
+    return [make(cursor(session_id, first_seq + n)) for n, make in enumerate(kinds)]
+
+
+def approval_callback(session_id: str, turn_id: str, path: str = "/tmp/x") -> OpenApproval:
+    return OpenApproval(
+        id=str(uuid.uuid4()),
+        session_id=session_id,
+        turn_id=turn_id,
+        tool_name="delete",
+        arguments={"path": path},
+    )
+
+
+def write_all(store: Store, ops: Sequence[Op]) -> None:
+    for op in ops:
+        store.write(op)
+
+
+async def load(store: Store, session_id: str) -> StoredSession:
+    stored = await store.load(session_id)
+    assert stored is not None, f"the store lost session {session_id}"
+    return stored
+
+
+# --- reading what was never written -----------------------------------------------------------
+
+
+async def test_an_unknown_session_reads_as_nothing(store: Store) -> None:
+    async with opened(store):
+        assert await store.load("nope") is None
+        assert await store.session_for_key("no such key") is None
+        assert await store.read_events("nope", 0, 100) == []
+        # A known session does not make an unknown one appear.
+        store.write(SessionRow("known", "agent"))
+        await store.flush()
+        assert await store.load("nope") is None
+        assert await store.load("known") is not None
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+async def test_session_rows_and_their_children_in_order(store: Store) -> None:
+    root, first, second, grandchild = (new_id() for _ in range(4))
+    turn = new_id()
+    async with opened(store):
+        write_all(
+            store,
+            [
+                SessionRow(root, "root", idempotency_key="k-root", inputs={"repo": {"name": "x"}}),
+                TurnRow(root, turn, 1),
+                SessionRow(first, "sub", parent_id=root, parent_turn_id=turn),
+                SessionRow(second, "sub", parent_id=root, parent_turn_id=turn),
+                SessionRow(grandchild, "leaf", parent_id=second, parent_turn_id="t2"),
+            ],
+        )
+        await store.flush()
+
+        stored = await load(store, root)
+        assert stored.row == SessionRow(
+            root, "root", idempotency_key="k-root", inputs={"repo": {"name": "x"}}
+        )
+        assert list(stored.children) == [first, second]  # in the order they were written
+        assert stored.first_seq == 1
+        assert list(stored.events) == []
+        assert list(stored.entries) == []
+        assert list(stored.callbacks) == []
+        assert list(stored.keys) == []
+        assert stored.steps == {}
+
+        sub = await load(store, second)
+        assert sub.row == SessionRow(second, "sub", parent_id=root, parent_turn_id=turn)
+        assert list(sub.children) == [grandchild]
+        assert list((await load(store, first)).children) == []
+        assert (await load(store, grandchild)).row.parent_id == second
+
+        # A later row of the same session (it was cancelled) updates it.
+        store.write(
+            SessionRow(
+                root,
+                "root",
+                idempotency_key="k-root",
+                inputs={"repo": {"name": "x"}},
+                terminated=True,
+            )
+        )
+        await store.flush()
+        again = await load(store, root)
+        assert again.row.terminated is True
+        assert again.row.inputs == {"repo": {"name": "x"}}
+        assert list(again.children) == [first, second]
+
+
+async def test_session_for_key_finds_the_session_its_key_started(store: Store) -> None:
+    one, two = new_id(), new_id()
+    async with opened(store):
+        store.write(SessionRow(one, "a", idempotency_key="key-1"))
+        store.write(SessionRow(two, "a", idempotency_key="key-2"))
+        store.write(SessionRow(new_id(), "a"))
+        await store.flush()
+        assert await store.session_for_key("key-1") == one
+        assert await store.session_for_key("key-2") == two
+        assert await store.session_for_key("key-3") is None
+
+
+# --- events -----------------------------------------------------------------------------------
+
+
+async def test_events_come_back_in_order(store: Store) -> None:
+    session = new_id()
+    turn_1, turn_2 = new_id(), new_id()
+    events = events_of_a_turn(session, turn_1) + events_of_a_turn(session, turn_2, first_seq=8)
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, turn_1, 1))
+        for seq, event in enumerate(events[:7], start=1):
+            store.write(EventRow(session, seq, event))
+        await store.flush()
+        # A second group, written after the first was committed.
+        store.write(TurnRow(session, turn_2, 8))
+        for seq, event in enumerate(events[7:], start=8):
+            store.write(EventRow(session, seq, event))
+        await store.flush()
+
+        stored = await load(store, session)
+        assert list(stored.events) == events
+        assert [event.id for event in stored.events] == [cursor(session, n) for n in range(1, 15)]
+        assert stored.first_seq == 1
+
+        assert await store.read_events(session, 0, 100) == events
+        assert await store.read_events(session, 0, 3) == events[:3]
+        assert await store.read_events(session, 3, 4) == events[3:7]
+        assert await store.read_events(session, 12, 100) == events[12:]
+        assert await store.read_events(session, 14, 100) == []
+        assert await store.read_events(session, 99, 100) == []
+
+
+async def test_events_of_sessions_stay_apart(store: Store) -> None:
+    one, two = new_id(), new_id()
+    turn = new_id()
+    async with opened(store):
+        store.write(SessionRow(one, "agent"))
+        store.write(SessionRow(two, "agent"))
+        mine = events_of_a_turn(one, turn)
+        theirs = events_of_a_turn(two, turn)
+        for seq, (a, b) in enumerate(zip(mine, theirs, strict=True), start=1):  # interleaved writes
+            store.write(EventRow(one, seq, a))
+            store.write(EventRow(two, seq, b))
+        await store.flush()
+        assert await store.read_events(one, 0, 100) == mine
+        assert await store.read_events(two, 0, 100) == theirs
+        assert list((await load(store, two)).events) == theirs
+
+
+# --- entries, turns, steps --------------------------------------------------------------------
+
+
+async def test_entries_come_back_in_order(store: Store) -> None:
+    session, turn = new_id(), new_id()
+    call = ToolCallEntry(
+        id=new_id(),
+        turn_id=turn,
+        name="lookup",
+        arguments={"term": "trio", "depth": [1, 2]},
+        tool_call_id="abc123XYZ",
+    )
+    entries = [
+        MessageEntry(id=new_id(), turn_id=None, role="system", content=text("imported")),
+        user_message(turn, "look trio up"),
+        call,
+        ToolResultEntry(
+            id=new_id(),
+            turn_id=turn,
+            name="lookup",
+            content=text("about trio"),
+            tool_call_id="abc123XYZ",
+        ),
+        MessageEntry(id=new_id(), turn_id=turn, role="assistant", content=text("done")),
+    ]
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        for index, entry in enumerate(entries):
+            store.write(EntryRow(session, index, entry))
+        await store.flush()
+        assert list((await load(store, session)).entries) == entries
+
+
+async def test_a_turn_gets_its_record_later(store: Store) -> None:
+    session = new_id()
+    first, second = new_id(), new_id()
+    record = Completed(
+        turn_id=first, session_id=session, cursor=cursor(session, 7), output="hi", text="hi"
+    )
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, first, 1, output_type="builtins.str"))
+        await store.flush()
+        (row,) = (await load(store, session)).turns
+        assert row == TurnRow(session, first, 1, output_type="builtins.str", record=None)
+
+        # The end record comes in a second row of the same turn.
+        store.write(TurnRow(session, first, 1, output_type="builtins.str", record=record))
+        store.write(TurnRow(session, second, 8))
+        await store.flush()
+        turns = list((await load(store, session)).turns)
+        assert turns == [
+            TurnRow(session, first, 1, output_type="builtins.str", record=record),
+            TurnRow(session, second, 8),
+        ]
+
+        interrupted = Interrupted(
+            turn_id=second, session_id=session, cursor=cursor(session, 9), cause="cancelled"
+        )
+        store.write(TurnRow(session, second, 8, record=interrupted))
+        await store.flush()
+        assert list((await load(store, session)).turns)[1].record == interrupted
+
+
+async def test_steps_are_set_and_cleared(store: Store) -> None:
+    session = new_id()
+    first, second = new_id(), new_id()
+    step = {"signed_in": False, "calls": [{"state": "waiting", "callback": "c", "n": [1, 2.5]}]}
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, first, 1))
+        store.write(TurnRow(session, second, 5))
+        store.write(StepRow(session, first, step))
+        await store.flush()
+        assert (await load(store, session)).steps == {first: step}
+
+        later = {"signed_in": True, "calls": [{"state": "done", "callback": None}]}
+        store.write(StepRow(session, first, later))  # a later state of the step replaces it
+        store.write(StepRow(session, second, step))
+        await store.flush()
+        assert (await load(store, session)).steps == {first: later, second: step}
+
+        store.write(StepRow(session, first, None))  # the step is over
+        await store.flush()
+        assert (await load(store, session)).steps == {second: step}
+        store.write(StepRow(session, second, None))
+        await store.flush()
+        assert (await load(store, session)).steps == {}
+
+
+async def test_steered_messages_are_kept_by_turn(store: Store) -> None:
+    session = new_id()
+    first, second = new_id(), new_id()
+    one, two, three = (
+        user_message(first, "one"),
+        user_message(first, "two"),
+        user_message(second, "three"),
+    )
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, first, 1))
+        store.write(SteerRow(session, first, one))
+        await store.flush()
+        steers = (await load(store, session)).steers
+        assert {turn: list(messages) for turn, messages in steers.items()} == {first: [one]}
+
+        store.write(TurnRow(session, second, 9))
+        store.write(SteerRow(session, second, three))
+        store.write(SteerRow(session, first, two))
+        await store.flush()
+        steers = (await load(store, session)).steers
+        assert {turn: list(messages) for turn, messages in steers.items()} == {
+            first: [one, two],  # in the order they were steered
+            second: [three],
+        }
+
+
+# --- callbacks --------------------------------------------------------------------------------
+
+
+async def test_callbacks_open_then_settled(store: Store) -> None:
+    session, turn = new_id(), new_id()
+    once = approval_callback(session, turn, "/a")
+    for_session = approval_callback(session, turn, "/b")
+    denied = approval_callback(session, turn, "/c")
+    client = OpenClientToolCall(
+        id=str(uuid.uuid4()),
+        session_id=session,
+        turn_id=turn,
+        tool_name="client.pick",
+        arguments={"prompt": "which?"},
+    )
+    sign_in = OpenSignIn(
+        id=str(uuid.uuid4()), session_id=session, turn_id=turn, sources=("notion", "github")
+    )
+    stopped = approval_callback(session, turn, "/d")
+    opened_rows = [CallbackRow(session, c) for c in (once, for_session, denied, client, sign_in)]
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, turn, 1))
+        write_all(store, opened_rows)
+        await store.flush()
+        assert list((await load(store, session)).callbacks) == opened_rows
+
+        settled = [
+            CallbackRow(session, once, "answered", AllowApproval()),
+            CallbackRow(session, for_session, "answered", AllowApproval(scope="session")),
+            CallbackRow(session, denied, "answered", DenyApproval(reason="no")),
+            CallbackRow(session, client, "answered", 3),
+            CallbackRow(session, sign_in, "answered", None),  # credentials are never stored
+        ]
+        write_all(store, settled)
+        store.write(CallbackRow(session, stopped))
+        store.write(CallbackRow(session, stopped, "closed"))
+        await store.flush()
+        callbacks = list((await load(store, session)).callbacks)
+        # One row per callback, in the order they were opened; a settled one loads equal.
+        assert callbacks == [*settled, CallbackRow(session, stopped, "closed")]
+        assert type(callbacks[0].answer) is AllowApproval
+        assert type(callbacks[2].answer) is DenyApproval
+
+
+# --- idempotency keys -------------------------------------------------------------------------
+
+
+async def test_key_rows(store: Store) -> None:
+    session, other = new_id(), new_id()
+    turn_1, turn_2 = new_id(), new_id()
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(SessionRow(other, "agent"))
+        store.write(TurnRow(session, turn_1, 1))
+        store.write(KeyRow(session, "t1", turn_1, "f" * 64))
+        store.write(TurnRow(session, turn_2, 5))
+        store.write(KeyRow(session, "t2", turn_2, "0" * 64))
+        store.write(KeyRow(other, "t1", "x", "1" * 64))  # keys are per session
+        await store.flush()
+        keys = sorted((await load(store, session)).keys, key=lambda row: row.key)
+        assert keys == [
+            KeyRow(session, "t1", turn_1, "f" * 64),
+            KeyRow(session, "t2", turn_2, "0" * 64),
+        ]
+        assert list((await load(store, other)).keys) == [KeyRow(other, "t1", "x", "1" * 64)]
+        # A turn's key is not a session's key.
+        assert await store.session_for_key("t1") is None
+
+
+# --- pruning ----------------------------------------------------------------------------------
+
+
+async def test_prune_forgets_old_events(store: Store) -> None:
+    session, turn = new_id(), new_id()
+    events = events_of_a_turn(session, turn)  # seq 1..7
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, turn, 1))
+        for seq, event in enumerate(events, start=1):
+            store.write(EventRow(session, seq, event))
+        store.write(PruneRow(session, 4))
+        await store.flush()
+        stored = await load(store, session)
+        assert stored.first_seq == 4
+        assert list(stored.events) == events[3:]
+        assert await store.read_events(session, 0, 100) == events[3:]
+        assert await store.read_events(session, 4, 2) == events[4:6]
+
+        # Pruning less than is gone already changes nothing; pruning more moves on.
+        store.write(PruneRow(session, 2))
+        await store.flush()
+        assert (await load(store, session)).first_seq == 4
+        store.write(PruneRow(session, 7))
+        await store.flush()
+        stored = await load(store, session)
+        assert stored.first_seq == 7
+        assert list(stored.events) == events[6:]
+
+        # Later events are kept, numbered on.
+        more = events_of_a_turn(session, new_id(), first_seq=8)
+        for seq, event in enumerate(more, start=8):
+            store.write(EventRow(session, seq, event))
+        await store.flush()
+        stored = await load(store, session)
+        assert stored.first_seq == 7
+        assert list(stored.events) == [events[6], *more]
+        assert await store.read_events(session, 7, 100) == more
+
+
+# --- leases -----------------------------------------------------------------------------------
+
+
+async def test_leases(store: Store, clock: FakeClock) -> None:
+    one, two = new_id(), new_id()
+    async with opened(store):
+        store.write(SessionRow(one, "agent"))
+        store.write(SessionRow(two, "agent"))
+        await store.flush()
+
+        await store.acquire([one], "A", 30)
+        await store.acquire([one], "A", 30)  # the owner renews
+        with pytest.raises(LeaseRefused) as refused:
+            await store.acquire([one], "B", 30)
+        assert refused.value.session_id == one
+        assert refused.value.owner == "A"
+        assert refused.value.until == pytest.approx(clock.now + 30)
+
+        # A refused acquire takes none of the sessions it names.
+        with pytest.raises(LeaseRefused):
+            await store.acquire([two, one], "B", 30)
+        await store.acquire([two], "A", 30)
+
+        clock.now += 29.5  # not expired yet
+        with pytest.raises(LeaseRefused):
+            await store.acquire([one], "B", 30)
+        await store.acquire([one], "A", 30)  # renewed: now until now + 30
+        clock.now += 29.5
+        with pytest.raises(LeaseRefused):
+            await store.acquire([one], "B", 30)
+
+        clock.now += 1  # past the expiry: the owner is taken for dead
+        await store.acquire([one], "B", 10)
+        with pytest.raises(LeaseRefused) as refused:
+            await store.acquire([one], "A", 30)
+        assert refused.value.owner == "B"
+
+        # Release lets the other one in at once; releasing another's lease does nothing.
+        await store.release([one], "A")
+        with pytest.raises(LeaseRefused):
+            await store.acquire([one], "A", 30)
+        await store.release([one], "B")
+        await store.acquire([one], "A", 30)
+        await store.release([one, two], "A")
+        await store.acquire([one, two], "B", 30)
+
+
+# --- commits ------------------------------------------------------------------------------------
+
+
+async def test_committed_sees_every_op_once_in_order(store: Store) -> None:
+    seen = recording(store)
+    session, child, turn = new_id(), new_id(), new_id()
+    callback = approval_callback(session, turn)
+    events = events_of_a_turn(session, turn)
+    first_group: list[Op] = [
+        SessionRow(session, "agent", idempotency_key="k"),
+        TurnRow(session, turn, 1),
+        KeyRow(session, "t", turn, "f" * 64),
+        *(EventRow(session, seq, event) for seq, event in enumerate(events[:3], start=1)),
+        EntryRow(session, 0, user_message(turn, "hello")),
+        CallbackRow(session, callback),
+        StepRow(session, turn, {"calls": []}),
+        SteerRow(session, turn, user_message(turn, "and also")),
+        SessionRow(child, "sub", parent_id=session, parent_turn_id=turn),
+    ]
+    second_group: list[Op] = [
+        CallbackRow(session, callback, "answered", AllowApproval()),
+        StepRow(session, turn, None),
+        *(EventRow(session, seq, event) for seq, event in enumerate(events[3:], start=4)),
+        TurnRow(session, turn, 1, record=events[-1].record),  # type: ignore[attr-defined]
+        PruneRow(session, 3),
+    ]
+    async with opened(store):
+        write_all(store, first_group)
+        await store.flush()
+        assert seen == first_group
+        write_all(store, second_group)
+        await store.flush()
+        assert seen == first_group + second_group
+        # Each op is the very object written, not a copy.
+        assert all(a is b for a, b in zip(seen, first_group + second_group, strict=True))
+        await store.flush()  # nothing new: nothing reported again
+        assert len(seen) == len(first_group) + len(second_group)
+    assert len(seen) == len(first_group) + len(second_group)
+
+
+async def test_aclose_commits_what_was_written(store: Store) -> None:
+    seen = recording(store)
+    session, turn = new_id(), new_id()
+    events = events_of_a_turn(session, turn)
+    ops: list[Op] = [
+        SessionRow(session, "agent"),
+        *(EventRow(session, seq, event) for seq, event in enumerate(events, start=1)),
+    ]
+    async with opened(store):
+        write_all(store, ops)  # no flush: closing commits them
+    assert seen == ops
+    async with opened(store):
+        assert list((await load(store, session)).events) == events
+
+
+# --- the SQLite store only --------------------------------------------------------------------
+
+
+async def test_sqlite_reopened_reads_the_same(db_path: Path, clock: FakeClock) -> None:
+    root, child, turn = new_id(), new_id(), new_id()
+    callback = approval_callback(root, turn)
+    events = events_of_a_turn(root, turn)
+    ops: list[Op] = [
+        SessionRow(root, "root", idempotency_key="k", inputs={"repo": {"name": "x"}}),
+        TurnRow(root, turn, 1, output_type="builtins.str"),
+        KeyRow(root, "t", turn, "f" * 64),
+        *(EventRow(root, seq, event) for seq, event in enumerate(events, start=1)),
+        EntryRow(root, 0, user_message(turn, "hello")),
+        CallbackRow(root, callback),
+        CallbackRow(root, callback, "answered", AllowApproval(scope="session")),
+        StepRow(root, turn, {"signed_in": True, "calls": []}),
+        SteerRow(root, turn, user_message(turn, "and also")),
+        SessionRow(child, "sub", parent_id=root, parent_turn_id=turn),
+        PruneRow(root, 2),
+    ]
+    first = SQLiteStore(str(db_path), clock=clock)
+    async with opened(first):
+        write_all(first, ops)
+        await first.flush()
+        before = (await load(first, root), await load(first, child))
+    second = SQLiteStore(db_path, clock=clock)  # type: ignore[arg-type]  # a Path works too
+    async with opened(second):
+        after = (await load(second, root), await load(second, child))
+        assert after == before
+        assert await second.session_for_key("k") == root
+        assert await second.read_events(root, 0, 100) == events[1:]
+        # It goes on where the first left off.
+        second.write(EventRow(root, 8, events_of_a_turn(root, turn, first_seq=8)[0]))
+        await second.flush()
+        assert [event.id for event in await second.read_events(root, 6, 100)] == [
+            cursor(root, 7),
+            cursor(root, 8),
+        ]
+
+
+async def test_sqlite_store_object_opens_again_after_aclose(db_path: Path) -> None:
+    """One SQLiteStore object, opened for a runtime, closed, and opened for the next one (as a
+    MemoryStore object is): its writes of the second opening are committed too."""
+    store = SQLiteStore(str(db_path))
+    async with opened(store):
+        store.write(SessionRow("first", "agent"))
+    async with trio.open_nursery() as nursery:
+        await store.open(nursery.start_soon)
+        committed = True
+        for n in range(3):
+            store.write(SessionRow(f"again-{n}", "agent"))
+            with trio.move_on_after(1) as waited:  # a commit takes milliseconds
+                await store.flush()
+            if waited.cancelled_caught:
+                committed = False
+                break
+        if not committed:
+            # aclose() would wait (shielded) for the same commit: leave the store as it is.
+            nursery.cancel_scope.cancel()
+        else:
+            assert (await load(store, "first")).row.agent == "agent"
+            for n in range(3):
+                assert (await load(store, f"again-{n}")).row.session_id == f"again-{n}"
+            await store.aclose()
+    assert committed, "the second opening's writes were never committed (flush waits forever)"
+
+
+async def test_sqlite_leases_hold_across_store_objects(db_path: Path, clock: FakeClock) -> None:
+    session = new_id()
+    mine = SQLiteStore(str(db_path), clock=clock)
+    theirs = SQLiteStore(str(db_path), clock=clock)
+    async with opened(mine), opened(theirs):
+        mine.write(SessionRow(session, "agent"))
+        await mine.flush()
+        await mine.acquire([session], "A", 30)
+        with pytest.raises(LeaseRefused):
+            await theirs.acquire([session], "B", 30)
+        clock.now += 31
+        await theirs.acquire([session], "B", 30)
+        with pytest.raises(LeaseRefused):
+            await mine.acquire([session], "A", 30)
+
+
+async def refused_open(store: Store) -> None:
+    """Open ``store``, which must refuse: raises its error (not a group holding it)."""
+    error: StoreSchemaError | None = None
+    async with trio.open_nursery() as nursery:
+        try:
+            await store.open(nursery.start_soon)
+        except StoreSchemaError as refused:
+            error = refused
+        else:  # pragma: no cover
+            await store.aclose()
+    if error is None:  # pragma: no cover
+        raise AssertionError("the store opened")
+    raise error
+
+
+def _user_version(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+async def test_sqlite_file_is_versioned_and_in_wal_mode(db_path: Path) -> None:
+    async with opened(SQLiteStore(str(db_path))):
+        db = sqlite3.connect(db_path)
+        try:
+            assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        finally:
+            db.close()
+    assert _user_version(db_path) == 1
+
+
+async def test_sqlite_newer_schema_is_refused(db_path: Path) -> None:
+    async with opened(SQLiteStore(str(db_path))) as store:
+        store.write(SessionRow("s", "agent"))
+    db = sqlite3.connect(db_path)
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreSchemaError, match="newer agentlib") as error:
+        await refused_open(SQLiteStore(str(db_path)))
+    assert isinstance(error.value, SdkError)
+    assert str(db_path) in str(error.value)
+    assert "version 2" in str(error.value)
+    assert _user_version(db_path) == 2  # the file is left as it was
+
+
+async def test_sqlite_other_database_is_refused(db_path: Path) -> None:
+    db = sqlite3.connect(db_path)
+    db.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    db.execute("INSERT INTO invoices (total) VALUES (12.5)")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreSchemaError, match="not an agentlib store"):
+        await refused_open(SQLiteStore(str(db_path)))
+    # Nothing was added to it.
+    db = sqlite3.connect(db_path)
+    try:
+        tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master")]
+        assert tables == ["invoices"]
+        assert db.execute("SELECT total FROM invoices").fetchall() == [(12.5,)]
+    finally:
+        db.close()
+    assert _user_version(db_path) == 0
