@@ -138,16 +138,30 @@ def _attrs_class(cls: type[Any]) -> Decoder:
 
 def _compile(cls: type[Any]) -> Decoder:
     """A function building ``cls`` from its JSON, written out field by field (a store writes
-    every field; a missing one raises KeyError, and the converter reads the value)."""
-    namespace: dict[str, Any] = {"cls": cls}
+    every field; a missing one raises KeyError, and the converter reads the value).
+
+    The value was checked when it was made, before the store wrote it: it is set field by
+    field, as the class's own ``__init__`` would after its converters and validators.
+    """
+    namespace: dict[str, Any] = {"cls": cls, "new": object.__new__, "put": object.__setattr__}
+    direct = all(field.init for field in attrs.fields(cls)) and not hasattr(
+        cls, "__attrs_post_init__"
+    )
+    lines = ["def build(value):"]
     arguments = []
+    if direct:
+        lines.append("    made = new(cls)")
     for index, (key, alias, read) in enumerate(_specs(cls)):
-        if read is None:
-            arguments.append(f"{alias}=value[{key!r}]")
-        else:
+        item = f"value[{key!r}]"
+        if read is not None:
             namespace[f"read{index}"] = read
-            arguments.append(f"{alias}=read{index}(value[{key!r}])")
-    source = f"def build(value):\n    return cls({', '.join(arguments)})\n"
+            item = f"read{index}({item})"
+        if direct:
+            lines.append(f"    put(made, {key!r}, {item})")
+        else:
+            arguments.append(f"{alias}={item}")
+    lines.append("    return made" if direct else f"    return cls({', '.join(arguments)})")
+    source = "\n".join(lines) + "\n"
     exec(compile(source, f"<agentlib decoder {cls.__qualname__}>", "exec"), namespace)
     return namespace["build"]  # type: ignore[no-any-return]
 
