@@ -430,6 +430,8 @@ class Turn:
         log = turn.session.log
         wanted = output_type if output_type is not None else self._session._agent.output_type
         position = max(log.seq_of(after), turn.first_seq - 1)
+        if on_event is None:  # only callbacks and the end matter: pruned events do not
+            position = max(position, log.first_seq - 1)
         # on_event sees the whole turn, whatever ``after`` is.
         delivered = turn.first_seq - 1 if on_event is not None else position
         deadline = math.inf if timeout is None else trio.current_time() + timeout
@@ -480,6 +482,8 @@ class Turn:
                 waiter.blocked = False
             if turn.end_seq is not None and delivered >= turn.end_seq:
                 return None
+            if log.finished(delivered):
+                return None  # the runtime closed: the turn stays as it is, for the next one
             await waiter.wait(log, delivered)
 
     async def answer(
@@ -551,6 +555,7 @@ class Turn:
         blocks = message_content(content)
         turn = await self._turn()
         if turn.session.steer(turn, blocks):
+            await turn.session.runtime.store.flush()  # acknowledged once durable
             return self
         return TurnConflict(turn_id=self.id)
 

@@ -452,6 +452,8 @@ async def _call_tool(turn: TurnCore, call: _Call) -> ToolResultEntry:
         pending = await _wait_for(turn, call, pending)
         if pending.error is not None:
             return _error_result(entry, pending.error)
+        if not pending.answered:
+            return _error_result(entry, "the client tool call closed unanswered")
         return _result_entry(entry, pending.answer)
     try:
         for dependency in tool.dependencies:
@@ -516,6 +518,8 @@ async def _approve(turn: TurnCore, call: _Call) -> ToolResultEntry | None:
         )
     if pending is not None:
         pending = await _wait_for(turn, call, pending)
+        if not pending.answered:  # closed without an answer: never an approval
+            return _error_result(call.entry, "the call's approval closed unanswered")
         if isinstance(pending.answer, DenyApproval):
             reason = pending.answer.reason
             return _error_result(

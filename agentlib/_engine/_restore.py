@@ -13,30 +13,32 @@ from .._store._base import StoredSession
 from ._core import PendingCallback, SessionCore, TurnCore
 from ._log import EventLog
 from ._loop import _Call, run_turn
+from ._runtime import not_found
 
 if TYPE_CHECKING:
+    from .._agent import Agent
     from ._runtime import Runtime
 
 __all__ = ["restore"]
 
 
-async def restore(runtime: Runtime, session_id: str) -> None:
+async def restore(runtime: Runtime, session_id: str, agent: Agent) -> None:
     """Load the tree of sessions holding ``session_id`` into ``runtime``, lease it, and
     resume its blocked turns; a turn that was running when its runtime stopped ends as
     ``UnknownOutcome``.
 
+    ``agent`` is the session's; the agents of the rest of the tree are found from the
+    root's, among its subagents.
+
     Raises:
-        SessionNotFoundError: The store has no such session, or one of the tree was run by
-            an agent this runtime does not know.
+        SessionNotFoundError: The store has no such session, or the tree's agents are not
+            ``agent``'s tree.
         LeaseRefused: Another runtime holds the tree.
     """
     store = runtime.store
     stored = await store.load(session_id)
     if stored is None:
-        raise SessionNotFoundError(
-            f"no session {session_id!r} in this runtime's store; start one with "
-            "agent.start_session(), or open the runtime on the store that holds it"
-        )
+        raise not_found(session_id)
     while stored.row.parent_id is not None:  # a subagent's: load from its root down
         parent = await store.load(stored.row.parent_id)
         assert parent is not None, "a subagent session's parent is stored before it"
@@ -47,12 +49,13 @@ async def restore(runtime: Runtime, session_id: str) -> None:
             child = await store.load(child_id)
             assert child is not None
             tree.append(child)
-    if any(node.row.session_id in runtime.sessions for node in tree):
-        return  # another task loaded it meanwhile
+    agents = _agents(runtime, tree, session_id, agent)  # before the lease: it may fail
     await store.acquire(
         [node.row.session_id for node in tree], runtime.owner, runtime.lease_seconds
     )
-    cores = {node.row.session_id: _core(runtime, node) for node in tree}
+    cores = {
+        node.row.session_id: _core(runtime, node, agents[node.row.session_id]) for node in tree
+    }
     for node in tree:
         core = cores[node.row.session_id]
         if node.row.parent_id is not None:
@@ -111,20 +114,58 @@ async def restore(runtime: Runtime, session_id: str) -> None:
                 if core.parent is not None:
                     core.root.running_subagents += 1
                 resumed.append((turn, calls))
+    # A subagent's turn goes on only if the turn that delegated to it does (top down).
+    going_on = {turn.id for turn, _ in resumed}
+    for node in tree:
+        core = cores[node.row.session_id]
+        parent_turn = core.parent_turn
+        for turn, _ in resumed:
+            if turn.session is core and parent_turn is not None and parent_turn.id not in going_on:
+                going_on.discard(turn.id)
+                core.active = None
+                core.root.running_subagents -= 1
+                core.end_turn(
+                    turn, Interrupted(turn_id=turn.id, session_id=core.id, cause="cancelled")
+                )
     for turn, calls in resumed:
-        runtime._nursery.start_soon(run_turn, turn, calls, name=f"agentlib turn {turn.id}")
+        if turn.id in going_on:
+            runtime.spawn(run_turn, turn, calls, name=f"agentlib turn {turn.id}")
     await store.flush()
 
 
-def _core(runtime: Runtime, node: StoredSession) -> SessionCore:
-    row = node.row
-    agent = runtime.agents.get(row.agent)
-    if agent is None:
+def _agents(
+    runtime: Runtime, tree: list[StoredSession], session_id: str, agent: Agent
+) -> dict[str, Agent]:
+    """Each session's agent: the root's, then each subagent's among its parent's."""
+    root = tree[0].row
+    root_agent = agent if agent.name == root.agent else runtime.agents.get(root.agent)
+    if root_agent is None or root_agent.name != root.agent:
         raise SessionNotFoundError(
-            f"session {row.session_id} was run by agent {row.agent!r}, which this runtime does "
-            "not know: open it through that agent, or its root session's agent, so that its "
-            "turns can go on"
+            f"session {session_id} belongs to a tree of sessions whose root {root.session_id} "
+            f"was run by agent {root.agent!r}, which this runtime does not know: open the root "
+            "session with that agent first, agent.session(root_id)"
         )
+    agents = {root.session_id: root_agent}
+    for node in tree[1:]:
+        parent = agents[node.row.parent_id or ""]
+        sub = parent.subagents_by_name.get(node.row.agent)
+        if sub is None:
+            raise SessionNotFoundError(
+                f"session {node.row.session_id} was run by subagent {node.row.agent!r} of "
+                f"agent {parent.name!r}, which has no such subagent now; open it with the "
+                "agents that ran it"
+            )
+        agents[node.row.session_id] = sub
+    if agent.name not in (agents[session_id].name, root.agent):
+        raise SessionNotFoundError(
+            f"session {session_id} was run by agent {agents[session_id].name!r}, not "
+            f"{agent.name!r}: open it with its own agent, or its root session's"
+        )
+    return agents
+
+
+def _core(runtime: Runtime, node: StoredSession, agent: Agent) -> SessionCore:
+    row = node.row
     log = EventLog(row.session_id, first_seq=node.first_seq)
     for event in node.events:
         log.append(event)

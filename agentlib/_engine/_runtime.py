@@ -49,7 +49,9 @@ class Runtime:
     sessions: dict[str, SessionCore] = attrs.field(factory=dict)
     agents: dict[str, Any] = attrs.field(factory=dict)  # Agents, by name
     _session_keys: dict[str, str] = attrs.field(factory=dict)
-    _loading: dict[str, trio.Event] = attrs.field(factory=dict)
+    _loads: trio.Lock = attrs.field(factory=trio.Lock)
+    _renewal: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    _renewed: trio.Event = attrs.field(factory=trio.Event)
     _closing: bool = False
 
     def spawn_turn(self, turn: TurnCore) -> None:
@@ -129,14 +131,18 @@ class Runtime:
         ``inputs`` (JSON by input id), acknowledged once durable."""
         self.know(agent)
         if idempotency_key is not None:
-            known = self._session_keys.get(idempotency_key)
-            if known is None:
-                known = await self.store.session_for_key(idempotency_key)
+            async with self._loads:  # two starts with one key make one session
+                known = self._session_keys.get(idempotency_key)
+                if known is None:
+                    known = await self.store.session_for_key(idempotency_key)
+                if known is None:
+                    core = self.new_session(agent, inputs, key=idempotency_key)
             if known is not None:
                 core = await self.session(known, agent)
                 await self.store.flush()  # the first start may still wait for the store
                 return core
-        core = self.new_session(agent, inputs, key=idempotency_key)
+        else:
+            core = self.new_session(agent, inputs, key=None)
         for entry in history:
             core.add_entry(entry)
         if self.store.durable:
@@ -153,7 +159,7 @@ class Runtime:
         try:
             return self.sessions[session_id]
         except KeyError:
-            raise _not_found(session_id) from None
+            raise not_found(session_id) from None
 
     async def session(self, session_id: str, agent: Agent) -> SessionCore:
         """The live state of a session, loaded from the store (with its whole tree of
@@ -162,63 +168,79 @@ class Runtime:
         Raises:
             SessionNotFoundError: The store has no such session.
             SessionBusyError: Another runtime holds the session's lease.
+            RuntimeError: The runtime is closing.
         """
         core = self.sessions.get(session_id)
         if core is not None:
             return core
-        self.know(agent)
-        loading = self._loading.get(session_id)
-        if loading is not None:  # another task is loading it: wait for that one
-            await loading.wait()
-            return self.core(session_id)
         from ._restore import restore
 
-        done = self._loading[session_id] = trio.Event()
-        try:
+        self.know(agent)
+        # One load at a time: two loads of one tree (by its root and by a subagent) must not
+        # both resume its turns.
+        async with self._loads:
+            self._check_open()
+            core = self.sessions.get(session_id)
+            if core is not None:
+                return core
             try:
-                await restore(self, session_id)
+                await restore(self, session_id, agent)
             except LeaseRefused as refused:
                 raise SessionBusyError(
                     f"session {refused.session_id} is run by another runtime ({refused.owner}) "
                     "whose lease has not expired; retry once it has, or use that runtime"
                 ) from None
-        finally:
-            del self._loading[session_id]
-            done.set()
         return self.core(session_id)
 
+    def _check_open(self) -> None:
+        if self._closing:
+            raise RuntimeError("this runtime is closing; open a new one to reach its sessions")
+
     async def _renew_leases(self) -> None:
-        while True:
-            await trio.sleep(self.lease_seconds / 3)
-            held = [core for core in self.sessions.values() if not core.terminated]
-            for core in held:
-                try:
-                    await self.store.acquire([core.id], self.owner, self.lease_seconds)
-                except LeaseRefused:
-                    # Another runtime took it over (this one stalled past its lease): this
-                    # one lets it go, and leaves its turns to the new owner.
-                    self.sessions.pop(core.id, None)
-                    if core.active is not None and core.active.record is None:
-                        core.active.suspend()
+        with self._renewal:
+            while True:
+                await trio.sleep(self.lease_seconds / 3)
+                held = [core for core in self.sessions.values() if not core.terminated]
+                for core in held:
+                    try:
+                        await self.store.acquire([core.id], self.owner, self.lease_seconds)
+                    except LeaseRefused:
+                        # Another runtime took it over (this one stalled past its lease):
+                        # this one lets it go, and leaves its turns to the new owner.
+                        self.sessions.pop(core.id, None)
+                        if core.active is not None and core.active.record is None:
+                            core.active.suspend()
+                    except Exception:  # a busy store: the next round retries
+                        continue
+        self._renewed.set()
 
     async def aclose(self) -> None:
-        """Stop every running turn and wait until all have ended; a turn blocked on
-        callbacks stays blocked in a durable store, to be resumed by the next runtime."""
+        """Stop every running turn and wait until all have ended; with a durable store, a
+        tree of turns blocked on callbacks stays blocked, for the next runtime to resume."""
         self._closing = True
+        async with self._loads:  # no load is half done
+            pass
         running = [core.active for core in self.sessions.values() if core.active is not None]
         for turn in running:
+            if turn.session.parent is not None:
+                continue  # its parent's turn decides: it stops or suspends its subagents
             if self.store.durable and turn.resumable():
                 turn.suspend()
             else:
                 turn.stop("cancelled")
         for turn in running:
             await turn.done.wait()
+        for core in self.sessions.values():
+            core.log.close()  # readers of a suspended turn stop waiting
+        self._renewal.cancel()
+        if self.store.durable:
+            await self._renewed.wait()
         await self.store.flush()
         if self.store.durable:
             await self.store.release(list(self.sessions), self.owner)
 
 
-def _not_found(session_id: str) -> SessionNotFoundError:
+def not_found(session_id: str) -> SessionNotFoundError:
     return SessionNotFoundError(
         f"no session {session_id!r} in this runtime's store; start one with "
         "agent.start_session(), or open the runtime on the store that holds it"
