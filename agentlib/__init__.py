@@ -97,6 +97,7 @@ from ._session import Turn as Turn
 from ._store import MemoryStore as MemoryStore
 from ._store import SQLiteStore as SQLiteStore
 from ._store import Store as Store
+from ._store import StoreError as StoreError
 from ._store import StoreSchemaError as StoreSchemaError
 from ._tools import Tool as Tool
 from ._tools import ToolSource as ToolSource
@@ -174,6 +175,7 @@ __all__ = [
     "SessionTerminatedError",
     "SignInAnswer",
     "Store",
+    "StoreError",
     "StoreSchemaError",
     "TextContentBlock",
     "Tool",

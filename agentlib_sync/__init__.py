@@ -72,6 +72,7 @@ from agentlib import SessionTerminatedError as SessionTerminatedError
 from agentlib import SignInAnswer as SignInAnswer
 from agentlib import SQLiteStore as SQLiteStore
 from agentlib import Store as Store
+from agentlib import StoreError as StoreError
 from agentlib import StoreSchemaError as StoreSchemaError
 from agentlib import TextContentBlock as TextContentBlock
 from agentlib import Tool as Tool
@@ -175,6 +176,7 @@ __all__ = [
     "SessionTerminatedError",
     "SignInAnswer",
     "Store",
+    "StoreError",
     "StoreSchemaError",
     "TextContentBlock",
     "Tool",

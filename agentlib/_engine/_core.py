@@ -343,6 +343,7 @@ class SessionCore:
                 "answered" if answered else "closed",
                 # A sign-in's credentials are never stored: a restarted runtime asks again.
                 None if isinstance(answer, SignInAnswer) else answer,
+                error,
             )
         )
         self.emit(CallbackClosed, pending.turn.id, **closed)

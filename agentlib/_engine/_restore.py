@@ -218,6 +218,7 @@ def _core(runtime: Runtime, node: StoredSession, agent: Agent) -> SessionCore:
             continue
         pending.answered = row_callback.state == "answered"
         pending.answer = row_callback.answer
+        pending.error = row_callback.error
         pending.closed.set()
         answer = row_callback.answer
         if (

@@ -214,13 +214,13 @@ class Runtime:
                         continue
         self._renewed.set()
 
-    async def aclose(self) -> None:
-        """Stop every running turn and wait until all have ended; with a durable store, a
-        tree of turns blocked on callbacks stays blocked, for the next runtime to resume."""
-        self._closing = True
-        async with self._loads:  # no load is half done
-            pass
-        running = [core.active for core in self.sessions.values() if core.active is not None]
+    def _stop_turns(self) -> list[TurnCore]:
+        """Stop (or, with a durable store, suspend) the trees of turns still going."""
+        running = [
+            core.active
+            for core in self.sessions.values()
+            if core.active is not None and not core.active.scope.cancel_called
+        ]
         for turn in running:
             if turn.session.parent is not None:
                 continue  # its parent's turn decides: it stops or suspends its subagents
@@ -228,6 +228,16 @@ class Runtime:
                 turn.suspend()
             else:
                 turn.stop("cancelled")
+        return running
+
+    async def aclose(self) -> None:
+        """Stop every running turn and wait until all have ended; with a durable store, a
+        tree of turns blocked on callbacks stays blocked, for the next runtime to resume."""
+        self._closing = True
+        running = self._stop_turns()  # at once: no turn takes another step
+        async with self._loads:  # no load is half done (a load started now is refused)
+            pass
+        running += self._stop_turns()  # those a load resumed meanwhile
         for turn in running:
             await turn.done.wait()
         for core in self.sessions.values():

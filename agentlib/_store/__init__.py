@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from ._base import Store
 from ._memory import MemoryStore
-from ._sqlite import SQLiteStore, StoreSchemaError
+from ._sqlite import SQLiteStore, StoreError, StoreSchemaError
 
-__all__ = ["MemoryStore", "SQLiteStore", "Store", "StoreSchemaError", "open_store"]
+__all__ = ["MemoryStore", "SQLiteStore", "Store", "StoreError", "StoreSchemaError", "open_store"]
 
 _SQLITE = "sqlite:///"
 

@@ -92,6 +92,7 @@ class CallbackRow:
     callback: Callback
     state: Literal["open", "answered", "closed"] = "open"
     answer: Any = None  # JSON: the approval answer taken, or a client tool's result
+    error: str | None = None  # a client tool's failure, which the model is told of
 
 
 @attrs.frozen

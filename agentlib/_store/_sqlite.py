@@ -7,13 +7,14 @@ their own connection, so the trio loop never waits on the disk.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -40,7 +41,9 @@ from ._base import (
 )
 from ._decode import reader
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore", "StoreSchemaError"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore", "StoreError", "StoreSchemaError"]
+
+T = TypeVar("T")
 
 #: The version of the tables this agentlib writes; a file written by a newer one is refused.
 SCHEMA_VERSION = 1
@@ -92,6 +95,7 @@ CREATE TABLE callbacks (
     callback TEXT NOT NULL,
     state TEXT NOT NULL,
     answer TEXT,
+    error TEXT,
     PRIMARY KEY (session_id, callback_id)
 );
 CREATE TABLE keys (
@@ -107,7 +111,11 @@ CREATE TABLE keys (
 _INSERT_EVENT = "INSERT INTO events (session_id, seq, data) VALUES (?, ?, ?)"
 
 
-class StoreSchemaError(SdkError):
+class StoreError(SdkError):
+    """The store failed (a full disk, a locked file...), or is closed."""
+
+
+class StoreSchemaError(StoreError):
     """The store's file was written by a newer agentlib, or is not an agentlib store."""
 
 
@@ -142,7 +150,7 @@ class SQLiteStore(Store):
     # -- opening and closing ---------------------------------------------------------------
 
     async def open(self, start_soon: Callable[..., Any]) -> None:
-        await trio.to_thread.run_sync(self._open_files)
+        await self._in_thread(self._open_files)
         self._closing = False  # the same object may be opened again after aclose()
         self._failure = None
         self._stopped = trio.Event()
@@ -193,16 +201,19 @@ class SQLiteStore(Store):
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
-            await self.flush()
+            with contextlib.suppress(StoreError):  # a failed store closes all the same
+                await self.flush()
             self._closing = True
             self._wake.set()
             await self._stopped.wait()
             await trio.to_thread.run_sync(self._close_files)
 
     def _close_files(self) -> None:
-        for connection in (self._writer, self._reader):
-            if connection is not None:
-                connection.close()
+        with self._read_lock:  # no read is under way on the reader, nor starts
+            for connection in (self._writer, self._reader):
+                if connection is not None:
+                    connection.close()
+            self._writer = self._reader = None
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -219,7 +230,12 @@ class SQLiteStore(Store):
         target = self._queued
         while self._done < target:
             if self._failure is not None:
-                raise RuntimeError(f"the store {self.path} failed to commit") from self._failure
+                raise StoreError(
+                    f"the store {self.path} could not commit ({self._failure}); what was not "
+                    "acknowledged is lost: check the disk, then open a new runtime on the file"
+                ) from self._failure
+            if self._closing:
+                raise StoreError(f"the store {self.path} is closed; open a new runtime on it")
             await self._progress.wait()
 
     async def _write_loop(self) -> None:
@@ -235,7 +251,14 @@ class SQLiteStore(Store):
                 payloads, self._payloads = self._payloads, []
                 # A commit under way finishes even when the runtime is cancelled.
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(self._commit, group, payloads)
+                    try:
+                        await trio.to_thread.run_sync(self._commit, group, payloads)
+                    except sqlite3.Error as error:
+                        # Every wait for the store fails from now on, with this cause; the
+                        # runtime and its other tasks go on.
+                        self._failure = error
+                        self._progress.set()
+                        return
                 self._done += len(group)
                 self.committed(group)
                 self._progress.set()
@@ -268,7 +291,8 @@ class SQLiteStore(Store):
                 writer.executemany(_INSERT_EVENT, events)
             writer.execute("COMMIT")
         except BaseException:
-            writer.execute("ROLLBACK")
+            if writer.in_transaction:  # SQLite may have rolled back already (a full disk)
+                writer.execute("ROLLBACK")
             raise
 
     def _apply(self, db: sqlite3.Connection, op: Op) -> None:
@@ -306,15 +330,17 @@ class SQLiteStore(Store):
             )
         elif isinstance(op, CallbackRow):
             db.execute(
-                "INSERT INTO callbacks (session_id, callback_id, callback, state, answer)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, callback_id)"
-                " DO UPDATE SET state = excluded.state, answer = excluded.answer",
+                "INSERT INTO callbacks (session_id, callback_id, callback, state, answer, error)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, callback_id)"
+                " DO UPDATE SET state = excluded.state, answer = excluded.answer,"
+                " error = excluded.error",
                 (
                     op.session_id,
                     op.callback.id,
                     _dump(op.callback),
                     op.state,
                     None if op.state == "open" else json.dumps(unstructure(op.answer)),
+                    op.error,
                 ),
             )
         elif isinstance(op, KeyRow):
@@ -349,18 +375,27 @@ class SQLiteStore(Store):
 
     # -- reading ---------------------------------------------------------------------------
 
+    async def _in_thread(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` in a worker thread; SQLite's errors as :class:`StoreError`."""
+        try:
+            return await trio.to_thread.run_sync(function, *args)
+        except sqlite3.Error as error:
+            raise StoreError(f"the store {self.path} failed: {error}") from error
+
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
-        assert self._reader is not None
         with self._read_lock:
-            self._reader.execute("BEGIN")
+            reader = self._reader
+            if reader is None:
+                raise StoreError(f"the store {self.path} is closed; open a new runtime on it")
+            reader.execute("BEGIN")
             try:
-                yield self._reader
+                yield reader
             finally:
-                self._reader.execute("COMMIT")
+                reader.execute("COMMIT")
 
     async def load(self, session_id: str) -> StoredSession | None:
-        return await trio.to_thread.run_sync(self._load, session_id)
+        return await self._in_thread(self._load, session_id)
 
     def _load(self, session_id: str) -> StoredSession | None:
         with self._reading() as db:
@@ -415,9 +450,10 @@ class SQLiteStore(Store):
                     structure(json.loads(callback), Callback),
                     state,
                     _answer(json.loads(answer)) if answer is not None else None,
+                    error,
                 )
-                for callback, state, answer in db.execute(
-                    "SELECT callback, state, answer FROM callbacks WHERE session_id = ?"
+                for callback, state, answer, error in db.execute(
+                    "SELECT callback, state, answer, error FROM callbacks WHERE session_id = ?"
                     " ORDER BY rowid",
                     (session_id,),
                 )
@@ -465,7 +501,7 @@ class SQLiteStore(Store):
                 ).fetchone()
             return None if row is None else str(row[0])
 
-        return await trio.to_thread.run_sync(read)
+        return await self._in_thread(read)
 
     async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
         def read() -> list[Event]:
@@ -477,7 +513,7 @@ class SQLiteStore(Store):
             read = reader(Event)
             return [read(data) for (data,) in rows]
 
-        return await trio.to_thread.run_sync(read)
+        return await self._in_thread(read)
 
     # -- leases ----------------------------------------------------------------------------
 
@@ -507,7 +543,7 @@ class SQLiteStore(Store):
                 db.close()
 
         await self.flush()  # a new session's row must be there to hold its lease
-        await trio.to_thread.run_sync(lease)
+        await self._in_thread(lease)
 
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
         def free() -> None:
@@ -521,7 +557,7 @@ class SQLiteStore(Store):
             finally:
                 db.close()
 
-        await trio.to_thread.run_sync(free)
+        await self._in_thread(free)
 
 
 def _answer(data: Any) -> Any:
