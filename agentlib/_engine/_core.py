@@ -302,7 +302,8 @@ class SessionCore:
         pending = PendingCallback(callback=callback, turn=turn, tool=tool)
         self.callbacks[callback.id] = pending
         turn.open_callbacks[callback.id] = callback
-        self.write(CallbackRow(self.id, callback))
+        if self.durable:
+            self.write(CallbackRow(self.id, callback))
         self.emit(CallbackOpened, turn.id, callback=callback)
         turn.opened_at[callback.id] = self.log.last_seq
         # Every session above lists it too, so that its turn reads Blocked and its readers
@@ -336,16 +337,17 @@ class SessionCore:
             "answer": answer if isinstance(answer, (AllowApproval, DenyApproval)) else None,
             "answered": pending.answered,
         }
-        self.write(
-            CallbackRow(
-                self.id,
-                callback,
-                "answered" if answered else "closed",
-                # A sign-in's credentials are never stored: a restarted runtime asks again.
-                None if isinstance(answer, SignInAnswer) else answer,
-                error,
+        if self.durable:
+            self.write(
+                CallbackRow(
+                    self.id,
+                    callback,
+                    "answered" if answered else "closed",
+                    # A sign-in's credentials are never stored: a restarted runtime asks again.
+                    None if isinstance(answer, SignInAnswer) else answer,
+                    error,
+                )
             )
-        )
         self.emit(CallbackClosed, pending.turn.id, **closed)
         for ancestor, delegating in self.ancestors():
             del ancestor.below[callback.id]
@@ -458,6 +460,10 @@ class SessionCore:
 
     # -- writing ---------------------------------------------------------------------------
 
+    @property
+    def durable(self) -> bool:
+        return self.runtime.store.durable
+
     def write(self, op: Op) -> None:
         self.runtime.store.write(op)
 
@@ -468,7 +474,10 @@ class SessionCore:
             id=format_cursor(self.id, seq), session_id=self.id, turn_id=turn_id, **fields
         )
         self.log.append(event)
-        self.write(EventRow(self.id, seq, event))
+        if self.durable:
+            self.write(EventRow(self.id, seq, event))
+        else:  # nothing to wait for: readers see it at once
+            self.log.made_visible(seq)
         return event
 
     def add_entry(self, entry: Entry) -> None:
@@ -478,7 +487,8 @@ class SessionCore:
 
     def complete_entry(self, entry: Entry) -> None:
         """An entry whose EntryAdded was emitted is complete: it joins the history."""
-        self.write(EntryRow(self.id, len(self.entries), entry))
+        if self.durable:
+            self.write(EntryRow(self.id, len(self.entries), entry))
         self.entries.append(entry)
         self.emit(EntryCompleted, entry.turn_id, entry=entry)
 
@@ -528,10 +538,12 @@ class SessionCore:
         )
         self.turns[turn_id] = turn
         self.active = turn
-        self.write(TurnRow(self.id, turn_id, turn.first_seq, _type_name(output_type)))
+        if self.durable:
+            self.write(TurnRow(self.id, turn_id, turn.first_seq, _type_name(output_type)))
         if key is not None:
             self.idempotency[key] = (turn_id, fingerprint)
-            self.write(KeyRow(self.id, key, turn_id, fingerprint))
+            if self.durable:
+                self.write(KeyRow(self.id, key, turn_id, fingerprint))
         self.emit(TurnStarted, turn_id, message=message)
         self.add_entry(message)
         self.runtime.spawn_turn(turn)
@@ -543,11 +555,13 @@ class SessionCore:
             return False
         message = MessageEntry(id=new_id(), turn_id=turn.id, role="user", content=content)
         turn.steered.append(message)
-        self.write(SteerRow(self.id, turn.id, message))  # acknowledged: kept until it is history
+        if self.durable:  # acknowledged: kept until it is history
+            self.write(SteerRow(self.id, turn.id, message))
         if key is not None:
             fingerprint = _fingerprint(content)
             self.idempotency[key] = (turn.id, fingerprint)
-            self.write(KeyRow(self.id, key, turn.id, fingerprint))
+            if self.durable:
+                self.write(KeyRow(self.id, key, turn.id, fingerprint))
         return True
 
     def end_turn(self, turn: TurnCore, record: TurnState[Any]) -> None:
@@ -562,8 +576,9 @@ class SessionCore:
             pending.turn.session.close_callback(pending, answered=False)
         turn.end_seq = self.log.last_seq + 1
         turn.record = record = attrs.evolve(record, cursor=self.log.next_id())
-        self.write(TurnRow(self.id, turn.id, turn.first_seq, record=record))
-        self.write(StepRow(self.id, turn.id, None))
+        if self.durable:
+            self.write(TurnRow(self.id, turn.id, turn.first_seq, record=record))
+            self.write(StepRow(self.id, turn.id, None))
         self.emit(TurnEnded, turn.id, record=record)
         if self.active is turn:
             self.active = None

@@ -32,6 +32,7 @@ class EventLog:
         self.visible = first_seq - 1  # the seq of the last durable event
         self.closed = False
         self._changed = trio.Event()
+        self._waiting = 0  # readers waiting on _changed
 
     @property
     def last_seq(self) -> int:
@@ -86,8 +87,9 @@ class EventLog:
         self._wake()
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        if self._waiting:  # a new Event only when a reader waits on this one
+            self._changed.set()
+            self._changed = trio.Event()
 
     def finished(self, seq: int) -> bool:
         """Whether a reader at ``seq`` has read everything: the log is closed, and no event
@@ -97,7 +99,11 @@ class EventLog:
     async def wait_beyond(self, seq: int) -> None:
         """Return once a reader may see an event after ``seq``, or has read everything."""
         while self.visible <= seq and not self.finished(seq):
-            await self._changed.wait()
+            self._waiting += 1
+            try:
+                await self._changed.wait()
+            finally:
+                self._waiting -= 1
 
     def seq_of(self, after: TurnState[Any] | str | None) -> int:
         """The position ``after`` names: 0 for None, else the seq of its cursor.

@@ -324,7 +324,7 @@ async def open_runtime(
             runtime = Runtime(
                 nursery, backend, lease_seconds=lease_seconds, event_retention=event_retention
             )
-            backend.committed = runtime.committed
+            stop_listening = backend.listen(runtime.committed)
             if backend.durable:
                 nursery.start_soon(runtime._renew_leases)
             token = _CURRENT.set(runtime)
@@ -336,6 +336,7 @@ async def open_runtime(
                 _CURRENT.reset(token)
                 with trio.CancelScope(shield=True):
                     await runtime.aclose()
+                    stop_listening()
                     await backend.aclose()
                 nursery.cancel_scope.cancel()
     if failure is not None:

@@ -157,14 +157,25 @@ class LeaseRefused(Exception):
 class Store(abc.ABC):
     """Where a runtime keeps its sessions. Subclass it to keep them elsewhere.
 
-    Writes are applied in the order they were made. ``committed`` is called, in the
+    Writes are applied in the order they were made. A store calls :meth:`committed`, in the
     runtime's trio thread, with each group of writes once it is durable.
     """
 
     #: Whether sessions outlive the runtime: then a runtime that closes leaves a turn that
     #: is blocked on callbacks blocked, for the next one to resume.
     durable: bool = True
-    committed: Callable[[Sequence[Op]], None] = staticmethod(lambda ops: None)
+
+    def listen(self, listener: Callable[[Sequence[Op]], None]) -> Callable[[], None]:
+        """Call ``listener`` with each group of writes once it is durable (in the runtime's
+        thread); returns the function that stops it. Each runtime on the store listens."""
+        listeners: list[Callable[[Sequence[Op]], None]] = self.__dict__.setdefault("_listeners", [])
+        listeners.append(listener)
+        return lambda: listeners.remove(listener)
+
+    def committed(self, ops: Sequence[Op]) -> None:
+        """Tell the listeners that ``ops`` are durable: a store calls it for every write."""
+        for listener in self.__dict__.get("_listeners", ()):
+            listener(ops)
 
     @abc.abstractmethod
     async def open(self, start_soon: Callable[..., Any]) -> None:
