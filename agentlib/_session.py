@@ -293,7 +293,8 @@ class Session:
         Raises:
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        log = (await self._load()).log
+        core = await self._load()
+        log = core.log
         position = log.seq_of(after)
         output_type = self._agent.output_type
         while True:
@@ -303,6 +304,7 @@ class Session:
             if log.finished(position):
                 return
             await log.wait_beyond(position)
+            core.runtime.store.check()
 
     async def cancel(self) -> None:
         """End the session and its subagents: interrupt the running turns; later sends
@@ -485,6 +487,7 @@ class Turn:
             if log.finished(delivered):
                 return None  # the runtime closed: the turn stays as it is, for the next one
             await waiter.wait(log, delivered)
+            turn.session.runtime.store.check()
 
     async def answer(
         self, callback_id: str, answer: object
@@ -540,6 +543,7 @@ class Turn:
             if turn.end_seq is not None and position >= turn.end_seq:
                 return  # the position was at or past its end
             await log.wait_beyond(position)
+            turn.session.runtime.store.check()
 
     async def steer(self, content: Content) -> Turn | TurnConflict:
         """Add a message to this running turn: the model sees it at its next step.

@@ -86,6 +86,11 @@ class EventLog:
         self.closed = True
         self._wake()
 
+    def wake(self) -> None:
+        """Wake every reader waiting here (to see that something else changed)."""
+        self._changed.set()
+        self._changed = trio.Event()
+
     def _wake(self) -> None:
         if self._waiting:  # a new Event only when a reader waits on this one
             self._changed.set()

@@ -72,7 +72,11 @@ class Runtime:
     # -- the store ---------------------------------------------------------------------------
 
     def committed(self, ops: Sequence[Op]) -> None:
-        """The store made ``ops`` durable: readers may see their events."""
+        """The store made ``ops`` durable: readers may see their events. No op: the store
+        failed, and every reader hears of it."""
+        if not ops:
+            for held in self.sessions.values():
+                held.log.wake()
         for op in ops:
             if isinstance(op, EventRow):
                 core = self.sessions.get(op.session_id)

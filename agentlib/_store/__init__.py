@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ._base import Store
+from ._base import Store, StoreError
 from ._memory import MemoryStore
-from ._sqlite import SQLiteStore, StoreError, StoreSchemaError
+from ._sqlite import SQLiteStore, StoreSchemaError
 
 __all__ = ["MemoryStore", "SQLiteStore", "Store", "StoreError", "StoreSchemaError", "open_store"]
 

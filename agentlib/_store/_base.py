@@ -16,6 +16,7 @@ import attrs
 
 from .._callbacks import Callback
 from .._entries import Entry
+from .._errors import SdkError
 from .._events import Event
 from .._records import TurnState
 
@@ -31,6 +32,7 @@ __all__ = [
     "SteerRow",
     "StepRow",
     "Store",
+    "StoreError",
     "StoredSession",
     "TurnRow",
 ]
@@ -144,6 +146,10 @@ class StoredSession:
     children: Sequence[str]
 
 
+class StoreError(SdkError):
+    """The store failed (a full disk, a locked file...), or is closed."""
+
+
 class LeaseRefused(Exception):
     """Another runtime holds the session's lease."""
 
@@ -173,9 +179,22 @@ class Store(abc.ABC):
         return lambda: listeners.remove(listener)
 
     def committed(self, ops: Sequence[Op]) -> None:
-        """Tell the listeners that ``ops`` are durable: a store calls it for every write."""
+        """Tell the listeners that ``ops`` are durable: a store calls it for every write,
+        and with no op when it fails (so that those waiting for it hear of it)."""
         for listener in self.__dict__.get("_listeners", ()):
             listener(ops)
+
+    #: Why the store can no longer commit, once it cannot.
+    failure: BaseException | None = None
+
+    def check(self) -> None:
+        """Raises:
+        StoreError: The store failed; what was not acknowledged is lost."""
+        if self.failure is not None:
+            raise StoreError(
+                f"the store failed ({self.failure}); what was not acknowledged is lost: check "
+                "the disk, then open a new runtime on the store"
+            ) from self.failure
 
     @abc.abstractmethod
     async def open(self, start_soon: Callable[..., Any]) -> None:

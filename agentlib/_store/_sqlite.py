@@ -21,7 +21,6 @@ import trio
 from .._callbacks import AllowApproval, Callback, DenyApproval
 from .._convert import structure, unstructure
 from .._entries import Entry
-from .._errors import SdkError
 from .._events import Event
 from .._records import TurnState
 from ._base import (
@@ -37,6 +36,7 @@ from ._base import (
     StepRow,
     Store,
     StoredSession,
+    StoreError,
     TurnRow,
 )
 from ._decode import reader
@@ -111,10 +111,6 @@ CREATE TABLE keys (
 _INSERT_EVENT = "INSERT INTO events (session_id, seq, data) VALUES (?, ?, ?)"
 
 
-class StoreError(SdkError):
-    """The store failed (a full disk, a locked file...), or is closed."""
-
-
 class StoreSchemaError(StoreError):
     """The store's file was written by a newer agentlib, or is not an agentlib store."""
 
@@ -141,7 +137,7 @@ class SQLiteStore(Store):
         self._wake = trio.Event()
         self._progress = trio.Event()
         self._closing = False
-        self._failure: BaseException | None = None
+        self.failure: BaseException | None = None
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
@@ -152,7 +148,7 @@ class SQLiteStore(Store):
     async def open(self, start_soon: Callable[..., Any]) -> None:
         await self._in_thread(self._open_files)
         self._closing = False  # the same object may be opened again after aclose()
-        self._failure = None
+        self.failure = None
         self._stopped = trio.Event()
         self._wake = trio.Event()
         self._progress = trio.Event()
@@ -229,11 +225,11 @@ class SQLiteStore(Store):
     async def flush(self) -> None:
         target = self._queued
         while self._done < target:
-            if self._failure is not None:
+            if self.failure is not None:
                 raise StoreError(
-                    f"the store {self.path} could not commit ({self._failure}); what was not "
+                    f"the store {self.path} could not commit ({self.failure}); what was not "
                     "acknowledged is lost: check the disk, then open a new runtime on the file"
-                ) from self._failure
+                ) from self.failure
             if self._closing:
                 raise StoreError(f"the store {self.path} is closed; open a new runtime on it")
             await self._progress.wait()
@@ -256,8 +252,9 @@ class SQLiteStore(Store):
                     except sqlite3.Error as error:
                         # Every wait for the store fails from now on, with this cause; the
                         # runtime and its other tasks go on.
-                        self._failure = error
+                        self.failure = error
                         self._progress.set()
+                        self.committed(())
                         return
                 self._done += len(group)
                 self.committed(group)
@@ -266,7 +263,7 @@ class SQLiteStore(Store):
                 if self._closing and not self._queue:
                     return
         except BaseException as error:
-            self._failure = error
+            self.failure = error
             self._progress.set()
             raise
         finally:
