@@ -343,6 +343,7 @@ class Session:
             UnsupportedSessionProcedureError: It is a subagent's.
         """
         core = await self._load()
+        core.runtime.check_open()
         if core.parent is not None:
             raise UnsupportedSessionProcedureError(
                 f"session {self.id} is a subagent's, whose references only read and interrupt "
@@ -512,6 +513,7 @@ class Turn:
                 approval for the whole session; nothing was sent.
         """
         core = await self._session._load()
+        core.runtime.check_open()
         answered = await core.answer(callback_id, answer)
         await core.runtime.store.flush()  # a taken answer is acknowledged once durable
         return answered
@@ -542,6 +544,8 @@ class Turn:
                     return
             if turn.end_seq is not None and position >= turn.end_seq:
                 return  # the position was at or past its end
+            if log.finished(position):
+                return  # the runtime closed: the turn stays as it is, for the next one
             await log.wait_beyond(position)
             turn.session.runtime.store.check()
 

@@ -33,6 +33,7 @@ class EventLog:
         self.closed = False
         self._changed = trio.Event()
         self._waiting = 0  # readers waiting on _changed
+        self._woken = 0  # how many times wake() was called
 
     @property
     def last_seq(self) -> int:
@@ -87,7 +88,9 @@ class EventLog:
         self._wake()
 
     def wake(self) -> None:
-        """Wake every reader waiting here (to see that something else changed)."""
+        """Wake every reader waiting here, to see that something else changed (its store
+        failed, say): their waits return."""
+        self._woken += 1
         self._changed.set()
         self._changed = trio.Event()
 
@@ -103,7 +106,8 @@ class EventLog:
 
     async def wait_beyond(self, seq: int) -> None:
         """Return once a reader may see an event after ``seq``, or has read everything."""
-        while self.visible <= seq and not self.finished(seq):
+        woken = self._woken
+        while self.visible <= seq and not self.finished(seq) and self._woken == woken:
             self._waiting += 1
             try:
                 await self._changed.wait()

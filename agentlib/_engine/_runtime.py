@@ -16,7 +16,7 @@ from .._entries import Entry
 from .._errors import SessionBusyError, SessionNotFoundError
 from .._history import new_id
 from .._store import open_store
-from .._store._base import EventRow, LeaseRefused, Op, PruneRow, Store
+from .._store._base import EventRow, LeaseRefused, Op, PruneRow, Store, StoreError
 from ._core import SessionCore, TurnCore
 from ._log import EventLog
 from ._loop import run_turn
@@ -183,7 +183,7 @@ class Runtime:
         # One load at a time: two loads of one tree (by its root and by a subagent) must not
         # both resume its turns.
         async with self._loads:
-            self._check_open()
+            self.check_open()
             core = self.sessions.get(session_id)
             if core is not None:
                 return core
@@ -196,11 +196,22 @@ class Runtime:
                 ) from None
         return self.core(session_id)
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raises:
+        RuntimeError: The runtime is closing or closed: it changes nothing any more."""
         if self._closing:
-            raise RuntimeError("this runtime is closing; open a new one to reach its sessions")
+            raise RuntimeError(
+                "this runtime is closing or closed, and changes nothing any more; open a new "
+                "runtime (on the same store, to go on with its sessions)"
+            )
 
     async def _renew_leases(self) -> None:
+        try:
+            await self._renew_until_closed()
+        finally:
+            self._renewed.set()  # also when the runtime is cancelled from outside
+
+    async def _renew_until_closed(self) -> None:
         with self._renewal:
             while True:
                 await trio.sleep(self.lease_seconds / 3)
@@ -216,7 +227,6 @@ class Runtime:
                             core.active.suspend()
                     except Exception:  # a busy store: the next round retries
                         continue
-        self._renewed.set()
 
     def _stop_turns(self) -> list[TurnCore]:
         """Stop (or, with a durable store, suspend) the trees of turns still going."""
@@ -249,9 +259,12 @@ class Runtime:
         self._renewal.cancel()
         if self.store.durable:
             await self._renewed.wait()
-        await self.store.flush()
-        if self.store.durable:
-            await self.store.release(list(self.sessions), self.owner)
+        try:
+            await self.store.flush()
+            if self.store.durable:
+                await self.store.release(list(self.sessions), self.owner)
+        except StoreError:
+            pass  # a failed store: callers were told; its leases expire by themselves
 
 
 def not_found(session_id: str) -> SessionNotFoundError:

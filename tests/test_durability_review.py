@@ -1,0 +1,1157 @@
+"""Regression tests for the durability review (the scripts r1..r18 it came with).
+
+Each test is one behaviour the review found broken; its docstring names the script. A
+"restart" is a second ``open_runtime`` block on the same store (a shared
+:class:`MemoryStore` object, or a SQLite file); a "crash" is a copy of the SQLite files
+taken while nothing is being written (what a process killed at that moment leaves), opened
+with a wall clock past the dead owner's lease, or, for a MemoryStore, a new store given the
+first writes of another.
+
+Every wait is bounded (``trio.fail_after``), but never a whole ``open_runtime`` block:
+closing a runtime runs shielded, so a timeout around it would not end a hang (and a
+runtime cancelled from outside is the subject of a test of its own). A wait that could hang
+without ever reaching a checkpoint runs in a child process, killed after a while. Tests
+about lease renewal run on trio's autojump clock.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from _support import HOLD, Gate, Recorder, user_texts
+
+import agentlib
+from agentlib import (
+    Agent,
+    AllowApproval,
+    Answered,
+    Blocked,
+    Completed,
+    Interrupted,
+    MemoryStore,
+    ModelReply,
+    ModelRequest,
+    OpenApproval,
+    ScriptedModel,
+    SessionBusyError,
+    SessionNotFoundError,
+    SQLiteStore,
+    Store,
+    StoreError,
+    Tool,
+    ToolCallRequest,
+    ToolResultEntry,
+    TurnEnded,
+    UnknownOutcome,
+)
+from agentlib._store._base import CallbackRow, Op
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup
+
+#: The longest any wait here may take (real seconds).
+WAIT = 3
+
+#: The same on the autojump clock (virtual seconds): far, as the clock may jump while a
+#: task waits on a SQLite worker thread; a real hang reaches it after a few jumps.
+VIRTUAL_WAIT = 600
+
+StoreFor = Callable[[], "str | Store"]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
+    """One store for every runtime of the test: a shared MemoryStore, or a SQLite file."""
+    if request.param == "memory":
+        shared = MemoryStore()
+        return lambda: shared
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    return lambda: url
+
+
+@pytest.fixture(params=[":memory:", "memory", "sqlite"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
+    """Like ``store``, and also ``":memory:"`` (nothing outlives the runtime)."""
+    if request.param == ":memory:":
+        return lambda: ":memory:"
+    if request.param == "memory":
+        shared = MemoryStore()
+        return lambda: shared
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    return lambda: url
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def call(name: str, **arguments: Any) -> ToolCallRequest:
+    return ToolCallRequest(name=name, arguments=arguments)
+
+
+def reply(*calls: ToolCallRequest) -> ModelReply:
+    return ModelReply(tool_calls=list(calls))
+
+
+def deleter(runs: list[str]) -> Tool:
+    """An approval tool, ``delete``, that appends each path it deletes to ``runs``."""
+
+    @agentlib.tool(requires_approval=True)
+    async def delete(path: str) -> str:
+        """Delete a file."""
+        runs.append(path)
+        return f"deleted {path}"
+
+    return delete
+
+
+def approval_agent(runs: list[str]) -> Agent:
+    """Asks to delete /tmp/x (an approval), then answers ``done: <the tool's result>``."""
+    return Agent(
+        "cleaner",
+        model=ScriptedModel(
+            [
+                reply(call("delete", path="/tmp/x")),
+                lambda request: f"done: {request.entries[-1].text}",
+                "again",
+                "and again",
+            ]
+        ),
+        tools=[deleter(runs)],
+    )
+
+
+def lease_owners(path: Path) -> list[str | None]:
+    """The lease owner of each session in the SQLite file (None: not leased)."""
+    db = sqlite3.connect(path)
+    try:
+        return [owner for (owner,) in db.execute("SELECT lease_owner FROM sessions")]
+    finally:
+        db.close()
+
+
+def crash_copy(live: Path, crashed: Path) -> SQLiteStore:
+    """Copy the SQLite files of ``live`` (nothing being written) to ``crashed``: what a
+    process killed now leaves; the store on the copy has a clock past its lease."""
+    crashed.mkdir(exist_ok=True)
+    for path in live.iterdir():
+        shutil.copy(path, crashed / path.name)
+    return SQLiteStore(str(crashed / "s.db"), clock=lambda: time.time() + 3600)
+
+
+async def settled(turn: agentlib.Turn, **options: Any) -> agentlib.TurnState[Any]:
+    with trio.fail_after(WAIT):
+        return await turn.result(**options)
+
+
+async def all_events(session: agentlib.Session, last: str) -> list[agentlib.Event]:
+    """The session's events from its start through the one whose id is ``last``."""
+    seen: list[agentlib.Event] = []
+    with trio.fail_after(WAIT):
+        async with aclosing(session.iter_events()) as events:
+            async for event in events:
+                seen.append(event)
+                if event.id == last:
+                    break
+    return seen
+
+
+def only_approval(record: agentlib.TurnState[Any]) -> OpenApproval:
+    assert isinstance(record, Blocked), record
+    (callback,) = record.callbacks
+    assert isinstance(callback, OpenApproval), callback
+    return callback
+
+
+# --- r6, r8: an approval tool never runs without an approval ----------------------------------
+
+
+def mixed_tree(gate: Gate, runs: list[str]) -> Agent:
+    """``boss`` calls, in one step, ``hold`` (which runs until ``gate`` opens) and its
+    subagent ``helper``, which asks for an approval to delete /precious."""
+    helper = Agent(
+        "helper",
+        description="helps",
+        model=ScriptedModel([reply(call("delete", path="/precious")), "helper done"]),
+        tools=[deleter(runs)],
+    )
+    return Agent(
+        "boss",
+        model=ScriptedModel([reply(call("hold"), call("helper", message="go")), "boss done"]),
+        tools=[gate.tool],
+        subagents=[helper],
+    )
+
+
+async def blocked_mixed_turn(
+    gate: Gate, runs: list[str]
+) -> tuple[agentlib.Session, agentlib.Turn, OpenApproval]:
+    """Start the mixed tree's turn; return once ``hold`` runs and the approval is open."""
+    session = await mixed_tree(gate, runs).start_session()
+    turn = await session.start_turn("go")
+    with trio.fail_after(WAIT):
+        await gate.reached.wait()
+        while not isinstance(record := await turn.get(), Blocked):
+            await trio.sleep(0.001)
+    return session, turn, only_approval(record)
+
+
+async def test_an_approval_tool_does_not_run_after_a_clean_close_of_a_mixed_tree(
+    store: StoreFor,
+) -> None:
+    """r6: the root runs ``hold`` while its subagent waits on an approval; the runtime
+    closes. The root was running: it ends Interrupted, and so does its subagent's turn; the
+    approval nobody gave never lets ``delete`` run."""
+    runs: list[str] = []
+    async with agentlib.open_runtime(store()):
+        session, turn, approval = await blocked_mixed_turn(Gate(), runs)
+
+    async with agentlib.open_runtime(store()):
+        boss = mixed_tree(Gate(), runs)
+        root = await boss.session(session.id).turn(turn.id).get()
+        assert isinstance(root, Interrupted), root
+        sub_turn = boss.session(approval.session_id).turn(approval.turn_id)
+        sub = await settled(sub_turn)
+        assert isinstance(sub, Interrupted), sub
+        answered = await sub_turn.answer(approval.id, AllowApproval())
+        assert not isinstance(answered, Answered), answered
+        with trio.fail_after(WAIT):
+            await trio.testing.wait_all_tasks_blocked()
+    assert runs == []
+
+
+async def test_an_approval_tool_does_not_run_after_a_crash_of_a_mixed_tree(
+    tmp_path: Path,
+) -> None:
+    """r8: the same tree, crashed while ``hold`` runs: the root's outcome is unknown; the
+    subagent's turn ends without the approval, and ``delete`` never runs."""
+    runs: list[str] = []
+    gate = Gate()
+    live = tmp_path / "live"
+    live.mkdir()
+    async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}") as runtime:
+        session, turn, approval = await blocked_mixed_turn(gate, runs)
+        await runtime.store.flush()
+        crashed = crash_copy(live, tmp_path / "crashed")
+
+    async with agentlib.open_runtime(crashed):
+        boss = mixed_tree(Gate(), runs)
+        root = await boss.session(session.id).turn(turn.id).get()
+        assert isinstance(root, UnknownOutcome), root
+        sub_session = boss.session(approval.session_id)
+        sub = await settled(sub_session.turn(approval.turn_id))
+        if not isinstance(sub, Interrupted):  # else the call must have failed, unanswered
+            assert sub.cursor is not None
+            results = [
+                event.entry
+                for event in await all_events(sub_session, sub.cursor)
+                if isinstance(event, agentlib.EntryCompleted)
+                and isinstance(event.entry, ToolResultEntry)
+            ]
+            assert [result.is_error for result in results] == [True], results
+            assert "unanswered" in results[0].text
+        with trio.fail_after(WAIT):
+            await trio.testing.wait_all_tasks_blocked()
+    assert runs == []
+
+
+# --- r2b: concurrent loads of one tree --------------------------------------------------------
+
+
+def helper_tree(helper_tools: list[Tool], first: ModelReply) -> Agent:
+    helper = Agent(
+        "helper",
+        description="helps",
+        model=ScriptedModel([first, lambda request: f"helper: {request.entries[-1].text}"]),
+        tools=helper_tools,
+    )
+    return Agent(
+        "boss",
+        model=ScriptedModel(
+            [
+                reply(call("helper", message="go")),
+                lambda request: f"boss: {request.entries[-1].text}",
+                "boss again",
+            ]
+        ),
+        subagents=[helper],
+    )
+
+
+async def test_two_concurrent_loads_of_a_crashed_tree_end_it_once(tmp_path: Path) -> None:
+    """r2b: a crash while the subagent's tool runs, then, in a new runtime, loads of the
+    tree by its root's id and by the subagent's id at once: the tree is read once (no
+    IntegrityError), the root's outcome is unknown, and the runtime goes on."""
+    gate = Gate()
+    live = tmp_path / "live"
+    live.mkdir()
+    async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}") as runtime:
+        session = await helper_tree([gate.tool], HOLD).start_session()
+        turn = await session.start_turn("start")
+        with trio.fail_after(WAIT):
+            await gate.reached.wait()
+        (child,) = await session.subagents()
+        await runtime.store.flush()
+        crashed = crash_copy(live, tmp_path / "crashed")
+        gate.opened.set()
+        assert isinstance(await settled(turn), Completed)
+
+    async with agentlib.open_runtime(crashed):
+        boss = helper_tree([Gate().tool], HOLD)
+        got: dict[str, Any] = {}
+
+        async def root() -> None:
+            got["root"] = await boss.session(session.id).turn(turn.id).get()
+
+        async def sub() -> None:
+            got["sub"] = await boss.session(child.id).subagents()
+
+        with trio.fail_after(WAIT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(root)
+                nursery.start_soon(sub)
+        assert isinstance(got["root"], UnknownOutcome), got
+        assert got["sub"] == []
+        record = await boss.session(session.id).run("again", timeout=WAIT)
+        assert isinstance(record, Completed), record
+        assert record.text == "boss: again"  # the model goes on at its next step
+        assert record.cursor is not None
+        events = await all_events(boss.session(session.id), record.cursor)
+        ended = [event.turn_id for event in events if isinstance(event, TurnEnded)]
+        assert ended == [turn.id, record.turn_id]
+
+
+async def test_two_concurrent_loads_of_a_blocked_tree_resume_it_once(store: StoreFor) -> None:
+    """r2b: a tree blocked on an approval in its subagent, loaded at once by its root's id
+    and by the subagent's: one answer completes it, the tool runs once, each turn ends once."""
+    runs: list[str] = []
+
+    def make() -> Agent:
+        return helper_tree([deleter(runs)], reply(call("delete", path="/tmp/x")))
+
+    async with agentlib.open_runtime(store()):
+        session = await make().start_session()
+        blocked = await session.run("start")
+        approval = only_approval(blocked)
+
+    async with agentlib.open_runtime(store()):
+        boss = make()
+        got: dict[str, Any] = {}
+
+        async def load(name: str, session_id: str, turn_id: str) -> None:
+            got[name] = await boss.session(session_id).turn(turn_id).get()
+
+        with trio.fail_after(WAIT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(load, "root", session.id, blocked.turn_id)
+                nursery.start_soon(load, "sub", approval.session_id, approval.turn_id)
+            await trio.testing.wait_all_tasks_blocked()
+        assert only_approval(got["root"]) == approval
+        assert only_approval(got["sub"]) == approval
+        root_turn = boss.session(session.id).turn(blocked.turn_id)
+        await root_turn.answer(approval.id, AllowApproval())
+        record = await settled(root_turn)
+        assert isinstance(record, Completed), record
+        assert record.text == "boss: helper: deleted /tmp/x"
+        assert record.cursor is not None
+        events = await all_events(boss.session(session.id), record.cursor)
+        assert [event for event in events if isinstance(event, TurnEnded)] == [events[-1]]
+        with trio.fail_after(WAIT):
+            await trio.testing.wait_all_tasks_blocked()
+    assert runs == ["/tmp/x"]
+
+
+# --- r1: one idempotency key, two concurrent starts -------------------------------------------
+
+
+async def test_concurrent_starts_with_one_key_return_one_session(
+    store: StoreFor, tmp_path: Path
+) -> None:
+    """r1: two ``start_session(idempotency_key="k")`` at once make one session; the
+    runtime goes on."""
+    agent = Agent("a", model=ScriptedModel(["hi"]))
+    ids: list[str] = []
+    async with agentlib.open_runtime(store()):
+
+        async def start() -> None:
+            ids.append((await agent.start_session(idempotency_key="k")).id)
+
+        with trio.fail_after(WAIT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(start)
+                nursery.start_soon(start)
+        assert len(ids) == 2
+        assert ids[0] == ids[1]
+        record = await agent.session(ids[0]).run("hello", timeout=WAIT)
+        assert isinstance(record, Completed), record
+    async with agentlib.open_runtime(store()):
+        assert (await agent.start_session(idempotency_key="k")).id == ids[0]
+    if isinstance(store(), str):
+        assert len(lease_owners(tmp_path / "s.db")) == 1  # one session in the file
+
+
+# --- r3: a load while the runtime closes ------------------------------------------------------
+
+
+class HeldLoads(SQLiteStore):
+    """A SQLite store whose ``load`` waits until ``go`` is set: a load under way."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.loading = trio.Event()
+        self.go = trio.Event()
+
+    async def load(self, session_id: str) -> Any:
+        self.loading.set()
+        await self.go.wait()
+        return await super().load(session_id)
+
+
+@pytest.mark.parametrize("when", ["0", "1", "2", "5", "loading"])
+async def test_a_load_racing_the_runtimes_close_fails_cleanly_or_succeeds(
+    tmp_path: Path, when: str
+) -> None:
+    """r3: ``agent.session(id)`` while its runtime closes (started a few checkpoints
+    before the block exits, or held inside the store's load while the close begins) raises
+    a clear error or succeeds; the process does not crash (no read on a closed connection),
+    and no lease is left held: the next runtime reads the turn, still blocked."""
+    path = tmp_path / "s.db"
+    runs: list[str] = []
+    async with agentlib.open_runtime(f"sqlite:///{path}"):
+        session = await approval_agent(runs).start_session()
+        blocked = await session.run("clean up")
+        assert isinstance(blocked, Blocked)
+
+    outcome: list[object] = []
+    store = HeldLoads(str(path))
+    if when != "loading":
+        store.go.set()
+
+    async def load(delay: int) -> None:
+        for _ in range(delay):
+            await trio.lowlevel.checkpoint()
+        try:
+            turn = approval_agent(runs).session(session.id).turn(blocked.turn_id)
+            with trio.fail_after(WAIT):
+                outcome.append(await turn.get())
+        except (RuntimeError, StoreError) as error:
+            outcome.append(error)
+
+    # No timeout around the runtime: closing runs shielded (a timeout would not end it).
+    async with trio.open_nursery() as outer, agentlib.open_runtime(store):
+        outer.start_soon(load, 0 if when == "loading" else int(when))
+        if when == "loading":
+            with trio.fail_after(WAIT):
+                await store.loading.wait()
+            # Let the close begin (and wait on the load) before the load goes on.
+            outer.start_soon(_set_when_all_blocked, store.go)
+        await trio.lowlevel.checkpoint()
+
+    (result,) = outcome
+    if isinstance(result, BaseException):
+        assert "clos" in str(result), result
+    else:
+        assert result == blocked
+    assert lease_owners(path) == [None]
+    async with agentlib.open_runtime(f"sqlite:///{path}"):
+        again = approval_agent(runs).session(session.id).turn(blocked.turn_id)
+        assert await again.get() == blocked
+    assert runs == []
+
+
+async def _set_when_all_blocked(event: trio.Event) -> None:
+    await trio.testing.wait_all_tasks_blocked()
+    event.set()
+
+
+# --- r4: a full disk --------------------------------------------------------------------------
+
+
+def fill_the_disk(store: SQLiteStore) -> None:
+    """No more pages for the store's writer (PRAGMA max_page_count): the disk is full."""
+    writer = store._writer
+    assert writer is not None
+    pages = writer.execute("PRAGMA page_count").fetchone()[0]
+    writer.execute(f"PRAGMA max_page_count = {pages}")
+
+
+#: A message the full disk has no room for: starting a turn with it cannot be committed.
+TOO_BIG = "x" * 50_000
+
+
+@asynccontextmanager
+async def runtime_whose_close_may_fail(store: Store) -> AsyncIterator[None]:
+    """``open_runtime(store)``, where only the block's own error counts: a StoreError (alone
+    or in groups) that closing the runtime raises is ignored here, as
+    ``test_a_full_disk_leaves_the_block_without_an_exception_group`` is about it."""
+    failure: BaseException | None = None
+    try:
+        async with agentlib.open_runtime(store):
+            try:
+                yield
+            except BaseException as error:
+                failure = error
+                raise
+    except StoreError:
+        pass
+    except BaseExceptionGroup as group:
+        _, rest = group.split(StoreError)
+        if rest is not None:
+            raise
+    if failure is not None:
+        raise failure
+
+
+async def test_a_full_disk_fails_a_call_with_a_store_error(tmp_path: Path) -> None:
+    """r4: a call whose writes the full disk cannot commit raises StoreError (an
+    SdkError) naming the store, not a raw sqlite3 error; the runtime goes on reading."""
+    path = tmp_path / "s.db"
+    store = SQLiteStore(str(path))
+    agent = Agent("a", model=ScriptedModel(["small", "big"]))
+    async with runtime_whose_close_may_fail(store):
+        session = await agent.start_session()
+        done = await session.run("hi", timeout=WAIT)
+        assert isinstance(done, Completed)
+        fill_the_disk(store)
+        with pytest.raises(StoreError) as error, trio.fail_after(WAIT):
+            await session.run(TOO_BIG)
+        assert isinstance(error.value, agentlib.SdkError)
+        assert str(path) in str(error.value)
+        assert "full" in str(error.value)
+        assert isinstance(error.value.__cause__, sqlite3.Error)
+        assert await session.turn(done.turn_id).get() == done
+
+
+async def test_a_full_disk_while_a_turn_runs_fails_its_result(tmp_path: Path) -> None:
+    """r4: the disk fills while a started (acknowledged) turn runs a tool: what it writes
+    next cannot be committed. ``turn.result()`` raises StoreError, rather than wait forever
+    for events that will never be durable."""
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    gate = Gate()
+    agent = Agent("a", model=ScriptedModel([HOLD, TOO_BIG]), tools=[gate.tool])
+    async with runtime_whose_close_may_fail(store):
+        session = await agent.start_session()
+        turn = await session.start_turn("go")
+        with trio.fail_after(WAIT):
+            await gate.reached.wait()
+        await store.flush()
+        fill_the_disk(store)
+        gate.opened.set()
+        with pytest.raises(StoreError, match="full"), trio.fail_after(1):  # a commit fails in ms
+            await turn.result()
+
+
+@pytest.mark.parametrize("then", ["handled", "raised again"])
+async def test_a_full_disk_leaves_the_block_without_an_exception_group(
+    tmp_path: Path, then: str
+) -> None:
+    """r4: after a full disk failed a call, leaving the ``open_runtime`` block raises at
+    most a plain StoreError, never an ExceptionGroup (of raw sqlite errors, or of the
+    runtime's own): a StoreError the block raises leaves as it is."""
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    agent = Agent("a", model=ScriptedModel(["x"]))
+    caught: list[StoreError] = []
+    leaving: list[StoreError] = []
+    try:
+        async with agentlib.open_runtime(store):
+            session = await agent.start_session()
+            fill_the_disk(store)
+            try:
+                with trio.fail_after(WAIT):
+                    await session.start_turn(TOO_BIG)
+            except StoreError as error:
+                caught.append(error)
+                if then == "raised again":
+                    raise
+    except StoreError as error:  # an ExceptionGroup is not caught: it fails the test
+        leaving.append(error)
+    assert len(caught) == 1
+    if then == "raised again":
+        assert len(leaving) == 1
+        assert leaving[0] is caught[0]
+
+
+# --- r7, r14: references of a closed runtime --------------------------------------------------
+
+
+async def test_waits_on_a_closing_runtimes_references_end(any_store: StoreFor) -> None:
+    """r14: tasks outside the runtime wait on a blocked turn's next record and follow the
+    session's events when the runtime closes: the result returns a record (still Blocked
+    with a durable store, Interrupted with ":memory:") and the events end."""
+    runs: list[str] = []
+    outcome: dict[str, object] = {}
+    async with trio.open_nursery() as outer, agentlib.open_runtime(any_store()):
+        session = await approval_agent(runs).start_session()
+        blocked = await session.run("clean up", timeout=WAIT)
+        assert isinstance(blocked, Blocked)
+
+        async def wait_result() -> None:
+            turn = session.turn(blocked.turn_id)
+            outcome["result"] = "still waiting"
+            with trio.move_on_after(WAIT):
+                outcome["result"] = await turn.result(after=blocked)
+
+        async def follow() -> None:
+            outcome["iter_events"] = "still following"
+            with trio.move_on_after(WAIT):
+                async with aclosing(session.iter_events()) as events:
+                    async for _ in events:
+                        pass
+                outcome["iter_events"] = "ended"
+
+        outer.start_soon(wait_result)
+        outer.start_soon(follow)
+        await trio.testing.wait_all_tasks_blocked()
+    assert outcome["iter_events"] == "ended"
+    result = outcome["result"]
+    if any_store() == ":memory:":
+        assert isinstance(result, Interrupted), result
+    else:
+        assert result == blocked
+    assert runs == []
+
+
+async def test_reads_of_a_closed_runtimes_references_return_at_once(any_store: StoreFor) -> None:
+    """r7: after the block, ``turn.get()``, ``turn.result()`` and the session's events
+    return what the runtime left, rather than wait on a runtime that is gone."""
+    runs: list[str] = []
+    async with agentlib.open_runtime(any_store()):
+        session = await approval_agent(runs).start_session()
+        blocked = await session.run("clean up")
+        assert isinstance(blocked, Blocked)
+    turn = session.turn(blocked.turn_id)
+    with trio.fail_after(WAIT):
+        now = await turn.get()
+        assert await turn.result() == now
+        async with aclosing(session.iter_events()) as events:
+            seen = [event async for event in events]
+    if any_store() == ":memory:":
+        assert isinstance(now, Interrupted), now
+        assert isinstance(seen[-1], TurnEnded)
+    else:
+        assert now == blocked
+        assert seen[-1].id == blocked.cursor
+    assert runs == []
+
+
+_FOLLOWER_CHILD = """
+import sys
+import trio
+import trio.testing
+import agentlib
+from agentlib import Agent, MemoryStore, ModelReply, ScriptedModel, ToolCallRequest
+
+@agentlib.tool(requires_approval=True)
+async def delete(path: str) -> str:
+    \"\"\"Delete a file.\"\"\"
+    return "deleted"
+
+agent = Agent(
+    "a",
+    model=ScriptedModel(
+        [ModelReply(tool_calls=[ToolCallRequest(name="delete", arguments={"path": "/x"})]), "done"]
+    ),
+    tools=[delete],
+)
+kind, when, path = sys.argv[1:]
+store = MemoryStore() if kind == "memory" else "sqlite:///" + path
+
+async def drain(turn):
+    async for _ in turn.iter_events():
+        pass
+    print("ended", flush=True)
+
+async def main():
+    async with trio.open_nursery() as outer:
+        async with agentlib.open_runtime(store):
+            session = await agent.start_session()
+            record = await session.run("go")
+            turn = session.turn(record.turn_id)
+            if when == "at close":
+                outer.start_soon(drain, turn)
+                await trio.testing.wait_all_tasks_blocked()
+    if when == "after close":
+        await drain(turn)
+
+trio.run(main)
+"""
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_blocked_turns_events_end_when_its_runtime_closes(
+    kind: str, tmp_path: Path
+) -> None:
+    """r7, r14: ``turn.iter_events()`` of a turn its runtime left blocked (durable store)
+    ends, whether it was followed while the runtime closed or read after.
+
+    Each case runs in a child process, killed if it has not ended in 1.5 s: an iteration
+    that never ends here may never reach a checkpoint either, which no timeout in this
+    process could stop."""
+    outcome: dict[str, str] = {}
+
+    async def child(when: str) -> None:
+        outcome[when] = "still iterating after 1.5 s"
+        with trio.move_on_after(1.5):
+            done = await trio.run_process(
+                [sys.executable, "-c", _FOLLOWER_CHILD, kind, when, str(tmp_path / f"{when}.db")],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            )
+            outcome[when] = done.stdout.decode().strip() or done.stderr.decode()[-800:]
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(child, "at close")
+        nursery.start_soon(child, "after close")
+    assert outcome == {"at close": "ended", "after close": "ended"}
+
+
+async def test_an_answer_to_a_closed_runtime_raises_a_clear_error(store: StoreFor) -> None:
+    """r7: ``turn.answer`` on a reference of a runtime that has closed raises an error that
+    says so (it does not hang, nor take an answer no runtime holds the session for)."""
+    runs: list[str] = []
+    async with agentlib.open_runtime(store()):
+        session = await approval_agent(runs).start_session()
+        blocked = await session.run("clean up")
+        approval = only_approval(blocked)
+    turn = session.turn(blocked.turn_id)
+    with pytest.raises((RuntimeError, agentlib.SdkError), match="clos"), trio.fail_after(WAIT):
+        await turn.answer(approval.id, AllowApproval())
+    assert runs == []
+
+
+async def test_an_answer_refused_by_a_closed_runtime_changes_nothing(tmp_path: Path) -> None:
+    """r7: once ``turn.answer`` on a closed runtime's reference (SQLite) was refused, the
+    reference still reads the turn as it was left, Blocked on that callback, not Running."""
+    runs: list[str] = []
+    async with agentlib.open_runtime(f"sqlite:///{tmp_path / 's.db'}"):
+        session = await approval_agent(runs).start_session()
+        blocked = await session.run("clean up")
+        approval = only_approval(blocked)
+    turn = session.turn(blocked.turn_id)
+    with pytest.raises((RuntimeError, agentlib.SdkError), match="clos"), trio.fail_after(WAIT):
+        await turn.answer(approval.id, AllowApproval())
+    with trio.fail_after(WAIT):
+        assert await turn.get() == blocked
+        assert await turn.result() == blocked
+    assert runs == []
+
+
+async def test_a_new_turn_on_a_closed_runtime_raises_a_clear_error(any_store: StoreFor) -> None:
+    """r7: ``session.run`` on an idle session of a runtime that has closed raises an error
+    naming the runtime (not trio's "Nursery is closed"), and leaves no phantom turn behind:
+    a following ``session.cancel()`` does not hang."""
+    agent = Agent("a", model=ScriptedModel(["hi", "again"]))
+    async with agentlib.open_runtime(any_store()):
+        session = await agent.start_session()
+        assert isinstance(await session.run("hello"), Completed)
+    with pytest.raises((RuntimeError, agentlib.SdkError), match="runtime"), trio.fail_after(WAIT):
+        await session.run("again")
+    refused: list[Exception] = []
+    with trio.fail_after(WAIT):
+        try:
+            await session.cancel()
+        except (RuntimeError, agentlib.SdkError) as error:
+            refused.append(error)
+    assert all("clos" in str(error) for error in refused), refused
+
+
+# --- r9: two live runtimes on one MemoryStore -------------------------------------------------
+
+
+async def test_two_live_runtimes_on_one_memory_store_both_work() -> None:
+    """r9: runtimes nested on one MemoryStore object each run their own sessions and see
+    their own events, while both are open and after the inner one closed."""
+    store = MemoryStore()
+    agent = Agent("a", model=ScriptedModel(["one", "two", "three"]))
+
+    async def run(session: agentlib.Session, text: str) -> None:
+        record = await session.run(text, timeout=WAIT)
+        assert isinstance(record, Completed), record
+        assert record.cursor is not None
+        events = await all_events(session, record.cursor)
+        assert {event.id.rpartition(":")[0] for event in events} == {session.id}
+        assert isinstance(events[-1], TurnEnded)
+        assert events[-1].record == record
+
+    async with agentlib.open_runtime(store):
+        first = await agent.start_session()
+        async with agentlib.open_runtime(store):
+            second = await agent.start_session()
+            await run(second, "in the inner runtime")
+            await run(first, "in the outer runtime")
+        await run(first, "after the inner runtime closed")
+
+
+# --- r10, r16, r17, r12: leases ---------------------------------------------------------------
+
+
+class SlowRenewal(SQLiteStore):
+    """Its second ``acquire`` (the first renewal) is under way when ``renewing`` is set,
+    and goes on whatever happens meanwhile, as one whose worker thread is running would: it
+    waits until the block is being left (``leaving``) and the close either waits on it or
+    has released the leases, then renews. The store stays open until it has."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.calls = 0
+        self.renewing = trio.Event()
+        self.renewed = trio.Event()
+        self.leaving = trio.Event()
+        self.releasing = False
+        self.released = trio.Event()
+
+    async def acquire(self, session_ids: Any, owner: str, seconds: float) -> None:
+        self.calls += 1
+        if self.calls != 2:
+            await super().acquire(session_ids, owner, seconds)
+            return
+        self.renewing.set()
+        with trio.CancelScope(shield=True):
+            await self.leaving.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            if self.releasing:
+                await self.released.wait()
+            await super().acquire(session_ids, owner, seconds)
+        self.renewed.set()
+
+    async def release(self, session_ids: Any, owner: str) -> None:
+        self.releasing = True
+        await super().release(session_ids, owner)
+        self.released.set()
+        if self.renewing.is_set():
+            await self.renewed.wait()
+
+
+async def test_a_renewal_under_way_at_close_leaves_no_lease_held(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """r10: the block exits while a lease renewal is under way: the renewal does not take
+    the lease again after the close released it."""
+    autojump_clock.autojump_threshold = 0.02  # no jump while a commit is under way
+    path = tmp_path / "s.db"
+    store = SlowRenewal(str(path))
+    agent = Agent("a", model=ScriptedModel(["x"]))
+    async with agentlib.open_runtime(store, lease_seconds=3):
+        session = await agent.start_session()
+        with trio.fail_after(VIRTUAL_WAIT):
+            await store.renewing.wait()
+        store.leaving.set()
+    assert store.calls == 2
+    assert lease_owners(path) == [None]
+    async with agentlib.open_runtime(f"sqlite:///{path}"):
+        assert isinstance(await agent.session(session.id).run("hi"), Completed)
+
+
+async def test_no_lease_is_left_held_after_a_close_with_fast_renewals(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """r10: with tiny leases, renewals run all the time (the clock jumps while SQLite
+    works); whenever the block exits, no session is left leased."""
+    agent = Agent("a", model=ScriptedModel(["x"]))
+    for attempt in range(5):
+        path = tmp_path / f"s{attempt}.db"
+        async with agentlib.open_runtime(f"sqlite:///{path}", lease_seconds=0.03):
+            for _ in range(3):
+                await agent.start_session()
+            await trio.sleep(0.05 * (attempt + 1))
+        assert lease_owners(path) == [None, None, None]
+
+
+async def test_a_runtime_cancelled_from_outside_closes(any_store: StoreFor) -> None:
+    """Found while writing the r4 tests: a timeout around the ``open_runtime`` block (the
+    block is cancelled from outside) closes the runtime and leaves, as with ":memory:".
+
+    The block runs in a trio.run of its own, in a thread this test gives up on if it
+    hangs (closing runs shielded: nothing here could cancel it)."""
+    closed: list[bool] = []
+    agent = Agent("a", model=ScriptedModel(["x"]))
+
+    async def main() -> None:
+        with trio.move_on_after(0.05) as outer:
+            async with agentlib.open_runtime(any_store()):
+                session = await agent.start_session()
+                assert isinstance(await session.run("hi"), Completed)
+                await trio.sleep_forever()
+        closed.append(outer.cancelled_caught)
+
+    with trio.move_on_after(1):  # closing takes milliseconds
+        await trio.to_thread.run_sync(trio.run, main, abandon_on_cancel=True)
+    assert closed == [True], "leaving the cancelled open_runtime block hangs"
+
+
+class LockedOnRenewal(SQLiteStore):
+    """Every ``acquire`` after the first fails: the database is locked."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.calls = 0
+
+    async def acquire(self, session_ids: Any, owner: str, seconds: float) -> None:
+        self.calls += 1
+        if self.calls > 1:
+            raise sqlite3.OperationalError("database is locked")
+        await super().acquire(session_ids, owner, seconds)
+
+
+async def test_an_error_renewing_a_lease_does_not_crash_the_runtime(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """r16: renewals that fail (a locked database) are retried later; the runtime, its
+    sessions and its block go on."""
+    autojump_clock.autojump_threshold = 0.02  # no jump while a commit is under way
+    store = LockedOnRenewal(str(tmp_path / "s.db"))
+    agent = Agent("a", model=ScriptedModel(["x", "y"]))
+    async with agentlib.open_runtime(store, lease_seconds=30):  # renewed every 10 s
+        session = await agent.start_session()
+        await trio.sleep(25)
+        assert store.calls == 3  # two renewals ran, and failed
+        with trio.fail_after(VIRTUAL_WAIT):
+            record = await session.run("hi")
+        assert isinstance(record, Completed), record
+        await trio.sleep(25)
+        assert store.calls > 3
+        with trio.fail_after(VIRTUAL_WAIT):
+            assert isinstance(await session.run("again"), Completed)
+
+
+async def test_a_load_with_an_unknown_agent_leaves_no_lease_held(
+    store: StoreFor, tmp_path: Path
+) -> None:
+    """r17: opening a session with an agent that did not run it fails, and leaves the
+    session free: another runtime opens it at once with the right agent."""
+    root = Agent("root", model=ScriptedModel(["x", "y"]))
+    async with agentlib.open_runtime(store()):
+        session = await root.start_session()
+        assert isinstance(await session.run("hi"), Completed)
+    async with agentlib.open_runtime(store()):
+        other = Agent("other", model=ScriptedModel(["x"]))
+        with pytest.raises(SessionNotFoundError):
+            await other.session(session.id).subagents()
+        if isinstance(store(), str):
+            assert lease_owners(tmp_path / "s.db") == [None]
+        async with agentlib.open_runtime(store()):
+            record = await root.session(session.id).run("again", timeout=WAIT)
+            assert isinstance(record, Completed), record
+
+
+async def test_concurrent_loads_of_a_session_another_runtime_holds_are_both_busy(
+    store: StoreFor,
+) -> None:
+    """r12: two loads at once of a session another live runtime holds: both get
+    SessionBusyError (not some other error of a load that waited on the first)."""
+    agent = Agent("a", model=ScriptedModel(["x"]))
+    errors: list[BaseException] = []
+    async with agentlib.open_runtime(store()):
+        session = await agent.start_session()
+        async with agentlib.open_runtime(store()):
+
+            async def load() -> None:
+                try:
+                    await agent.session(session.id).subagents()
+                except Exception as error:
+                    errors.append(error)
+
+            with trio.fail_after(WAIT):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(load)
+                    nursery.start_soon(load)
+        assert [type(error) for error in errors] == [SessionBusyError, SessionBusyError]
+        assert isinstance(await session.run("hi", timeout=WAIT), Completed)
+
+
+# --- r11: retention ---------------------------------------------------------------------------
+
+
+async def test_result_of_an_older_turn_under_retention_returns_its_record(
+    any_store: StoreFor,
+) -> None:
+    """r11: with event_retention, ``result()`` of a turn whose events were pruned returns
+    its record, as ``get()`` does; no ObservationLost."""
+    agent = Agent("a", model=ScriptedModel(["one", "two", "three"]))
+    async with agentlib.open_runtime(any_store(), event_retention=2):
+        session = await agent.start_session()
+        first = await session.run("a")
+        await session.run("b")
+        await session.run("c")
+        turn = session.turn(first.turn_id)
+        now = await turn.get()
+        assert isinstance(now, Completed)
+        assert now.text == "one"
+        with trio.fail_after(WAIT):
+            assert await turn.result() == now
+
+
+# --- r13: a steered message is acknowledged once durable --------------------------------------
+
+
+@pytest.mark.parametrize("how", ["turn.steer", "send_message"])
+async def test_a_steered_message_is_in_the_store_once_acknowledged(
+    tmp_path: Path, how: str
+) -> None:
+    """r13: the process dies right after the steer returned: the copy holds the message,
+    and the runtime that resumes the turn gives it to the model."""
+    runs: list[str] = []
+    recorder = Recorder("done")
+
+    def make() -> Agent:
+        return Agent(
+            "a",
+            model=ScriptedModel([reply(call("delete", path="/x")), recorder]),
+            tools=[deleter(runs)],
+        )
+
+    live = tmp_path / "live"
+    live.mkdir()
+    async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}"):
+        session = await make().start_session()
+        blocked = await session.run("go")
+        approval = only_approval(blocked)
+        if how == "turn.steer":
+            steered = await session.turn(blocked.turn_id).steer("PLEASE ALSO DO X")
+        else:
+            steered = await session.send_message("PLEASE ALSO DO X")
+        assert isinstance(steered, agentlib.Turn)
+        assert steered.id == blocked.turn_id
+        crashed = crash_copy(live, tmp_path / "crashed")  # no checkpoint since it returned
+
+    async with agentlib.open_runtime(crashed):
+        turn = make().session(session.id).turn(blocked.turn_id)
+        await turn.answer(approval.id, AllowApproval())
+        record = await settled(turn)
+        assert isinstance(record, Completed), record
+    (request,) = recorder.requests
+    assert user_texts(request) == ["go", "PLEASE ALSO DO X"]
+    assert runs == ["/x"]
+
+
+# --- r15: subagents by name -------------------------------------------------------------------
+
+
+async def test_a_tree_resumes_with_its_own_roots_subagents(store: StoreFor) -> None:
+    """r15: two root agents whose subagents share a name; the tree of the first, restored
+    after the second became known, runs the first's subagent."""
+    ran: list[str] = []
+
+    def make(tag: str) -> Agent:
+        @agentlib.tool(requires_approval=True)
+        async def act() -> str:
+            """Act."""
+            ran.append(tag)
+            return f"{tag} acted"
+
+        helper = Agent(
+            "helper",
+            description="helps",
+            tools=[act],
+            model=ScriptedModel(
+                [reply(call("act")), lambda request: f"{tag}-helper: {request.entries[-1].text}"]
+            ),
+        )
+        return Agent(
+            f"root-{tag}",
+            subagents=[helper],
+            model=ScriptedModel(
+                [
+                    reply(call("helper", message="go")),
+                    lambda request: f"root-{tag}: {request.entries[-1].text}",
+                ]
+            ),
+        )
+
+    async with agentlib.open_runtime(store()):
+        session = await make("A").start_session()
+        blocked = await session.run("go")
+        approval = only_approval(blocked)
+
+    async with agentlib.open_runtime(store()):
+        a, b = make("A"), make("B")
+        await a.start_session()  # A and its helper are known here
+        await b.start_session()  # then B's helper, also named "helper"
+        turn = a.session(session.id).turn(blocked.turn_id)
+        assert await turn.get() == blocked
+        await turn.answer(approval.id, AllowApproval())
+        record = await settled(turn)
+        assert isinstance(record, Completed), record
+        assert record.text == "root-A: A-helper: A acted"
+    assert ran == ["A"]
+
+
+# --- r18: a client tool's error survives a restart --------------------------------------------
+
+
+class Recording(MemoryStore):
+    """A MemoryStore that keeps every write, to build what a crash at any moment leaves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[Op] = []
+
+    def write(self, op: Op) -> None:
+        super().write(op)
+        self.ops.append(op)
+
+
+@agentlib.client_tool
+def pick(prompt: str) -> int:
+    """Ask the user to pick a number."""
+    ...
+
+
+async def test_a_client_tools_error_survives_a_restart_as_an_error_result() -> None:
+    """r18: the client tool's handler fails (``tool_errors="report"``); the process dies
+    right after its callback was stored as closed, before the step recorded the call done.
+    The runtime that resumes gives the model the error (is_error, the message), not null."""
+    seen: list[Any] = []
+
+    def final(request: ModelRequest) -> str:
+        seen.append(request.entries[-1])
+        return "done"
+
+    def make() -> Agent:
+        return Agent(
+            "a",
+            tools=[pick],
+            tool_errors="report",
+            model=ScriptedModel([reply(call("client.pick", prompt="n?")), final]),
+        )
+
+    def broken(callback: object) -> int:
+        raise ValueError("the picker is broken")
+
+    live = Recording()
+    async with agentlib.open_runtime(live):
+        session = await make().start_session(on_client_tool=broken)
+        record = await session.run("go", timeout=WAIT)
+        assert isinstance(record, Completed), record
+    (before,) = seen
+    assert isinstance(before, ToolResultEntry)
+    assert before.is_error
+    assert "the picker is broken" in before.text
+
+    (closed,) = [
+        n for n, op in enumerate(live.ops) if isinstance(op, CallbackRow) and op.state != "open"
+    ]
+    crashed = MemoryStore()
+    for op in live.ops[: closed + 1]:
+        crashed.write(op)
+    async with agentlib.open_runtime(crashed):
+        turn = make().session(session.id).turn(record.turn_id)
+        again = await settled(turn)
+        assert isinstance(again, Completed), again
+    after = seen[-1]
+    assert len(seen) == 2
+    assert isinstance(after, ToolResultEntry)
+    assert after.is_error
+    assert after.text == before.text
