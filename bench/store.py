@@ -24,6 +24,7 @@ The events are those of real turns: a user message, a tool call and its result, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -174,7 +175,7 @@ async def replay_api(path: str, n: int) -> float:
 
 
 def bytes_per_event(path: str) -> float:
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         count = db.execute("SELECT count(*) FROM events").fetchone()[0]
     return os.path.getsize(path) / count

@@ -9,6 +9,7 @@ only the SQLite store promises: its file survives a reopen, its schema is checke
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -741,7 +742,7 @@ async def refused_open(store: Store) -> None:
 
 
 def _user_version(path: Path) -> int:
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db:
         return int(db.execute("PRAGMA user_version").fetchone()[0])
 
 
