@@ -94,12 +94,12 @@ class TurnCore:
     open_callbacks: dict[str, Callback] = attrs.field(factory=dict)
     opened_at: dict[str, int] = attrs.field(factory=dict)  # seq of each one's CallbackOpened
     tool_calls: list[ToolCallEntry] = attrs.field(factory=list)
-    # The tool step under way (its calls), whether it signed in, and how many model steps
-    # or tools run now: a turn with none running, in a tool step, is blocked.
     end_seq: int | None = None  # the seq of its TurnEnded
+    # The tool step under way (its calls), and how many model steps or tools run now: a
+    # turn in a tool step with none running is blocked, and a later runtime can resume it.
     step: list[Any] | None = None
     working: int = 0
-    suspended: bool = False
+    suspended: bool = False  # stopped without an end, for a later runtime
 
     @property
     def ended(self) -> bool:
