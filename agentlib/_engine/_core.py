@@ -276,9 +276,6 @@ class SessionCore:
                 f"session {self.id} has no turn {turn_id!r}; use an id from a send or a record"
             ) from None
 
-    def open_callbacks_of(self, turn: TurnCore) -> tuple[Callback, ...]:
-        return tuple(turn.open_callbacks.values())
-
     def find_open(self, callback_id: str) -> PendingCallback | None:
         """The open callback ``callback_id`` of this session or of a subagent below it."""
         pending = self.callbacks.get(callback_id) or self.below.get(callback_id)
