@@ -168,6 +168,21 @@ def turn_of(session: agentlib.Session, record: agentlib.TurnState[Any]) -> agent
     return session.turn(record.turn_id)
 
 
+async def refused_client_answer(request: ToolCallRequest, answer: object) -> None:
+    """Answering the client tool call ``request`` opens with ``answer`` raises
+    ClientToolAnswerError, and the turn stays blocked on that same call."""
+    agent = client_agent(reply(request), "ok")
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        record = await blocked_run(session)
+        turn = turn_of(session, record)
+        with pytest.raises(ClientToolAnswerError):
+            await turn.answer(record.callbacks[0].id, answer)
+        after = await state(turn)
+    assert isinstance(after, Blocked)
+    assert after.callbacks == record.callbacks
+
+
 async def turn_events(turn: agentlib.Turn) -> list[agentlib.Event]:
     """All of the turn's events; the turn must have ended (or end without help)."""
     return [event async for event in turn.iter_events()]
@@ -625,16 +640,7 @@ async def test_a_wrong_shape_answer_to_a_client_tool_leaves_the_call_open(wrong:
 @pytest.mark.parametrize("wrong", [True, False], ids=repr)
 async def test_a_bool_is_not_an_answer_for_a_client_tool_returning_int(wrong: bool) -> None:
     """The converter refuses a bool for an int; an answer goes through the same check."""
-    agent = client_agent(reply(call("client.pick", prompt="n")), "ok")
-    async with agentlib.open_runtime():
-        session = await agent.start_session()
-        record = await blocked_run(session)
-        turn = turn_of(session, record)
-        with pytest.raises(ClientToolAnswerError):
-            await turn.answer(record.callbacks[0].id, wrong)
-        after = await state(turn)
-    assert isinstance(after, Blocked)
-    assert after.callbacks == record.callbacks
+    await refused_client_answer(call("client.pick", prompt="n"), wrong)
 
 
 async def test_a_client_tool_answer_error_never_repeats_the_value() -> None:
@@ -723,30 +729,13 @@ async def test_an_attrs_return_type_takes_an_instance_or_its_dict(answer: object
 
 @pytest.mark.parametrize("wrong", [{"label": "b"}, {"label": "b", "score": "2"}, "b", 2], ids=repr)
 async def test_an_answer_that_does_not_fit_an_attrs_return_type_is_refused(wrong: object) -> None:
-    agent = client_agent(reply(call("client.choose", question="which?")), "ok")
-    async with agentlib.open_runtime():
-        session = await agent.start_session()
-        record = await blocked_run(session)
-        turn = turn_of(session, record)
-        with pytest.raises(ClientToolAnswerError):
-            await turn.answer(record.callbacks[0].id, wrong)
-        after = await state(turn)
-    assert isinstance(after, Blocked)
-    assert after.callbacks == record.callbacks
+    await refused_client_answer(call("client.choose", question="which?"), wrong)
 
 
 async def test_an_attrs_instance_with_fields_of_the_wrong_type_is_refused() -> None:
     """attrs does not check field types: the instance must be checked like its dict."""
-    agent = client_agent(reply(call("client.choose", question="which?")), "ok")
-    async with agentlib.open_runtime():
-        session = await agent.start_session()
-        record = await blocked_run(session)
-        turn = turn_of(session, record)
-        with pytest.raises(ClientToolAnswerError):
-            await turn.answer(record.callbacks[0].id, Choice(label=3, score="x"))  # type: ignore[arg-type]
-        after = await state(turn)
-    assert isinstance(after, Blocked)
-    assert after.callbacks == record.callbacks
+    wrong = Choice(label=3, score="x")  # type: ignore[arg-type]
+    await refused_client_answer(call("client.choose", question="which?"), wrong)
 
 
 async def test_invalid_model_arguments_for_a_client_tool_open_no_callback() -> None:
