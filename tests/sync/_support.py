@@ -74,3 +74,42 @@ def in_thread(fn: Callable[[], T]) -> T:
     if kind == "error":
         raise value
     return value
+
+
+class BlockingApproval:
+    """A plain ``on_approval`` handler that blocks until another thread releases it.
+
+    ``start(read)`` starts that thread: once the handler runs, it calls ``read(callback)``
+    (a blocking call into the engine, which must answer while the handler blocks), keeps
+    what it returns in ``states_while_blocked``, and releases the handler, which allows.
+    """
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.handler_threads: list[threading.Thread] = []
+        self.seen: list[agents.OpenApproval] = []
+        self.states_while_blocked: list[Any] = []
+        self._releaser: threading.Thread | None = None
+
+    def __call__(self, callback: agents.OpenApproval) -> agents.AllowApproval:
+        self.handler_threads.append(threading.current_thread())
+        self.seen.append(callback)
+        self.entered.set()
+        assert self.release.wait(WAIT), "the releasing thread never set the event"
+        return agents.AllowApproval()
+
+    def start(self, read: Callable[[agents.OpenApproval], Any]) -> None:
+        def release_when_entered() -> None:
+            assert self.entered.wait(WAIT), "the handler never ran"
+            self.states_while_blocked.append(read(self.seen[0]))
+            self.release.set()
+
+        self._releaser = threading.Thread(target=release_when_entered, daemon=True)
+        self._releaser.start()
+
+    def join(self) -> bool:
+        """Wait for the releasing thread; True once it has finished."""
+        assert self._releaser is not None
+        self._releaser.join(WAIT)
+        return not self._releaser.is_alive()

@@ -11,7 +11,7 @@ import pytest
 
 import agentlib_sync as agents
 
-from ._support import WAIT, call_tool, in_thread, scripted_agent
+from ._support import WAIT, BlockingApproval, call_tool, in_thread, scripted_agent
 
 ENGINE_THREAD = "agentlib-engine"
 
@@ -72,41 +72,21 @@ def engine_thread() -> threading.Thread:
 
 def test_a_plain_on_approval_may_block_on_another_thread_and_run_completes() -> None:
     deletions = Deletions()
-    entered = threading.Event()
-    release = threading.Event()
-    handler_threads: list[threading.Thread] = []
-    states_while_blocked: list[Any] = []
-    seen: list[agents.OpenApproval] = []
     agent = approval_agent(deletions)
-
-    def approve(callback: agents.OpenApproval) -> agents.AllowApproval:
-        handler_threads.append(threading.current_thread())
-        seen.append(callback)
-        entered.set()
-        assert release.wait(WAIT), "the releasing thread never set the event"
-        return agents.AllowApproval()
-
-    def release_when_entered() -> None:
-        assert entered.wait(WAIT), "the handler never ran"
-        # The engine answers while the handler blocks: it does not block the engine's thread.
-        turn = agent.session(seen[0].session_id).turn(seen[0].turn_id)
-        states_while_blocked.append(turn.get())
-        release.set()
-
-    releaser = threading.Thread(target=release_when_entered, daemon=True)
-    releaser.start()
+    approve = BlockingApproval()
+    # The engine answers while the handler blocks: it does not block the engine's thread.
+    approve.start(lambda seen: agent.session(seen.session_id).turn(seen.turn_id).get())
     record = agent.start_session(on_approval=approve).run("delete a.txt")
-    releaser.join(WAIT)
 
-    assert not releaser.is_alive()
+    assert approve.join()
     assert isinstance(record, agents.Completed)
     assert record.output == "deleted it"
     assert deletions.deleted == ["a.txt"]
-    (thread,) = handler_threads
+    (thread,) = approve.handler_threads
     assert thread is not threading.main_thread()
     assert thread is not engine_thread()
     assert thread.name != ENGINE_THREAD
-    assert [blocked_callback(state) for state in states_while_blocked] == seen
+    assert [blocked_callback(state) for state in approve.states_while_blocked] == approve.seen
 
 
 def test_a_plain_handler_may_call_agentlib_sync() -> None:

@@ -16,7 +16,7 @@ import pytest
 
 import agentlib_sync as agents
 
-from ._support import WAIT, Gate, call_tool, in_thread, scripted_agent
+from ._support import WAIT, BlockingApproval, Gate, call_tool, in_thread, scripted_agent
 
 ENGINE_THREAD = "agentlib-engine"
 
@@ -108,42 +108,23 @@ def test_the_subagent_is_a_tool_and_its_answer_is_the_result() -> None:
 def test_a_plain_blocking_on_approval_on_the_root_answers_a_subagent_approval() -> None:
     deletions = Deletions()
     root, helper = approval_pair(deletions)
-    entered, release = threading.Event(), threading.Event()
-    handler_threads: list[threading.Thread] = []
-    seen: list[agents.OpenApproval] = []
-    states_while_blocked: list[Any] = []
-
-    def approve(callback: agents.OpenApproval) -> agents.AllowApproval:
-        handler_threads.append(threading.current_thread())
-        seen.append(callback)
-        entered.set()
-        assert release.wait(WAIT), "the releasing thread never set the event"
-        return agents.AllowApproval()
-
-    def release_when_entered() -> None:
-        assert entered.wait(WAIT), "the handler never ran"
-        # The engine reads on while the handler blocks: the subagent's turn is Blocked.
-        turn = helper.session(seen[0].session_id).turn(seen[0].turn_id)
-        states_while_blocked.append(turn.get())
-        release.set()
-
-    releaser = threading.Thread(target=release_when_entered, daemon=True)
-    releaser.start()
+    approve = BlockingApproval()
+    # The engine reads on while the handler blocks: the subagent's turn is Blocked.
+    approve.start(lambda seen: helper.session(seen.session_id).turn(seen.turn_id).get())
     session = root.start_session(on_approval=approve)
     record = session.run("go", timeout=WAIT)
-    releaser.join(WAIT)
 
-    assert not releaser.is_alive()
+    assert approve.join()
     assert isinstance(record, agents.Completed)
     assert record.text == "root: helper: deleted a.txt"
     assert deletions.deleted == ["a.txt"]
     (child,) = session.subagents()
-    (callback,) = seen
+    (callback,) = approve.seen
     assert (callback.tool_name, callback.session_id) == ("delete", child.id)
-    (thread,) = handler_threads
+    (thread,) = approve.handler_threads
     assert thread is not threading.main_thread()
     assert thread is not engine_thread()
-    (blocked,) = states_while_blocked
+    (blocked,) = approve.states_while_blocked
     assert isinstance(blocked, agents.Blocked)
     assert blocked.callbacks == (callback,)
 
