@@ -299,8 +299,9 @@ class Session:
         output_type = self._agent.output_type
         while True:
             while position < log.visible:
-                position += 1
-                yield _event_for_reader(log.event(position), output_type)
+                for event in await log.read_page(position + 1):
+                    position += 1
+                    yield _event_for_reader(event, output_type)
             if log.finished(position):
                 return
             await log.wait_beyond(position)
@@ -462,19 +463,19 @@ class Turn:
         log = turn.session.log
         while True:
             while delivered < log.visible:
-                delivered += 1
-                event = log.event(delivered)
-                if event.turn_id != turn.id:
-                    continue
-                event = _event_for_reader(event, wanted)
-                if on_event is not None:
-                    await invoke(on_event, event)
-                if delivered <= position:
-                    continue
-                if isinstance(event, TurnEnded):
-                    return attrs.evolve(event.record, cursor=log.last_cursor())
-                if isinstance(event, CallbackOpened):
-                    waiter.handle(event.callback)
+                for event in await log.read_page(delivered + 1):
+                    delivered += 1
+                    if event.turn_id != turn.id:
+                        continue
+                    event = _event_for_reader(event, wanted)
+                    if on_event is not None:
+                        await invoke(on_event, event)
+                    if delivered <= position:
+                        continue
+                    if isinstance(event, TurnEnded):
+                        return attrs.evolve(event.record, cursor=log.last_cursor())
+                    if isinstance(event, CallbackOpened):
+                        waiter.handle(event.callback)
             position = max(position, delivered)
             waiter.settle()
             if waiter.blocked and not waiter.watched:
@@ -535,13 +536,13 @@ class Turn:
         output_type = self._session._agent.output_type
         while True:
             while position < log.visible:
-                position += 1
-                event = log.event(position)
-                if event.turn_id != turn.id:
-                    continue
-                yield _event_for_reader(event, output_type)
-                if isinstance(event, TurnEnded):
-                    return
+                for event in await log.read_page(position + 1):
+                    position += 1
+                    if event.turn_id != turn.id:
+                        continue
+                    yield _event_for_reader(event, output_type)
+                    if isinstance(event, TurnEnded):
+                        return
             if turn.end_seq is not None and position >= turn.end_seq:
                 return  # the position was at or past its end
             if log.finished(position):

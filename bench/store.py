@@ -12,10 +12,12 @@ Prints one JSON line per figure:
 - ``append_concurrent``: 100 sessions at once; each appends a turn's worth of events (10)
   and waits for their acknowledgement, again and again. Every caller is acknowledged only
   after its events are committed; concurrent callers share commits.
-- ``load``: a reopened store reads a session's events back from disk into event objects,
-  as ``agent.session(id)`` does once in a new process.
-- ``replay``: a reader replays the session's log from its start with
-  ``session.iter_events()``, as readers do.
+- ``replay``: in a new runtime on the file, a reader replays the session's whole log from
+  its start with ``session.iter_events()``: the session is opened, and every event is read
+  back from disk, a page at a time, and decoded.
+- ``replay_live``: a reader replays the events a runtime holds in memory (a session it
+  runs on ``":memory:"``; on SQLite, a runtime holds the last few thousand events of each
+  session), as readers following a live session do.
 - ``bytes_per_event``: the database file's size (after a checkpoint) over the events in it.
 
 The events are those of real turns: a user message, a tool call and its result, the answer.
@@ -145,33 +147,55 @@ async def append_concurrent(path: str, n: int) -> float:
     return rounds * CONCURRENT * PER_ACK / seconds
 
 
-async def replay(path: str) -> tuple[float, int]:
-    store = agentlib.SQLiteStore(path)
-    async with trio.open_nursery() as nursery:
-        await store.open(nursery.start_soon)
-        start = time.perf_counter()
-        stored = await store.load("single")
-        seconds = time.perf_counter() - start
-        await store.aclose()
-    assert stored is not None
-    return len(stored.events) / seconds, len(stored.events)
-
-
-async def replay_api(path: str, n: int) -> float:
-    """Events per second a reader gets from ``session.iter_events()``, the session read."""
+async def replay(path: str, n: int) -> float:
+    """Events per second a reader gets from ``session.iter_events()`` in a new runtime: all
+    of them read back from disk."""
     agent = agentlib.Agent("bench", model=agentlib.ScriptedModel([]))
     async with agentlib.open_runtime(f"sqlite:///{path}"):
-        events = agent.session("single").iter_events()
-        await events.__anext__()  # reads the session from disk
         start = time.perf_counter()
-        count = 1
-        async for _ in events:
-            count += 1
-            if count == n:
-                break
+        count = 0
+        async with contextlib.aclosing(agent.session("single").iter_events()) as events:
+            async for _ in events:
+                count += 1
+                if count == n:
+                    break
         seconds = time.perf_counter() - start
-        await events.aclose()
     return count / seconds
+
+
+async def replay_live(turns: int) -> tuple[float, int]:
+    """Events per second a reader gets from ``session.iter_events()`` of the events its
+    runtime holds: a session that just ran ``turns`` turns (tool call, then answer)."""
+
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return "sunny"
+
+    steps: list[Any] = []
+    for _ in range(turns):
+        steps += [
+            agentlib.ModelReply(
+                tool_calls=[agentlib.ToolCallRequest(name="weather", arguments={"city": "Paris"})]
+            ),
+            "It is sunny.",
+        ]
+    agent = agentlib.Agent(
+        "bench", model=agentlib.ScriptedModel(steps), tools=[agentlib.tool(weather)]
+    )
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        for _ in range(turns):
+            await session.run("What is the weather in Paris?")
+        last = (await session.run("bye")).cursor  # type: ignore[union-attr]
+        start = time.perf_counter()
+        count = 0
+        async with contextlib.aclosing(session.iter_events()) as events:
+            async for event in events:
+                count += 1
+                if event.id == last:
+                    break
+        seconds = time.perf_counter() - start
+    return count / seconds, count
 
 
 def bytes_per_event(path: str) -> float:
@@ -195,9 +219,9 @@ def main() -> int:
             events_per_ack=PER_ACK,
             events_per_s=trio.run(append_concurrent, path, args.n),
         )
-        per_second, count = trio.run(replay, path)
-        emit(mode="load", n=count, events_per_s=per_second)
-        emit(mode="replay", n=count, events_per_s=trio.run(replay_api, path, count))
+        emit(mode="replay", n=args.n, events_per_s=trio.run(replay, path, args.n))
+        per_second, count = trio.run(replay_live, max(1, args.n // 10_000) * 100)
+        emit(mode="replay_live", n=count, events_per_s=per_second)
         emit(mode="bytes_per_event", bytes=bytes_per_event(path))
     return 0
 

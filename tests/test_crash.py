@@ -231,9 +231,10 @@ def check_file(path: Path, acks: Acks, *, all_ended: bool = False) -> dict[tuple
                 acks.stored_turn_keys[tried] = keys[tried]
         for session_id in sessions:
             events = [
-                (seq, json.loads(data))
-                for seq, data in db.execute(
-                    "SELECT seq, data FROM events WHERE session_id = ? ORDER BY seq",
+                (row[0], _stored_event(session_id, *row))
+                for row in db.execute(
+                    "SELECT seq, type, turn_id, id, data FROM events WHERE session_id = ?"
+                    " ORDER BY seq",
                     (session_id,),
                 )
             ]
@@ -253,6 +254,28 @@ def check_file(path: Path, acks: Acks, *, all_ended: bool = False) -> dict[tuple
     return {turn: _expected_after_crash(turn, steps) for turn in steps}
 
 
+_CARRIED = {"turn_started": "message", "entry_added": "entry", "entry_completed": "entry"}
+
+
+def _stored_event(
+    session_id: str, seq: int, kind: str, turn_id: str | None, event_id: str | None, data: str
+) -> dict[str, Any]:
+    """An event's JSON, from the columns of its row (its id is its cursor when NULL)."""
+    assert event_id is None, f"event {seq} of {session_id} has an id other than its cursor"
+    fields = json.loads(data)
+    if kind in _CARRIED:  # the entry alone; a NULL turn_id is the entry's
+        if turn_id is None:
+            turn_id = fields["turn_id"]
+        fields = {_CARRIED[kind]: fields}
+    return {
+        "type": kind,
+        "id": cursor(session_id, seq),
+        "session_id": session_id,
+        "turn_id": turn_id,
+        **fields,
+    }
+
+
 def _check_log(
     session_id: str,
     events: list[tuple[int, dict[str, Any]]],
@@ -266,9 +289,6 @@ def _check_log(
     there. Returns the unended turn's stored tool step."""
     label = f"session {session_id}"
     assert [seq for seq, _ in events] == list(range(1, len(events) + 1)), f"{label}: a gap"
-    for seq, event in events:
-        assert event["id"] == cursor(session_id, seq), label
-        assert event["session_id"] == session_id, label
     unended = {}
     position = 1
     for index, (turn_id, first_seq, record, step) in enumerate(turns):

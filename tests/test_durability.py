@@ -1119,6 +1119,98 @@ async def test_a_turn_with_more_events_than_the_retention_still_reads_its_end(
     assert two.text == "a2"
 
 
+# --- 5b. long logs ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readers read 3 events from the store at a time, and a log holds 8 events at most
+    (then 4): a few turns make a long log."""
+    monkeypatch.setattr(agentlib._engine._log, "_PAGE", 3)
+    monkeypatch.setattr(agentlib._engine._log, "_HELD_MAX", 8)
+    monkeypatch.setattr(agentlib._engine._log, "_HELD_KEEP", 4)
+
+
+async def turn_events(turn: agentlib.Turn) -> list[agentlib.Event]:
+    with trio.fail_after(WAIT):
+        async with aclosing(turn.iter_events()) as events:
+            return [event async for event in events]
+
+
+async def test_long_logs_are_read_back_whole_a_page_at_a_time(
+    store: StoreFor, small_pages: None
+) -> None:
+    """A log lets go of its old durable events, and a reopened session holds none: readers
+    read them back from the store, in pages, the same as they were."""
+    agent = Agent("talker", model=ScriptedModel([f"a{n}" for n in range(1, 7)]))
+    async with agentlib.open_runtime(store()):
+        session = await agent.start_session()
+        records = [await session.run(f"m{n}") for n in range(1, 6)]
+        last = records[-1].cursor or ""
+        live = await events_through(session, last)
+        assert [seq(event.id) for event in live] == list(range(1, seq(last) + 1))
+        ended = [event.record for event in live if isinstance(event, TurnEnded)]
+        assert ended == records
+        first_turn = await turn_events(session.turn(records[0].turn_id))
+        assert first_turn == [event for event in live if event.turn_id == records[0].turn_id]
+        delivered: list[agentlib.Event] = []
+        second = await session.turn(records[1].turn_id).result(on_event=delivered.append)
+        assert attrs.evolve(second, cursor=None) == attrs.evolve(records[1], cursor=None)
+        assert delivered == [event for event in live if event.turn_id == records[1].turn_id]
+
+    async with agentlib.open_runtime(store()):
+        again = agent.session(session.id)
+        assert await events_through(again, last) == live
+        assert (
+            await events_after(again, records[2].cursor or "", last)
+            == (live[seq(records[2].cursor) :])
+        )
+        assert await turn_events(again.turn(records[3].turn_id)) == [
+            event for event in live if event.turn_id == records[3].turn_id
+        ]
+        six = await again.run("m6")  # the reopened log goes on after the stored events
+        assert isinstance(six, Completed)
+        assert six.text == "a6"
+        more = await events_after(again, last, six.cursor or "")
+        assert seq(more[0].id) == seq(last) + 1
+        assert more[-1] == TurnEnded(
+            id=six.cursor or "", session_id=session.id, turn_id=six.turn_id, record=six
+        )
+
+
+async def test_a_reader_whose_next_page_was_pruned_meanwhile_loses_observation(
+    store: StoreFor, small_pages: None
+) -> None:
+    """A reader reading old events back from the store, page by page, while retention
+    prunes them: the events of the page it read come, then ObservationLost names the
+    cursor to resume after."""
+    agent = Agent("talker", model=ScriptedModel([f"a{n}" for n in range(1, 5)]))
+    async with agentlib.open_runtime(store()):
+        session = await agent.start_session()
+        for n in (1, 2, 3):
+            await session.run(f"m{n}")
+
+    async with agentlib.open_runtime(store(), event_retention=10):
+        again = agent.session(session.id)
+        seen: list[agentlib.Event] = []
+
+        async def read_on(events: AsyncIterator[agentlib.Event]) -> None:
+            async for event in events:
+                seen.append(event)
+
+        with trio.fail_after(WAIT):
+            async with aclosing(again.iter_events()) as events:
+                seen.append(await events.__anext__())  # reads the page of events 1 to 3
+                four = await again.run("m4")  # prunes all but the last 10 events
+                with pytest.raises(ObservationLost) as lost:
+                    await read_on(events)
+        assert [seq(event.id) for event in seen] == [1, 2, 3]
+        resume = lost.value.cursor
+        assert resume == f"{session.id}:{seq(four.cursor) - 10:012d}"
+        kept = await events_after(again, resume, four.cursor or "")
+        assert len(kept) == 10
+
+
 # --- 6. leases ------------------------------------------------------------------------------------
 
 

@@ -1,7 +1,8 @@
-"""A session's event log in memory: append, read from a cursor, wait for what comes next."""
+"""A session's event log: append, read from a cursor, wait for what comes next."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
@@ -18,18 +19,45 @@ def format_cursor(session_id: str, seq: int) -> str:
     return f"{session_id}:{seq:012d}"
 
 
+#: How a log reads events it no longer holds: (after seq, how many) -> the events after.
+ReadEvents = Callable[[int, int], Awaitable[Sequence[Event]]]
+
+#: With a store to read them back from, a log holds at most _HELD_MAX events in memory; past
+#: it, it lets go of the oldest durable ones down to _HELD_KEEP.
+_HELD_MAX = 4_000
+_HELD_KEEP = 2_000
+
+#: How many events a reader reads from the store at a time.
+_PAGE = 1_000
+
+
 class EventLog:
     """The events of one session, in order, numbered from 1 (their seq).
 
     Readers see the events the store has made durable (``visible``): an event a reader got
-    is never lost. Old events may be pruned: ``first_seq`` is the oldest one still held.
+    is never lost. Old events may be pruned: ``first_seq`` is the oldest one still kept.
+
+    With a durable store (``read``), the log holds the recent events only (from
+    ``held_from``): the others, in the store, are read back a page at a time for the readers
+    that ask. A session read back from the store holds none of its old events.
     """
 
-    def __init__(self, session_id: str, *, first_seq: int = 1) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        first_seq: int = 1,
+        stored_seq: int | None = None,
+        read: ReadEvents | None = None,
+    ) -> None:
         self.session_id = session_id
         self._events: list[Event] = []
-        self.first_seq = first_seq  # the seq of _events[0]
-        self.visible = first_seq - 1  # the seq of the last durable event
+        self.first_seq = first_seq  # the oldest event kept (in memory or in the store)
+        self.held_from = first_seq  # the seq of _events[0]: the older ones are in the store
+        if stored_seq is not None:  # events up to stored_seq are in the store
+            self.held_from = max(first_seq, stored_seq + 1)
+        self._read = read
+        self.visible = self.held_from - 1  # the seq of the last durable event
         self.closed = False
         self._changed = trio.Event()
         self._waiting = 0  # readers waiting on _changed
@@ -37,7 +65,7 @@ class EventLog:
 
     @property
     def last_seq(self) -> int:
-        return self.first_seq - 1 + len(self._events)
+        return self.held_from - 1 + len(self._events)
 
     def next_id(self) -> str:
         """The id the next appended event must have."""
@@ -55,21 +83,47 @@ class EventLog:
         if seq > self.visible:
             self.visible = seq
             self._wake()
+            if self._read is not None and len(self._events) > _HELD_MAX:
+                # The oldest are durable: readers that want them read them back.
+                drop = min(len(self._events) - _HELD_KEEP, self.visible - self.held_from + 1)
+                if drop > 0:
+                    del self._events[:drop]
+                    self.held_from += drop
 
-    def event(self, seq: int) -> Event:
-        """The event ``seq``.
+    def held(self, seq: int) -> Event | None:
+        """The event ``seq`` if the log holds it; None if only the store does.
 
         Raises:
             ObservationLost: It was pruned; the error names the cursor to resume after.
         """
-        index = seq - self.first_seq
-        if index < 0:
-            raise ObservationLost(
-                f"event {seq} of session {self.session_id} was pruned (only events from "
-                f"{self.first_seq} on are kept); resume after cursor {self.resume_cursor}",
-                cursor=self.resume_cursor,
-            )
-        return self._events[index]
+        if seq < self.first_seq:
+            raise self._lost(seq)
+        if seq < self.held_from:
+            return None
+        return self._events[seq - self.held_from]
+
+    async def read_page(self, seq: int) -> Sequence[Event]:
+        """Visible events from ``seq`` on (at least one, if ``seq`` is visible): those the
+        log holds, or a page read from the store.
+
+        Raises:
+            ObservationLost: ``seq`` was pruned, also while it was being read.
+        """
+        event = self.held(seq)
+        if event is not None:
+            return self._events[seq - self.held_from : self.visible - self.held_from + 1]
+        assert self._read is not None, "a log without a store holds every event"
+        page = await self._read(seq - 1, min(_PAGE, self.held_from - seq))
+        if seq < self.first_seq or not page or page[0].id != format_cursor(self.session_id, seq):
+            raise self._lost(max(seq, self.first_seq))  # pruned meanwhile
+        return page
+
+    def _lost(self, seq: int) -> ObservationLost:
+        return ObservationLost(
+            f"event {seq} of session {self.session_id} was pruned (only events from "
+            f"{self.first_seq} on are kept); resume after cursor {self.resume_cursor}",
+            cursor=self.resume_cursor,
+        )
 
     @property
     def resume_cursor(self) -> str:
@@ -78,9 +132,13 @@ class EventLog:
 
     def prune(self, before_seq: int) -> None:
         """Forget the events before ``before_seq``."""
-        drop = max(0, min(before_seq - self.first_seq, len(self._events)))
+        first = min(before_seq, self.last_seq + 1)
+        if first <= self.first_seq:
+            return
+        drop = max(0, min(first - self.held_from, len(self._events)))
         del self._events[:drop]
-        self.first_seq += drop
+        self.held_from += drop
+        self.first_seq = first
 
     def close(self) -> None:
         """No event will follow: readers stop once they have read everything."""

@@ -11,7 +11,6 @@ from .._errors import SessionNotFoundError
 from .._records import Interrupted, UnknownOutcome
 from .._store._base import StoredSession
 from ._core import PendingCallback, SessionCore, TurnCore
-from ._log import EventLog
 from ._loop import _Call, run_turn
 from ._runtime import not_found
 
@@ -166,10 +165,8 @@ def _agents(
 
 def _core(runtime: Runtime, node: StoredSession, agent: Agent) -> SessionCore:
     row = node.row
-    log = EventLog(row.session_id, first_seq=node.first_seq)
-    for event in node.events:
-        log.append(event)
-    log.visible = log.last_seq
+    # The stored events stay in the store: readers read them back a page at a time.
+    log = runtime.event_log(row.session_id, first_seq=node.first_seq, stored_seq=node.last_seq)
     core = SessionCore(
         id=row.session_id,
         agent=agent,

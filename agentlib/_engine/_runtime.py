@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -112,7 +113,7 @@ class Runtime:
             id=session_id,
             agent=agent,
             runtime=self,
-            log=EventLog(session_id),
+            log=self.event_log(session_id),
             idempotency_key=key,
             inputs=dict(inputs),
         )
@@ -153,6 +154,15 @@ class Runtime:
             await self.store.acquire([core.id], self.owner, self.lease_seconds)
         await self.store.flush()
         return core
+
+    def event_log(
+        self, session_id: str, *, first_seq: int = 1, stored_seq: int | None = None
+    ) -> EventLog:
+        """A session's log; with a durable store, it reads back the events it lets go of."""
+        read = None
+        if self.store.durable:
+            read = functools.partial(self.store.read_events, session_id)
+        return EventLog(session_id, first_seq=first_seq, stored_seq=stored_seq, read=read)
 
     def core(self, session_id: str) -> SessionCore:
         """The live state of a session this runtime holds.

@@ -136,7 +136,7 @@ class StoredSession:
 
     row: SessionRow
     first_seq: int  # the seq of its first event still stored (older ones were pruned)
-    events: Sequence[Event]
+    last_seq: int  # the seq of its last event (first_seq - 1 if none): read_events reads them
     entries: Sequence[Entry]
     turns: Sequence[TurnRow]
     steps: dict[str, Any]

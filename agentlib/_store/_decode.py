@@ -8,7 +8,6 @@ of a later version, say) goes to the converter, which reads everything.
 
 from __future__ import annotations
 
-import json
 import types
 import typing
 from collections.abc import Callable
@@ -26,37 +25,15 @@ Decoder = Callable[[Any], Any]
 _DECODERS: dict[Any, Decoder] = {}
 
 
-@attrs.frozen
-class _Known:
-    """A value decoded before, standing in for its JSON."""
-
-    value: Any
-
-
-def reader(tp: Any) -> Callable[[str], Any]:
-    """A function reading JSON a store wrote as an instance of ``tp``, for one read of a
-    log: an entry that several events hold (EntryAdded, EntryCompleted...) is decoded once.
-    """
+def reader(tp: Any) -> Callable[[Any], Any]:
+    """A function building an instance of ``tp`` from the JSON value a store wrote (parsed)."""
     fast = _decoder(tp)
-    entries: dict[str, tuple[Any, Any]] = {}  # entry id -> (its JSON, the entry)
 
-    def read(text: str) -> Any:
-        data = json.loads(text)
-        key = "entry" if "entry" in data else "message" if "message" in data else None
-        raw = data.get(key) if key is not None else None
-        if isinstance(raw, dict):
-            known = entries.get(raw.get("id", ""))
-            if known is not None and known[0] == raw:
-                data[key] = _Known(known[1])
+    def read(data: Any) -> Any:
         try:
-            value = fast(data)
+            return fast(data)
         except Exception:  # not what this version writes: the converter reads anything
-            if isinstance(raw, dict):
-                data[key] = raw
             return structure(data, tp)
-        if isinstance(raw, dict) and key is not None:
-            entries[raw.get("id", "")] = (raw, getattr(value, key))
-        return value
 
     return read
 
@@ -68,7 +45,15 @@ def _identity(value: Any) -> Any:
 def _decoder(tp: Any) -> Decoder:
     known = _DECODERS.get(tp)
     if known is None:
-        known = _DECODERS[tp] = _build(tp)
+        # While it is built, a type that refers to itself finds this stand-in.
+        made: list[Decoder] = []
+        _DECODERS[tp] = lambda value: made[0](value)
+        try:
+            made.append(_build(tp))
+        except BaseException:
+            del _DECODERS[tp]
+            raise
+        known = _DECODERS[tp] = made[0]
     return known
 
 
@@ -107,12 +92,11 @@ def _union(members: tuple[Any, ...]) -> Decoder:
             if tag is not None:
                 table[tag] = _decoder(member)
 
+        # An unknown tag raises KeyError: the converter reads the value.
         def inner(value: Any) -> Any:
-            if type(value) is _Known:
-                return value.value
             if context is not None and value.get("role") == "context":
                 return context(value)
-            return table[value["type"]](value)  # an unknown tag: KeyError, to the converter
+            return table[value["type"]](value)
 
     if not optional:
         return inner
@@ -123,17 +107,18 @@ def _union(members: tuple[Any, ...]) -> Decoder:
 
 def _attrs_class(cls: type[Any]) -> Decoder:
     if tag_of(cls) is None and any(field.name == "raw" for field in attrs.fields(cls)):
-        raise TypeError(f"{cls.__name__} keeps unknown fields: the converter reads it")
-    compiled: list[Decoder] = []
+        return _refuse(f"{cls.__name__} keeps unknown fields: the converter reads it")
+    try:
+        return _compile(cls)
+    except TypeError as error:  # a type it cannot write out: the converter reads it
+        return _refuse(str(error))
 
-    def build(value: Any) -> Any:
-        if type(value) is _Known:
-            return value.value
-        if not compiled:  # on first use: classes may refer to each other
-            compiled.append(_compile(cls))
-        return compiled[0](value)
 
-    return build
+def _refuse(message: str) -> Decoder:
+    def refuse(value: Any) -> Any:
+        raise TypeError(message)
+
+    return refuse
 
 
 def _compile(cls: type[Any]) -> Decoder:

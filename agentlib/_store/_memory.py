@@ -107,7 +107,7 @@ class MemoryStore(Store):
         return StoredSession(
             row=session.row,
             first_seq=session.first_seq,
-            events=tuple(session.events),
+            last_seq=session.first_seq - 1 + len(session.events),
             entries=tuple(session.entries),
             turns=tuple(session.turns.values()),
             steps={turn: step for turn, step in session.steps.items() if step is not None},

@@ -39,7 +39,7 @@ from ._base import (
     StoreError,
     TurnRow,
 )
-from ._decode import reader
+from ._rows import EventRows
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "StoreError", "StoreSchemaError"]
 
@@ -65,6 +65,9 @@ CREATE INDEX sessions_by_parent ON sessions (parent_id);
 CREATE TABLE events (
     session_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    turn_id TEXT,
+    id TEXT,
     data TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
@@ -108,7 +111,10 @@ CREATE TABLE keys (
 """
 
 
-_INSERT_EVENT = "INSERT INTO events (session_id, seq, data) VALUES (?, ?, ?)"
+_INSERT_EVENT = (
+    "INSERT INTO events (session_id, seq, type, turn_id, id, data) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM events WHERE session_id = ?"
 
 
 class StoreSchemaError(StoreError):
@@ -131,7 +137,8 @@ class SQLiteStore(Store):
         self.path = path
         self._clock = clock
         self._queue: list[Op] = []
-        self._payloads: list[str] = []  # the JSON of the queued events, in order
+        self._rows = EventRows()  # the writer's
+        self._payloads: list[Any] = []  # the rows of the queued events and entries, in order
         self._queued = 0  # writes made so far
         self._done = 0  # writes committed so far
         self._wake = trio.Event()
@@ -215,10 +222,13 @@ class SQLiteStore(Store):
 
     def write(self, op: Op) -> None:
         self._queue.append(op)
+        # Events and entries are serialized here, in the runtime's thread, while the writer's
+        # thread spends its time in SQLite (which lets go of the GIL): the two cores work at
+        # once.
         if isinstance(op, EventRow):
-            # Serialized here, in the runtime's thread, while the writer's thread spends its
-            # time in SQLite (which lets go of the GIL): the two cores work at once.
-            self._payloads.append(_dump(op.event))
+            self._payloads.append(self._rows.row(op.session_id, op.seq, op.event))
+        elif isinstance(op, EntryRow):
+            self._payloads.append(self._rows.entry_json(op.entry))
         self._queued += 1
         self._wake.set()
 
@@ -269,21 +279,27 @@ class SQLiteStore(Store):
         finally:
             self._stopped.set()
 
-    def _commit(self, group: Sequence[Op], payloads: Sequence[str]) -> None:
+    def _commit(self, group: Sequence[Op], payloads: Sequence[Any]) -> None:
         writer = self._writer
         assert writer is not None
         writer.execute("BEGIN IMMEDIATE")
         try:
-            events: list[tuple[str, int, str]] = []  # runs of events go in one executemany
+            events: list[Any] = []  # runs of events go in one executemany
             payload = iter(payloads)
             for op in group:
                 if isinstance(op, EventRow):
-                    events.append((op.session_id, op.seq, next(payload)))
+                    events.append(next(payload))
                     continue
                 if events:
                     writer.executemany(_INSERT_EVENT, events)
                     events.clear()
-                self._apply(writer, op)
+                if isinstance(op, EntryRow):
+                    writer.execute(
+                        "INSERT INTO entries (session_id, idx, data) VALUES (?, ?, ?)",
+                        (op.session_id, op.index, next(payload)),
+                    )
+                else:
+                    self._apply(writer, op)
             if events:
                 writer.executemany(_INSERT_EVENT, events)
             writer.execute("COMMIT")
@@ -293,12 +309,7 @@ class SQLiteStore(Store):
             raise
 
     def _apply(self, db: sqlite3.Connection, op: Op) -> None:
-        if isinstance(op, EntryRow):
-            db.execute(
-                "INSERT INTO entries (session_id, idx, data) VALUES (?, ?, ?)",
-                (op.session_id, op.index, _dump(op.entry)),
-            )
-        elif isinstance(op, TurnRow):
+        if isinstance(op, TurnRow):
             db.execute(
                 "INSERT INTO turns (session_id, turn_id, first_seq, output_type, record)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, turn_id)"
@@ -404,13 +415,10 @@ class SQLiteStore(Store):
             if row is None:
                 return None
             agent, parent_id, parent_turn_id, key, inputs, terminated, first_seq = row
-            read_event, read_entry = reader(Event), reader(Entry)
-            events: list[Event] = [
-                read_event(data)
-                for (data,) in db.execute(
-                    "SELECT data FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
-                )
-            ]
+            (last_seq,) = db.execute(
+                "SELECT max(seq) FROM events WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            read_entry = EventRows().entry
             entries: list[Entry] = [
                 read_entry(data)
                 for (data,) in db.execute(
@@ -480,7 +488,7 @@ class SQLiteStore(Store):
                 bool(terminated),
             ),
             first_seq=first_seq,
-            events=events,
+            last_seq=first_seq - 1 if last_seq is None else last_seq,
             entries=entries,
             turns=turns,
             steps=steps,
@@ -503,12 +511,11 @@ class SQLiteStore(Store):
     async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
         def read() -> list[Event]:
             with self._reading() as db:
-                rows = db.execute(
-                    "SELECT data FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                found = db.execute(
+                    _SELECT_EVENTS + " AND seq > ? ORDER BY seq LIMIT ?",
                     (session_id, after, limit),
                 ).fetchall()
-            read = reader(Event)
-            return [read(data) for (data,) in rows]
+            return EventRows().events(session_id, found)
 
         return await self._in_thread(read)
 
