@@ -66,6 +66,7 @@ from agentlib import (
     SignInAnswer,
     SQLiteStore,
     Store,
+    StoreError,
     StoreSchemaError,
     Tool,
     ToolCallRequest,
@@ -1335,6 +1336,41 @@ async def test_a_stalled_runtime_lets_go_of_a_session_taken_over(
                     except SessionBusyError:
                         break
                     await trio.sleep(5)
+            await turn.answer(approval.id, AllowApproval())
+            with trio.fail_after(1_000):
+                record = await turn.result()
+            assert isinstance(record, Completed)
+            assert record.text == "done: deleted /tmp/x"
+    assert runs == ["/tmp/x"]
+
+
+async def test_a_stalled_runtime_writes_nothing_to_a_session_taken_over(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    """Runtime 2 takes over runtime 1's blocked turn (runtime 1 stopped renewing, as far as
+    the wall clock says); before runtime 1's next renewal, a caller answers the approval
+    through runtime 1. Its store refuses the write: the answer fails with a StoreError that
+    says why, and the tool does not run there. Runtime 2 runs the turn to its end."""
+    mock_clock.autojump_threshold = 0.05  # see the test above
+    path = str(tmp_path / "s.db")
+    runs: list[str] = []
+
+    class Clock:
+        now = time.time() + 3600  # runtime 1 stopped renewing an hour ago
+
+        def __call__(self) -> float:
+            return self.now
+
+    async with agentlib.open_runtime(SQLiteStore(path), lease_seconds=30):
+        session = await approval_agent(runs).start_session()
+        blocked = await session.run("clean up")
+        approval = only_callback(blocked, OpenApproval)
+        async with agentlib.open_runtime(SQLiteStore(path, clock=Clock()), lease_seconds=30):
+            turn = approval_agent(runs).session(session.id).turn(blocked.turn_id)
+            assert await turn.get() == blocked  # taken over
+            with pytest.raises(StoreError, match="now run by another runtime"):
+                await session.turn(blocked.turn_id).answer(approval.id, AllowApproval())
+            assert runs == []
             await turn.answer(approval.id, AllowApproval())
             with trio.fail_after(1_000):
                 record = await turn.result()

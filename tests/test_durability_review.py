@@ -798,7 +798,7 @@ async def test_two_live_runtimes_on_one_memory_store_both_work() -> None:
 
 
 class SlowRenewal(SQLiteStore):
-    """Its second ``acquire`` (the first renewal) is under way when ``renewing`` is set,
+    """Its first renewal (after one ``acquire``) is under way when ``renewing`` is set,
     and goes on whatever happens meanwhile, as one whose worker thread is running would: it
     waits until the block is being left (``leaving``) and the close either waits on it or
     has released the leases, then renews. The store stays open until it has."""
@@ -814,17 +814,21 @@ class SlowRenewal(SQLiteStore):
 
     async def acquire(self, session_ids: Any, owner: str, seconds: float) -> None:
         self.calls += 1
+        await super().acquire(session_ids, owner, seconds)
+
+    async def renew(self, session_ids: Any, owner: str, seconds: float) -> list[str]:
+        self.calls += 1
         if self.calls != 2:
-            await super().acquire(session_ids, owner, seconds)
-            return
+            return await super().renew(session_ids, owner, seconds)
         self.renewing.set()
         with trio.CancelScope(shield=True):
             await self.leaving.wait()
             await trio.testing.wait_all_tasks_blocked()
             if self.releasing:
                 await self.released.wait()
-            await super().acquire(session_ids, owner, seconds)
+            lost = await super().renew(session_ids, owner, seconds)
         self.renewed.set()
+        return lost
 
     async def release(self, session_ids: Any, owner: str) -> None:
         self.releasing = True
@@ -892,7 +896,7 @@ async def test_a_runtime_cancelled_from_outside_closes(any_store: StoreFor) -> N
 
 
 class LockedOnRenewal(SQLiteStore):
-    """Every ``acquire`` after the first fails: the database is locked."""
+    """Every renewal fails: the database is locked."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
@@ -900,9 +904,11 @@ class LockedOnRenewal(SQLiteStore):
 
     async def acquire(self, session_ids: Any, owner: str, seconds: float) -> None:
         self.calls += 1
-        if self.calls > 1:
-            raise sqlite3.OperationalError("database is locked")
         await super().acquire(session_ids, owner, seconds)
+
+    async def renew(self, session_ids: Any, owner: str, seconds: float) -> list[str]:
+        self.calls += 1
+        raise sqlite3.OperationalError("database is locked")
 
 
 async def test_an_error_renewing_a_lease_does_not_crash_the_runtime(

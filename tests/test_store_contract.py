@@ -39,6 +39,7 @@ from agentlib import (
     SdkError,
     SQLiteStore,
     Store,
+    StoreError,
     StoreSchemaError,
     TextContentBlock,
     ToolCallEntry,
@@ -777,6 +778,67 @@ async def test_sqlite_leases_hold_across_store_objects(db_path: Path, clock: Fak
         await theirs.acquire([session], "B", 30)
         with pytest.raises(LeaseRefused):
             await mine.acquire([session], "A", 30)
+
+
+async def test_renewing_leases(store: Store, clock: FakeClock) -> None:
+    """A renewal extends the owner's leases at once, and names those another owner took
+    over, which stay that owner's."""
+    one, two, unleased = new_id(), new_id(), new_id()
+    async with opened(store):
+        for session in (one, two, unleased):
+            store.write(SessionRow(session, "agent"))
+        await store.flush()
+        await store.acquire([one, two], "A", 30)
+
+        clock.now += 20
+        assert await store.renew([one, two, unleased], "A", 30) == []
+        clock.now += 29  # 49 s after the first lease: renewed, so held
+        with pytest.raises(LeaseRefused):
+            await store.acquire([one], "B", 30)
+        with pytest.raises(LeaseRefused):
+            await store.acquire([unleased], "B", 30)  # a renewal takes an unleased one
+
+        clock.now += 2  # past the renewed lease: A stalled
+        await store.acquire([two], "B", 30)
+        assert await store.renew([one, two, unleased], "A", 30) == [two]
+        with pytest.raises(LeaseRefused) as refused:
+            await store.acquire([two], "A", 30)
+        assert refused.value.owner == "B"
+        await store.acquire([one, unleased], "A", 30)  # still A's
+
+
+async def test_sqlite_refuses_the_writes_of_an_owner_whose_session_was_taken_over(
+    db_path: Path, clock: FakeClock
+) -> None:
+    """A runtime that stalled past its lease may write before its next renewal finds the
+    session taken over: its store refuses the write, writes nothing more, and the new
+    owner's writes are untouched."""
+    session = new_id()
+    turn = new_id()
+    events = events_of_a_turn(session, turn)
+    mine = SQLiteStore(str(db_path), clock=clock)
+    theirs = SQLiteStore(str(db_path), clock=clock)
+    async with opened(mine), opened(theirs):
+        mine.write(SessionRow(session, "agent"))
+        mine.write(EventRow(session, 1, events[0]))
+        await mine.flush()
+        await mine.acquire([session], "A", 30)
+        mine.write(EventRow(session, 2, events[1]))
+        await mine.flush()  # A holds the lease: written
+
+        clock.now += 31
+        await theirs.acquire([session], "B", 30)
+        mine.write(EventRow(session, 3, events[2]))
+        with pytest.raises(StoreError, match="now run by another runtime") as refused:
+            await mine.flush()
+        assert session in str(refused.value)
+        with pytest.raises(StoreError, match="now run by another runtime"):
+            mine.check()
+
+        theirs.write(EventRow(session, 3, events[3]))
+        await theirs.flush()
+        stored = await load(theirs, session)
+        assert await events_of(theirs, stored) == [*events[:2], events[3]]
 
 
 async def refused_open(store: Store) -> None:

@@ -225,18 +225,17 @@ class Runtime:
         with self._renewal:
             while True:
                 await trio.sleep(self.lease_seconds / 3)
-                held = [core for core in self.sessions.values() if not core.terminated]
-                for core in held:
-                    try:
-                        await self.store.acquire([core.id], self.owner, self.lease_seconds)
-                    except LeaseRefused:
-                        # Another runtime took it over (this one stalled past its lease):
-                        # this one lets it go, and leaves its turns to the new owner.
-                        self.sessions.pop(core.id, None)
-                        if core.active is not None and core.active.record is None:
-                            core.active.suspend()
-                    except Exception:  # a busy store: the next round retries
-                        continue
+                held = [core.id for core in self.sessions.values() if not core.terminated]
+                try:
+                    lost = await self.store.renew(held, self.owner, self.lease_seconds)
+                except Exception:  # a busy store: the next round retries
+                    continue
+                for session_id in lost:
+                    # Another runtime took it over (this one stalled past its lease): this
+                    # one lets it go, and leaves its turns to the new owner.
+                    core = self.sessions.pop(session_id, None)
+                    if core is not None and core.active is not None and core.active.record is None:
+                        core.active.suspend()
 
     def _stop_turns(self) -> list[TurnCore]:
         """Stop (or, with a durable store, suspend) the trees of turns still going."""

@@ -25,6 +25,7 @@ __all__ = [
     "EntryRow",
     "EventRow",
     "KeyRow",
+    "LeaseLost",
     "LeaseRefused",
     "Op",
     "PruneRow",
@@ -160,6 +161,17 @@ class LeaseRefused(Exception):
         self.until = until
 
 
+class LeaseLost(Exception):
+    """Another runtime took over a session this one leased: this one stalled past its
+    lease. Its write is refused, and the store writes nothing more."""
+
+    def __init__(self, session_id: str, owner: str | None) -> None:
+        super().__init__(
+            f"session {session_id} is now run by another runtime ({owner}): this runtime "
+            "stalled past its lease, and writes nothing more; open a new runtime on the store"
+        )
+
+
 class Store(abc.ABC):
     """Where a runtime keeps its sessions. Subclass it to keep them elsewhere.
 
@@ -190,6 +202,8 @@ class Store(abc.ABC):
     def check(self) -> None:
         """Raises:
         StoreError: The store failed; what was not acknowledged is lost."""
+        if isinstance(self.failure, LeaseLost):
+            raise StoreError(f"the store refused a write: {self.failure}")
         if self.failure is not None:
             raise StoreError(
                 f"the store failed ({self.failure}); what was not acknowledged is lost: check "
@@ -231,6 +245,20 @@ class Store(abc.ABC):
         Raises:
             LeaseRefused: Another owner's lease on one of them has not expired.
         """
+
+    async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
+        """Renew ``owner``'s leases on the sessions for ``seconds`` (at once, where the store
+        can) and return those another owner took over: they are lost to ``owner``.
+
+        This one renews them one by one; stores override it.
+        """
+        lost = []
+        for session_id in session_ids:
+            try:
+                await self.acquire([session_id], owner, seconds)
+            except LeaseRefused:
+                lost.append(session_id)
+        return lost
 
     @abc.abstractmethod
     async def release(self, session_ids: Sequence[str], owner: str) -> None:

@@ -136,6 +136,19 @@ class MemoryStore(Store):
         for session_id in session_ids:
             self._sessions[session_id].lease = (owner, now + seconds)
 
+    async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
+        now = self._clock()
+        lost = []
+        for session_id in session_ids:
+            session = self._sessions.get(session_id)
+            if session is None:
+                continue
+            if session.lease is not None and session.lease[0] != owner:
+                lost.append(session_id)  # taken over: it stays the other owner's
+            else:
+                session.lease = (owner, now + seconds)
+        return lost
+
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
         for session_id in session_ids:
             session = self._sessions.get(session_id)

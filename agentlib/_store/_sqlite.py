@@ -28,6 +28,7 @@ from ._base import (
     EntryRow,
     EventRow,
     KeyRow,
+    LeaseLost,
     LeaseRefused,
     Op,
     PruneRow,
@@ -138,6 +139,7 @@ class SQLiteStore(Store):
         self._clock = clock
         self._queue: list[Op] = []
         self._rows = EventRows()  # the writer's
+        self._held: dict[str, str] = {}  # session id -> the owner this store leased it to
         self._payloads: list[Any] = []  # the rows of the queued events and entries, in order
         self._queued = 0  # writes made so far
         self._done = 0  # writes committed so far
@@ -235,6 +237,8 @@ class SQLiteStore(Store):
     async def flush(self) -> None:
         target = self._queued
         while self._done < target:
+            if isinstance(self.failure, LeaseLost):
+                raise StoreError(f"the store {self.path} refused a write: {self.failure}")
             if self.failure is not None:
                 raise StoreError(
                     f"the store {self.path} could not commit ({self.failure}); what was not "
@@ -259,7 +263,7 @@ class SQLiteStore(Store):
                 with trio.CancelScope(shield=True):
                     try:
                         await trio.to_thread.run_sync(self._commit, group, payloads)
-                    except sqlite3.Error as error:
+                    except (sqlite3.Error, LeaseLost) as error:
                         # Every wait for the store fails from now on, with this cause; the
                         # runtime and its other tasks go on.
                         self.failure = error
@@ -284,6 +288,7 @@ class SQLiteStore(Store):
         assert writer is not None
         writer.execute("BEGIN IMMEDIATE")
         try:
+            self._fence(writer, group)
             events: list[Any] = []  # runs of events go in one executemany
             payload = iter(payloads)
             for op in group:
@@ -307,6 +312,19 @@ class SQLiteStore(Store):
             if writer.in_transaction:  # SQLite may have rolled back already (a full disk)
                 writer.execute("ROLLBACK")
             raise
+
+    def _fence(self, db: sqlite3.Connection, group: Sequence[Op]) -> None:
+        """Raises:
+        LeaseLost: Another runtime took over a session of the group (this one stalled past
+        its lease): nothing of the group is written.
+        """
+        held = self._held
+        if not held:
+            return
+        touched = list({op.session_id for op in group if op.session_id in held})
+        for session_id, holder in _owners(db, touched):
+            if holder != held.get(session_id):
+                raise LeaseLost(session_id, holder)
 
     def _apply(self, db: sqlite3.Connection, op: Op) -> None:
         if isinstance(op, TurnRow):
@@ -545,11 +563,47 @@ class SQLiteStore(Store):
                     raise
             finally:
                 db.close()
+            for session_id in session_ids:
+                self._held[session_id] = owner
 
         await self.flush()  # a new session's row must be there to hold its lease
         await self._in_thread(lease)
 
+    async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
+        def lease() -> list[str]:
+            now = self._clock()
+            db = self._connect()
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    lost = [
+                        session_id
+                        for session_id, holder in _owners(db, session_ids)
+                        if holder not in (None, owner)
+                    ]
+                    gone = set(lost)
+                    db.executemany(
+                        "UPDATE sessions SET lease_owner = ?, lease_until = ? WHERE session_id = ?",
+                        [
+                            (owner, now + seconds, session_id)
+                            for session_id in session_ids
+                            if session_id not in gone
+                        ],
+                    )
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+            finally:
+                db.close()
+            return lost  # still in _held, under this owner: the fence refuses their writes
+
+        return await self._in_thread(lease)
+
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
+        for session_id in session_ids:
+            self._held.pop(session_id, None)
+
         def free() -> None:
             db = self._connect()
             try:
@@ -562,6 +616,19 @@ class SQLiteStore(Store):
                 db.close()
 
         await self._in_thread(free)
+
+
+def _owners(db: sqlite3.Connection, session_ids: Sequence[str]) -> list[tuple[str, str | None]]:
+    """(session id, lease owner) of each of the sessions the store has."""
+    found: list[tuple[str, str | None]] = []
+    for start in range(0, len(session_ids), 500):  # SQLite allows 999 parameters at least
+        chunk = session_ids[start : start + 500]
+        found += db.execute(
+            "SELECT session_id, lease_owner FROM sessions"
+            f" WHERE session_id IN ({', '.join('?' * len(chunk))})",
+            chunk,
+        ).fetchall()
+    return found
 
 
 def _answer(data: Any) -> Any:
