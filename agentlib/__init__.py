@@ -103,6 +103,7 @@ from ._tools import Tool as Tool
 from ._tools import ToolSource as ToolSource
 from ._tools import client_tool as client_tool
 from ._tools import tool as tool
+from ._usage import Usage as Usage
 
 __version__ = "0.1.0"
 
@@ -197,6 +198,7 @@ __all__ = [
     "UnknownOutcome",
     "UnknownRecord",
     "UnsupportedSessionProcedureError",
+    "Usage",
     "ValidationError",
     "client_tool",
     "current_runtime",

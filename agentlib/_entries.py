@@ -16,6 +16,7 @@ from ._json import (
     known_tag_refused,
     raw_field,
 )
+from ._usage import Usage
 
 __all__ = [
     "ContextMessage",
@@ -36,6 +37,7 @@ class MessageEntry:
         turn_id: The turn the entry belongs to; None for imported history.
         role: ``"user"``, ``"assistant"``, ``"system"`` or ``"context"``.
         content: The message's content blocks.
+        usage: For a model's message, the tokens its reply took, if the model said.
     """
 
     type: ClassVar[str] = "message"
@@ -45,6 +47,7 @@ class MessageEntry:
     turn_id: str | None = None
     role: Literal["user", "assistant", "system", "context"] = attrs.field()
     content: tuple[ContentBlock, ...] = attrs.field(default=(), converter=_to_tuple)
+    usage: Usage | None = None
 
     @role.validator
     def _check_role(self, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -88,6 +91,8 @@ class ToolCallEntry:
         arguments: The call's arguments as the history shows them (after any hook's rewrite).
         tool_call_id: The call's id; its result carries the same one.
         tool_kind: Where the tool came from: ``"local"``, ``"client"``, ``"mcp"``...
+        usage: The tokens the model's reply took, on the first call of a reply without
+            text (a reply's text carries it otherwise), if the model said.
     """
 
     type: ClassVar[str] = "tool_call"
@@ -99,6 +104,7 @@ class ToolCallEntry:
     arguments: Any = json_field()
     tool_call_id: str
     tool_kind: str = "local"
+    usage: Usage | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -11,6 +11,7 @@ from ._callbacks import AllowApproval, Callback, DenyApproval
 from ._content import _to_tuple
 from ._entries import ToolCallEntry
 from ._json import known_tag_refused, raw_field
+from ._usage import Usage
 
 __all__ = [
     "AlreadySettled",
@@ -81,6 +82,8 @@ class Completed(_Record, Generic[OutputT]):
         output: The answer: the text, or the text structured into the output type.
         text: The answer's raw text.
         tool_calls: The tool calls this turn made, in order.
+        usage: The tokens the turn's model replies took together; None if the model
+            reported none (an offline model).
     """
 
     type: ClassVar[str] = "completed"
@@ -88,6 +91,7 @@ class Completed(_Record, Generic[OutputT]):
     output: OutputT
     text: str = ""
     tool_calls: tuple[ToolCallEntry, ...] = attrs.field(default=(), converter=_to_tuple)
+    usage: Usage | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -93,6 +93,7 @@ from agentlib import UnknownEvent as UnknownEvent
 from agentlib import UnknownOutcome as UnknownOutcome
 from agentlib import UnknownRecord as UnknownRecord
 from agentlib import UnsupportedSessionProcedureError as UnsupportedSessionProcedureError
+from agentlib import Usage as Usage
 from agentlib import ValidationError as ValidationError
 from agentlib import client_tool as client_tool
 from agentlib import current_runtime as current_runtime
@@ -198,6 +199,7 @@ __all__ = [
     "UnknownOutcome",
     "UnknownRecord",
     "UnsupportedSessionProcedureError",
+    "Usage",
     "ValidationError",
     "client_tool",
     "current_runtime",

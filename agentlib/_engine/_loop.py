@@ -27,6 +27,7 @@ from .._output import output_schema, parse_output
 from .._records import Completed, ErrorInfo, Failed, Interrupted, TurnState
 from .._store._base import StepRow
 from .._tools import Tool
+from .._usage import Usage
 from ._core import PendingCallback, SessionCore, TurnCore, interrupted
 from ._handlers import invoke
 
@@ -162,13 +163,16 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
         text = reply.text
         if text is None and streamed:
             text = "".join(streamed)
+        usage = reply.usage
         if text or streamed:
             message = MessageEntry(
                 id=entry_id,
                 turn_id=turn.id,
                 role="assistant",
                 content=(TextContentBlock(text=text or ""),),
+                usage=usage,
             )
+            usage = None  # the reply's text carries it
             if streamed:
                 session.complete_entry(message)
             else:
@@ -177,7 +181,7 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
             if turn.steered:
                 continue  # a message arrived while the model answered: it gets a step
             return _completed(turn, text or "")
-        await _run_tools(turn, reply.tool_calls)
+        await _run_tools(turn, reply.tool_calls, usage)
 
 
 def _completed(turn: TurnCore, text: str) -> TurnState[Any]:
@@ -191,7 +195,21 @@ def _completed(turn: TurnCore, text: str) -> TurnState[Any]:
         output=output,
         text=text,
         tool_calls=tuple(turn.tool_calls),
+        usage=_usage(turn),
     )
+
+
+def _usage(turn: TurnCore) -> Usage | None:
+    """The sum of the usages on the turn's entries (the last ones of the history); None
+    if none has one."""
+    total: Usage | None = None
+    for entry in reversed(turn.session.entries):
+        if entry.turn_id != turn.id:
+            break
+        usage = getattr(entry, "usage", None)
+        if usage is not None:
+            total = usage if total is None else usage + total
+    return total
 
 
 @attrs.define(eq=False)
@@ -252,7 +270,11 @@ def _save(turn: TurnCore) -> None:
         session.write(StepRow(session.id, turn.id, step))
 
 
-async def _run_tools(turn: TurnCore, requests: Sequence[ToolCallRequest]) -> None:
+async def _run_tools(
+    turn: TurnCore, requests: Sequence[ToolCallRequest], usage: Usage | None = None
+) -> None:
+    """Run the calls of a model reply; ``usage`` (the reply's, if it had no text) goes on
+    the first call's entry."""
     session = turn.session
     agent = session.agent
     calls = [
@@ -264,10 +286,11 @@ async def _run_tools(turn: TurnCore, requests: Sequence[ToolCallRequest]) -> Non
                 arguments=request.arguments,
                 tool_call_id=request.id or new_call_id(),
                 tool_kind=_kind(agent.tools_by_name.get(request.name)),
+                usage=usage if index == 0 else None,
             ),
             tool=agent.tools_by_name.get(request.name),
         )
-        for request in requests
+        for index, request in enumerate(requests)
     ]
     if agent.hooks:
         await _each(calls, functools.partial(_run_hooks, turn))

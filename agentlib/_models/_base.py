@@ -10,6 +10,7 @@ import attrs
 from .._content import _to_tuple
 from .._entries import Entry
 from .._json import check_json
+from .._usage import Usage
 
 __all__ = ["Model", "ModelReply", "ModelRequest", "TextSink", "ToolCallRequest", "ToolSchema"]
 
@@ -78,10 +79,12 @@ class ModelReply:
     Attributes:
         text: The assistant's text, or None.
         tool_calls: The tool calls to run, in order.
+        usage: The tokens the reply took, if the model says.
     """
 
     text: str | None = None
     tool_calls: tuple[ToolCallRequest, ...] = attrs.field(default=(), converter=_to_tuple)
+    usage: Usage | None = None
 
 
 @runtime_checkable
