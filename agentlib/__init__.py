@@ -76,6 +76,8 @@ from ._models._base import ModelReply as ModelReply
 from ._models._base import ModelRequest as ModelRequest
 from ._models._base import ToolCallRequest as ToolCallRequest
 from ._models._base import ToolSchema as ToolSchema
+from ._models._chat import MistralModel as MistralModel
+from ._models._chat import OpenAICompatibleModel as OpenAICompatibleModel
 from ._models._scripted import FunctionModel as FunctionModel
 from ._models._scripted import ScriptedModel as ScriptedModel
 from ._records import AlreadySettled as AlreadySettled
@@ -151,6 +153,7 @@ __all__ = [
     "KeepCallbackOpen",
     "MemoryStore",
     "MessageEntry",
+    "MistralModel",
     "Model",
     "ModelError",
     "ModelReply",
@@ -158,6 +161,7 @@ __all__ = [
     "ModifiedArguments",
     "NotFound",
     "ObservationLost",
+    "OpenAICompatibleModel",
     "OpenApproval",
     "OpenClientToolCall",
     "OpenSignIn",

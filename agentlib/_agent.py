@@ -12,6 +12,7 @@ from ._history_items import HistoryImportEntry
 from ._hooks import Hook
 from ._inputs import SessionInput, stored_inputs
 from ._models._base import Model, ToolSchema
+from ._models._chat import model_from_string
 from ._tools import Tool, ToolSource, tool
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ class Agent:
         name: The agent's name.
         instructions: What the model is told to do (the system prompt).
         model: The model that drives the agent: a :class:`Model` such as
-            :class:`ScriptedModel`.
+            :class:`ScriptedModel` or :class:`MistralModel`, or a string naming one:
+            ``"mistral:<model>"`` or ``"openai:<model>@<base_url>"``.
         tools: The tools the model may call: functions (sync or async), :func:`tool`\\ s,
             :func:`client_tool` stubs and :class:`ToolSource`\\ s.
         output_type: Structure the final answer into this type (an attrs class, a
@@ -45,7 +47,8 @@ class Agent:
     Raises:
         TypeError: A tool has no JSON schema, ``model`` is not a model, a subagent is not an
             agent, or a hook is not made with :func:`pre_tool_call`.
-        ValueError: Two tools (or a tool and a subagent) share a name, a tool outside a
+        ValueError: ``model`` is a string naming no model (or a Mistral model without an
+            API key), two tools (or a tool and a subagent) share a name, a tool outside a
             sign-in source takes ``Credentials``, ``tool_errors`` is neither value, or
             ``max_running_subagents`` is below 1.
     """
@@ -54,7 +57,7 @@ class Agent:
         self,
         name: str,
         instructions: str = "",
-        model: Model | None = None,
+        model: Model | str | None = None,
         tools: Iterable[Tool | ToolSource | Callable[..., Any]] = (),
         output_type: type[Any] | None = None,
         subagents: Sequence[Agent] = (),
@@ -66,10 +69,13 @@ class Agent:
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError("an agent needs a name, e.g. Agent(name='assistant', ...)")
+        if isinstance(model, str):
+            model = model_from_string(model)
         if model is None or not isinstance(model, Model):
             raise TypeError(
                 f"agent {name!r}: model must be a model object such as "
-                f"agentlib.ScriptedModel([...]), not {type(model).__name__}"
+                "agentlib.ScriptedModel([...]), or a string such as "
+                f"'mistral:mistral-small-latest'; not {type(model).__name__}"
             )
         if tool_errors not in ("report", "raise"):
             raise ValueError(f"tool_errors must be 'report' or 'raise', not {tool_errors!r}")

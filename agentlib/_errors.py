@@ -105,12 +105,21 @@ class ModelError(SdkError):
 
     Attributes:
         status: The HTTP status code, when the failure came from an HTTP response.
+        code: The provider's error code (e.g. Mistral's ``"3280"``), when it gave one.
         body: The start of the response body (at most 500 characters), when there was one.
     """
 
-    def __init__(self, message: str, *, status: int | None = None, body: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        body: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
         self.body = body
 
 

@@ -48,6 +48,7 @@ from agentlib import InvalidCursorError as InvalidCursorError
 from agentlib import KeepCallbackOpen as KeepCallbackOpen
 from agentlib import MemoryStore as MemoryStore
 from agentlib import MessageEntry as MessageEntry
+from agentlib import MistralModel as MistralModel
 from agentlib import Model as Model
 from agentlib import ModelError as ModelError
 from agentlib import ModelReply as ModelReply
@@ -55,6 +56,7 @@ from agentlib import ModelRequest as ModelRequest
 from agentlib import ModifiedArguments as ModifiedArguments
 from agentlib import NotFound as NotFound
 from agentlib import ObservationLost as ObservationLost
+from agentlib import OpenAICompatibleModel as OpenAICompatibleModel
 from agentlib import OpenApproval as OpenApproval
 from agentlib import OpenClientToolCall as OpenClientToolCall
 from agentlib import OpenSignIn as OpenSignIn
@@ -152,6 +154,7 @@ __all__ = [
     "KeepCallbackOpen",
     "MemoryStore",
     "MessageEntry",
+    "MistralModel",
     "Model",
     "ModelError",
     "ModelReply",
@@ -159,6 +162,7 @@ __all__ = [
     "ModifiedArguments",
     "NotFound",
     "ObservationLost",
+    "OpenAICompatibleModel",
     "OpenApproval",
     "OpenClientToolCall",
     "OpenSignIn",

@@ -39,7 +39,7 @@ class Agent:
         self,
         name: str,
         instructions: str = "",
-        model: agentlib.Model | None = None,
+        model: agentlib.Model | str | None = None,
         tools: Iterable[agentlib.Tool | agentlib.ToolSource | Callable[..., Any]] = (),
         output_type: type[Any] | None = None,
         subagents: Sequence[Agent | agentlib.Agent] = (),
@@ -66,6 +66,11 @@ class Agent:
     def name(self) -> str:
         """The agent's name."""
         return self.agent.name
+
+    @property
+    def model(self) -> agentlib.Model:
+        """The model that drives the agent."""
+        return self.agent.model
 
     def __repr__(self) -> str:
         return repr(self.agent)

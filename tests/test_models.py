@@ -317,4 +317,9 @@ async def test_any_object_with_an_async_complete_method_is_a_model() -> None:
 
 def test_an_agent_without_a_model_object_raises_type_error() -> None:
     with pytest.raises(TypeError, match="ScriptedModel"):
-        Agent("a", model="not a model")  # type: ignore[arg-type]
+        Agent("a", model=42)  # type: ignore[arg-type]
+
+
+def test_an_agent_with_a_string_naming_no_model_raises_value_error() -> None:
+    with pytest.raises(ValueError, match="'mistral:<model>'"):
+        Agent("a", model="not a model")

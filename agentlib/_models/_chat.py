@@ -1,0 +1,957 @@
+"""Models behind a chat-completions HTTP endpoint: Mistral's, and OpenAI-compatible servers'.
+
+One request per model step: the session's entries become system, user, assistant and tool
+messages; the agent's tools become JSON-schema functions; an output type becomes a
+``response_format``. The reply comes back whole, or streamed as Server-Sent Events whose
+text reaches the engine as it arrives. Connection errors, timeouts, 429 and 5xx answers are
+retried with exponential backoff and jitter (a 429's ``Retry-After`` is honoured), a bounded
+number of times; anything else raises :class:`agentlib.ModelError` at once.
+
+Requests go through one ``httpx.AsyncClient`` per trio run (connections are reused across
+steps), closed when the run ends. Cancelling the step (``interrupt``, ``cancel``) aborts the
+request in flight.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import email.utils
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+import attrs
+import httpx
+import trio
+
+from .._content import (
+    AudioContentBlock,
+    ContentBlock,
+    EmbeddedResourceContentBlock,
+    ImageContentBlock,
+    ResourceLinkContentBlock,
+    TextContentBlock,
+)
+from .._entries import ContextMessage, Entry, MessageEntry, ToolCallEntry, ToolResultEntry
+from .._errors import ModelError
+from .._usage import Usage
+from ._base import ModelReply, ModelRequest, TextSink, ToolCallRequest, ToolSchema
+
+__all__ = ["DEFAULT_TIMEOUT", "MistralModel", "OpenAICompatibleModel", "model_from_string"]
+
+#: Generation is slow: a minute or two between bytes is normal; connecting is not.
+DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=10.0)
+
+ToolChoice = Literal["auto", "none", "required"]
+
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+_MISTRAL_CALL_ID = re.compile(r"^[a-zA-Z0-9]{9}$")
+_BASE62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_EXCERPT = 500  # characters of an error body kept on ModelError
+
+
+class ChatCompletionsModel:
+    """A model behind a chat-completions endpoint. Use :class:`MistralModel` or
+    :class:`OpenAICompatibleModel`."""
+
+    #: Who answers, in messages.
+    provider: ClassVar[str] = "the model server"
+    #: Examples for the messages of bad arguments.
+    _example: ClassVar[str] = "mistral-small-latest"
+    _example_url: ClassVar[str] = "https://api.mistral.ai/v1"
+    #: How to say tool_choice="required"; the content of an assistant message of calls only.
+    _required: ClassVar[str] = "required"
+    _no_content: ClassVar[str | None] = None
+    #: What a 401 says to check.
+    _key_hint: ClassVar[str] = "the api_key"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str,
+        api_key: str | None = None,
+        stream: bool = True,
+        tool_choice: ToolChoice | str | None = None,
+        parallel_tool_calls: bool | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        max_retries: int = 3,
+        max_retry_wait: float = 60.0,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(f"{type(self).__name__} needs a model name, such as {self._example!r}")
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"base_url must be an http:// or https:// URL, such as {self._example_url!r}"
+            )
+        if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
+            raise ValueError("api_key must be a non-empty string, or None")
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError("max_retries must be an int >= 0 (0 never retries)")
+        if tool_choice is not None and not isinstance(tool_choice, str):
+            raise ValueError('tool_choice must be "auto", "none", "required" or a tool\'s name')
+        if extra_body is not None:
+            try:
+                json.dumps(dict(extra_body))
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"extra_body must be a JSON object: {error}") from None
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self.stream = stream
+        self.tool_choice = tool_choice
+        self.parallel_tool_calls = parallel_tool_calls
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.extra_body = dict(extra_body or {})
+        self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        self.max_retries = max_retries
+        self.max_retry_wait = max_retry_wait
+        self._http_client = http_client
+        self._clients: dict[trio.lowlevel.TrioToken, httpx.AsyncClient] = {}
+
+    def __repr__(self) -> str:  # never the key
+        return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
+
+    # -- the protocol ----------------------------------------------------------------------
+
+    async def complete(
+        self, request: ModelRequest, *, on_text: TextSink | None = None
+    ) -> ModelReply:
+        """Ask the endpoint for the next reply; stream its text to ``on_text``."""
+        names = _ToolNames(request.tools)
+        stream = self.stream and on_text is not None
+        body = self._body(request, names, stream=stream)
+        client = await self._client()
+        attempt = 0
+        while True:
+            try:
+                if stream:
+                    assert on_text is not None
+                    return await self._streamed(client, body, names, on_text)
+                return await self._whole(client, body, names)
+            except _Retryable as failure:  # nothing of this attempt reached the engine
+                if attempt >= self.max_retries:
+                    raise failure.error(attempt + 1) from failure.__cause__
+                wait = failure.retry_after
+                if wait is None:
+                    wait = min(8.0, 0.5 * 2**attempt) + random.uniform(0.0, 1.0)
+                elif wait > self.max_retry_wait:
+                    raise failure.error(
+                        attempt + 1,
+                        f"; it asked to retry after {wait:g} s, more than "
+                        f"max_retry_wait={self.max_retry_wait:g}",
+                    ) from failure.__cause__
+                attempt += 1
+                await trio.sleep(wait)
+
+    # -- the request -----------------------------------------------------------------------
+
+    def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
+        """The JSON body this model sends for ``request`` (to see what the endpoint gets).
+
+        Raises:
+            ModelError: ``tool_choice`` names no tool of the request.
+        """
+        return self._body(request, _ToolNames(request.tools), stream=stream)
+
+    def _body(self, request: ModelRequest, names: _ToolNames, *, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": self._messages(request, names)}
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": names.wire(tool.name),
+                        "description": tool.description,
+                        "parameters": dict(tool.parameters),
+                    },
+                }
+                for tool in request.tools
+            ]
+            if self.tool_choice is not None:
+                body["tool_choice"] = self._tool_choice(self.tool_choice, names, request.tools)
+            if self.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = self.parallel_tool_calls
+        if request.output_schema is not None:
+            schema = dict(request.output_schema)
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": _schema_name(schema), "schema": schema},
+            }
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        body["stream"] = stream
+        if stream:
+            body.update(self._stream_options())
+        body.update(self.extra_body)
+        return body
+
+    def _stream_options(self) -> dict[str, Any]:
+        return {}
+
+    def _tool_choice(
+        self, choice: str, names: _ToolNames, tools: Sequence[ToolSchema]
+    ) -> str | dict[str, Any]:
+        if choice in ("auto", "none"):
+            return choice
+        if choice == "required":
+            return self._required
+        if choice not in {tool.name for tool in tools}:
+            raise ModelError(
+                f"tool_choice names {choice!r}, which is not a tool of this agent; name one "
+                f'of {sorted(tool.name for tool in tools)}, or use "auto", "none" or "required"'
+            )
+        return {"type": "function", "function": {"name": names.wire(choice)}}
+
+    def _messages(self, request: ModelRequest, names: _ToolNames) -> list[dict[str, Any]]:
+        """The chat messages of ``request``: the instructions, then the history.
+
+        The tool calls of a model step join its assistant message (one without text if the
+        step had none), and their results follow it as tool messages.
+        """
+        messages: list[dict[str, Any]] = []
+        if request.instructions:
+            messages.append({"role": "system", "content": request.instructions})
+        unanswered: list[str] = []  # ids of the calls sent without a result so far
+        for entry in request.entries:
+            last = messages[-1] if messages else None
+            if isinstance(entry, ToolCallEntry):
+                if last is None or last["role"] != "assistant":
+                    self._close_calls(messages, unanswered)
+                    last = {"role": "assistant", "content": self._no_content}
+                    messages.append(last)
+                call_id = self._call_id(entry.tool_call_id)
+                last.setdefault("tool_calls", []).append(
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {
+                            "name": names.wire(entry.name),
+                            "arguments": json.dumps(entry.arguments, ensure_ascii=False),
+                        },
+                    }
+                )
+                unanswered.append(call_id)
+            elif isinstance(entry, ToolResultEntry):
+                call_id = self._call_id(entry.tool_call_id)
+                if call_id in unanswered:
+                    unanswered.remove(call_id)
+                messages.append(self._tool_message(entry, call_id, names))
+            else:
+                message = self._message(entry)
+                if message is not None:
+                    self._close_calls(messages, unanswered)
+                    messages.append(message)
+        self._close_calls(messages, unanswered)
+        return messages
+
+    def _close_calls(self, messages: list[dict[str, Any]], unanswered: list[str]) -> None:
+        """Calls left without a result (their turn stopped): the endpoint wants one each."""
+        for call_id in unanswered:
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "content": "(no result: the turn stopped before this call finished)",
+                }
+            )
+        unanswered.clear()
+
+    def _tool_message(
+        self, entry: ToolResultEntry, call_id: str, names: _ToolNames
+    ) -> dict[str, Any]:
+        content = _text_of(entry.content)
+        if not content and entry.structured_content is not None:
+            content = json.dumps(entry.structured_content, ensure_ascii=False)
+        return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+    def _message(self, entry: Entry) -> dict[str, Any] | None:
+        if not isinstance(entry, MessageEntry):
+            return None  # an entry of a later version: the model never saw it
+        role = "system" if isinstance(entry, ContextMessage) else entry.role
+        if role == "assistant":
+            return {"role": "assistant", "content": _text_of(entry.content)}
+        return {"role": role, "content": self._content(entry.content)}
+
+    def _content(self, blocks: Sequence[ContentBlock]) -> str | list[dict[str, Any]]:
+        parts = [part for block in blocks for part in self._parts(block)]
+        if all(part["type"] == "text" for part in parts):
+            return "".join(part["text"] for part in parts)
+        return parts
+
+    def _parts(self, block: ContentBlock) -> list[dict[str, Any]]:
+        if isinstance(block, TextContentBlock):
+            return [{"type": "text", "text": block.text}]
+        if isinstance(block, ImageContentBlock):
+            return [{"type": "image_url", "image_url": {"url": block.uri}}]
+        if isinstance(block, AudioContentBlock):
+            audio = _data_uri(block.uri)
+            if audio is not None:
+                return [self._audio_part(*audio)]
+            return [{"type": "text", "text": f"[audio: {block.uri}]"}]
+        if isinstance(block, EmbeddedResourceContentBlock):
+            if block.text is not None:
+                return [{"type": "text", "text": block.text}]
+            if block.blob is not None and (block.media_type or "").startswith("image/"):
+                uri = f"data:{block.media_type};base64,{block.blob}"
+                return [{"type": "image_url", "image_url": {"url": uri}}]
+            return [{"type": "text", "text": f"[resource: {block.uri}]"}]
+        if isinstance(block, ResourceLinkContentBlock):
+            label = block.title or block.name or block.uri
+            return [{"type": "text", "text": f"[resource link: {label} <{block.uri}>]"}]
+        return []  # a block of a later version
+
+    def _audio_part(self, media_type: str, data: str) -> dict[str, Any]:
+        audio_format = media_type.rpartition("/")[2].replace("mpeg", "mp3")
+        return {"type": "input_audio", "input_audio": {"data": data, "format": audio_format}}
+
+    def _call_id(self, call_id: str) -> str:
+        return call_id
+
+    # -- the exchange ----------------------------------------------------------------------
+
+    def _headers(self, *, stream: bool) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream" if stream else "application/json"}
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    @property
+    def url(self) -> str:
+        """Where requests go."""
+        return f"{self.base_url}/chat/completions"
+
+    async def _client(self) -> httpx.AsyncClient:
+        """The client of this trio run: made on first use, closed when the run ends."""
+        if self._http_client is not None:
+            return self._http_client
+        token = trio.lowlevel.current_trio_token()
+        client = self._clients.get(token)
+        if client is None:
+            client = httpx.AsyncClient(timeout=self.timeout)
+            self._clients[token] = client
+            trio.lowlevel.spawn_system_task(self._close_at_end, token, client)
+        return client
+
+    async def _close_at_end(
+        self, token: trio.lowlevel.TrioToken, client: httpx.AsyncClient
+    ) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:  # the run is ending: its system tasks are cancelled
+            self._clients.pop(token, None)
+            # Nothing is to be done about a socket that will not close.
+            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await client.aclose()
+
+    async def _whole(
+        self, client: httpx.AsyncClient, body: Mapping[str, Any], names: _ToolNames
+    ) -> ModelReply:
+        try:
+            response = await client.post(self.url, json=body, headers=self._headers(stream=False))
+        except httpx.TransportError as error:
+            raise self._unreachable(error) from error
+        if response.status_code != 200:
+            raise self._refusal(response.status_code, response.headers, response.text)
+        try:
+            data = response.json()
+        except ValueError:
+            raise ModelError(
+                f"{self.provider} answered with a body that is not JSON",
+                status=response.status_code,
+                body=self._excerpt(response.text),
+            ) from None
+        return self._reply(data, names)
+
+    async def _streamed(
+        self,
+        client: httpx.AsyncClient,
+        body: Mapping[str, Any],
+        names: _ToolNames,
+        on_text: TextSink,
+    ) -> ModelReply:
+        reply = _StreamedReply()
+        delivered = False  # text reached the engine: a failure from now on is not retried
+        try:
+            async with client.stream(
+                "POST", self.url, json=body, headers=self._headers(stream=True)
+            ) as response:
+                if response.status_code != 200:
+                    text = (await response.aread()).decode("utf-8", "replace")
+                    raise self._refusal(response.status_code, response.headers, text)
+                # The body is read to its end whatever happens in it: a stream left half
+                # read leaves httpx's readers behind, unfinished.
+                failure: ModelError | None = None
+                async for line in response.aiter_lines():
+                    if reply.done or failure is not None or not line.startswith("data:"):
+                        continue  # comments, event names, blank lines between events
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        reply.done = True
+                        continue
+                    try:
+                        chunk = self._chunk(data)
+                    except ModelError as error:
+                        failure = error
+                        continue
+                    for piece in reply.add(chunk):
+                        delivered = True
+                        await on_text(piece)
+                if failure is not None:
+                    raise failure
+        except httpx.TransportError as error:
+            if delivered:
+                raise ModelError(
+                    f"the stream from {self.provider} broke after part of the reply had "
+                    f"arrived ({type(error).__name__}: {error}); the step was not retried, "
+                    "so as not to repeat the text already streamed"
+                ) from error
+            raise self._unreachable(error) from error
+        if not reply.done and reply.finish_reason is None:
+            if delivered:
+                raise ModelError(
+                    f"the stream from {self.provider} ended before the reply was complete; "
+                    "the step was not retried, so as not to repeat the text already streamed"
+                )
+            raise self._unreachable(httpx.RemoteProtocolError("the stream ended too early"))
+        if reply.finish_reason == "error":
+            raise ModelError(f"{self.provider} stopped the reply with an error")
+        return ModelReply(
+            text="".join(reply.text) if reply.text else None,
+            tool_calls=[call.request(names) for call in reply.calls],
+            usage=reply.usage,
+        )
+
+    def _chunk(self, data: str) -> Mapping[str, Any]:
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise ModelError(
+                f"{self.provider} streamed an event that is not JSON",
+                body=self._excerpt(data),
+            ) from None
+        if not isinstance(chunk, dict):
+            raise ModelError(
+                f"{self.provider} streamed an event that is not a JSON object",
+                body=self._excerpt(data),
+            )
+        if "error" in chunk:  # some servers report a failure inside the stream
+            code, message = _error_details(chunk)
+            raise ModelError(
+                self._scrub(
+                    f"{self.provider} failed mid-stream" + (f": {message}" if message else "")
+                ),
+                code=code,
+                body=self._excerpt(data),
+            )
+        return chunk
+
+    def _reply(self, data: Any, names: _ToolNames) -> ModelReply:
+        try:
+            choice = data["choices"][0]
+            message = choice["message"]
+            if not isinstance(message, dict):
+                raise TypeError(message)
+        except (KeyError, IndexError, TypeError):
+            raise ModelError(
+                f"{self.provider} answered without a choice holding a message",
+                status=200,
+                body=self._excerpt(json.dumps(data)),
+            ) from None
+        if choice.get("finish_reason") == "error":
+            raise ModelError(f"{self.provider} stopped the reply with an error", status=200)
+        text = "".join(_text_pieces(message.get("content")))
+        calls = []
+        for index, raw in enumerate(message.get("tool_calls") or ()):
+            call = _CallParts()
+            call.add(raw, index)
+            calls.append(call.request(names))
+        return ModelReply(text=text or None, tool_calls=calls, usage=_usage(data.get("usage")))
+
+    # -- failures --------------------------------------------------------------------------
+
+    def _unreachable(self, error: httpx.TransportError) -> _Retryable:
+        if isinstance(error, httpx.TimeoutException):
+            what = f"{self.provider} did not answer in time ({type(error).__name__})"
+        else:
+            what = (
+                f"could not reach {self.provider} at {self.url} ({type(error).__name__}: {error})"
+            )
+        retryable = _Retryable(self._scrub(what), status=None, code=None, body=None)
+        retryable.__cause__ = error
+        return retryable
+
+    def _refusal(
+        self, status: int, headers: Mapping[str, str], text: str
+    ) -> ModelError | _Retryable:
+        code, message = _error_details(_json_or_none(text))
+        what = f"{self.provider} answered HTTP {status}"
+        if code:
+            what += f" (code {code})"
+        if message:
+            what += f": {_shorten(message)}"
+        what = self._scrub(what) + _hint(status, self)
+        body = self._excerpt(text)
+        if status in (408, 429) or status >= 500:
+            return _Retryable(
+                what, status=status, code=code, body=body, retry_after=_after(headers)
+            )
+        return ModelError(what, status=status, code=code, body=body)
+
+    def _scrub(self, text: str) -> str:
+        if self._api_key:
+            text = text.replace(self._api_key, "***")
+        return text
+
+    def _excerpt(self, text: str) -> str:
+        return self._scrub(text)[:_EXCERPT]
+
+
+class MistralModel(ChatCompletionsModel):
+    """Mistral's chat completions API (``POST {base_url}/chat/completions``).
+
+    Args:
+        model: The model's name, e.g. ``"mistral-small-latest"``.
+        api_key: The API key; by default the ``MISTRAL_API_KEY`` environment variable.
+        base_url: The API's root; by default the ``MISTRAL_BASE_URL`` environment variable,
+            else ``https://api.mistral.ai/v1``.
+        stream: Stream the reply's text as it is written (as ``EntryDelta`` events).
+        tool_choice: ``"auto"``, ``"none"``, ``"required"`` (sent as Mistral's ``"any"``)
+            or the name of a tool the model must call; None leaves Mistral's default.
+        parallel_tool_calls: Whether the model may call several tools in one reply; None
+            leaves Mistral's default (it may).
+        temperature: Sampling temperature; None leaves the model's default.
+        max_tokens: The most tokens a reply may take.
+        extra_body: More fields of the request body (``random_seed``, ``safe_prompt``...).
+        timeout: Seconds, or an ``httpx.Timeout``; the read timeout is between bytes.
+        max_retries: How many times a step is retried after a connection error, a timeout,
+            a 408, 429 or 5xx answer.
+        max_retry_wait: The longest ``Retry-After`` waited for; a longer one fails at once.
+        http_client: An ``httpx.AsyncClient`` to send requests with (its own timeout then
+            applies); by default one per trio run, closed when the run ends.
+
+    Raises:
+        ValueError: No API key, or a malformed argument.
+    """
+
+    provider = "Mistral"
+    _required = "any"
+    _no_content = ""
+    _key_hint = "the api_key (api_key=... or MISTRAL_API_KEY)"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        stream: bool = True,
+        tool_choice: ToolChoice | str | None = None,
+        parallel_tool_calls: bool | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        max_retries: int = 3,
+        max_retry_wait: float = 60.0,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if api_key is None:
+            api_key = os.environ.get("MISTRAL_API_KEY") or None
+        if api_key is None:
+            raise ValueError(
+                "MistralModel needs an API key: pass api_key=... or set MISTRAL_API_KEY "
+                "(https://console.mistral.ai/api-keys)"
+            )
+        if base_url is None:
+            base_url = os.environ.get("MISTRAL_BASE_URL") or "https://api.mistral.ai/v1"
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            stream=stream,
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel_tool_calls,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            extra_body=extra_body,
+            timeout=timeout,
+            max_retries=max_retries,
+            max_retry_wait=max_retry_wait,
+            http_client=http_client,
+        )
+
+    def _tool_message(
+        self, entry: ToolResultEntry, call_id: str, names: _ToolNames
+    ) -> dict[str, Any]:
+        message = super()._tool_message(entry, call_id, names)
+        if entry.name is not None:
+            message["name"] = names.wire(entry.name)
+        return message
+
+    def _call_id(self, call_id: str) -> str:
+        """Mistral takes back only ids of 9 letters and digits: another id (from another
+        provider, or imported history) is replaced by one made from it, the same each time,
+        so that a call and its result still match."""
+        if _MISTRAL_CALL_ID.match(call_id):
+            return call_id
+        number = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
+        digits = []
+        for _ in range(9):
+            number, digit = divmod(number, 62)
+            digits.append(_BASE62[digit])
+        return "".join(digits)
+
+    def _audio_part(self, media_type: str, data: str) -> dict[str, Any]:
+        return {"type": "input_audio", "input_audio": data}
+
+
+class OpenAICompatibleModel(ChatCompletionsModel):
+    """An OpenAI-compatible chat completions endpoint: vLLM, Ollama (``http://localhost:
+    11434/v1``), llama.cpp's server, LM Studio, and hosted ones.
+
+    Args:
+        model: The model's name, as the server knows it.
+        base_url: The API's root, e.g. ``"http://localhost:8000/v1"``.
+        api_key: Sent as a bearer token if given; no environment variable is read, so that
+            no key goes to a server it was not meant for.
+
+    The other arguments are :class:`MistralModel`'s; ``tool_choice="required"`` is sent as
+    is, and a streamed request asks for the usage in its last event.
+
+    Raises:
+        ValueError: A malformed argument.
+    """
+
+    provider = "the OpenAI-compatible server"
+    _example = "llama3.1"
+    _example_url = "http://localhost:11434/v1"
+    _key_hint = "the api_key"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        stream: bool = True,
+        tool_choice: ToolChoice | str | None = None,
+        parallel_tool_calls: bool | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        max_retries: int = 3,
+        max_retry_wait: float = 60.0,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            stream=stream,
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel_tool_calls,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            extra_body=extra_body,
+            timeout=timeout,
+            max_retries=max_retries,
+            max_retry_wait=max_retry_wait,
+            http_client=http_client,
+        )
+
+    def _stream_options(self) -> dict[str, Any]:
+        return {"stream_options": {"include_usage": True}}
+
+
+def model_from_string(spec: str) -> ChatCompletionsModel:
+    """The model a string names: ``"mistral:<model>"`` or ``"openai:<model>@<base_url>"``.
+
+    Raises:
+        ValueError: The string names no model this way, or the model cannot be made (no
+            Mistral API key, say).
+    """
+    provider, _, rest = spec.partition(":")
+    if provider == "mistral" and rest:
+        return MistralModel(rest)
+    if provider == "openai":
+        name, _, url = rest.partition("@http")
+        if name and url:
+            return OpenAICompatibleModel(name, "http" + url)
+    raise ValueError(
+        f"model string {spec!r} names no model: use 'mistral:<model>' (e.g. "
+        "'mistral:mistral-small-latest') or 'openai:<model>@<base_url>' (e.g. "
+        "'openai:llama3.1@http://localhost:11434/v1'), or pass a Model object"
+    )
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+class _ToolNames:
+    """Tool ids as the endpoint takes them (letters, digits, ``_`` and ``-``, at most 64):
+    ``"notion.search"`` is sent as ``"notion_search"``, and read back as its id."""
+
+    def __init__(self, tools: Iterable[ToolSchema]) -> None:
+        self._wire: dict[str, str] = {}
+        self._ids: dict[str, str] = {}
+        for tool in tools:
+            wire = base = _wire_name(tool.name)
+            n = 1
+            while wire in self._ids:
+                n += 1
+                wire = f"{base[: 64 - len(str(n)) - 1]}_{n}"
+            self._wire[tool.name] = wire
+            self._ids[wire] = tool.name
+
+    def wire(self, name: str) -> str:
+        known = self._wire.get(name)
+        return known if known is not None else _wire_name(name)
+
+    def id_of(self, wire: str) -> str:
+        return self._ids.get(wire, wire)
+
+
+def _wire_name(name: str) -> str:
+    if _NAME.match(name):
+        return name
+    cleaned = _NOT_IN_NAME.sub("_", name) or "tool"
+    if len(cleaned) > 64:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        cleaned = f"{cleaned[:55]}_{digest}"
+    return cleaned
+
+
+@attrs.define
+class _CallParts:
+    """A tool call as it arrives: whole, or in fragments of a stream."""
+
+    id: str | None = None
+    name: str = ""
+    arguments: str = ""
+    whole: Any = None  # arguments given as a JSON object rather than text
+
+    def add(self, raw: Mapping[str, Any], index: int) -> None:
+        if raw.get("id"):
+            self.id = str(raw["id"])
+        function = raw.get("function") or {}
+        if function.get("name") and not self.name:
+            self.name = str(function["name"])
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            self.arguments += arguments
+        elif arguments is not None:
+            self.whole = arguments
+
+    def request(self, names: _ToolNames) -> ToolCallRequest:
+        arguments: Any = self.whole
+        if arguments is None:
+            try:
+                arguments = json.loads(self.arguments) if self.arguments.strip() else {}
+            except ValueError:  # the tool's checks tell the model its arguments are not JSON
+                arguments = self.arguments
+        return ToolCallRequest(name=names.id_of(self.name), arguments=arguments, id=self.id)
+
+
+@attrs.define
+class _StreamedReply:
+    """A streamed reply, put together event by event."""
+
+    text: list[str] = attrs.field(factory=list)
+    calls: list[_CallParts] = attrs.field(factory=list)
+    slots: dict[Any, _CallParts] = attrs.field(factory=dict)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    done: bool = False
+
+    def add(self, chunk: Mapping[str, Any]) -> list[str]:
+        """Take in one event; returns its text, in pieces."""
+        usage = _usage(chunk.get("usage"))
+        if usage is not None:
+            self.usage = usage
+        pieces: list[str] = []
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            for piece in _text_pieces(delta.get("content")):
+                if piece:
+                    pieces.append(piece)
+                    self.text.append(piece)
+            for position, raw in enumerate(delta.get("tool_calls") or ()):
+                self._slot(raw, position).add(raw, position)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        return pieces
+
+    def _slot(self, raw: Mapping[str, Any], position: int) -> _CallParts:
+        """The call a fragment belongs to: by its index; else by its id (Mistral sends each
+        call whole); else the last one."""
+        key: Any = raw.get("index")
+        if key is None:
+            key = ("id", raw.get("id")) if raw.get("id") else None
+        if key is None:
+            if not self.calls:
+                self.calls.append(_CallParts())
+            return self.calls[-1]
+        slot = self.slots.get(key)
+        if slot is None:
+            slot = self.slots[key] = _CallParts()
+            self.calls.append(slot)
+        return slot
+
+
+class _Retryable(Exception):
+    """A failure worth another attempt."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None,
+        code: str | None,
+        body: str | None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.body = body
+        self.retry_after = retry_after
+
+    def error(self, attempts: int, more: str = "") -> ModelError:
+        tries = "once" if attempts == 1 else f"{attempts} times"
+        return ModelError(
+            f"{self.message} (tried {tries}{more})",
+            status=self.status,
+            code=self.code,
+            body=self.body,
+        )
+
+
+def _usage(data: Any) -> Usage | None:
+    if not isinstance(data, dict):
+        return None
+    prompt = _tokens(data.get("prompt_tokens"))
+    completion = _tokens(data.get("completion_tokens"))
+    total = _tokens(data.get("total_tokens")) or prompt + completion
+    return Usage(input_tokens=prompt, output_tokens=completion, total_tokens=total)
+
+
+def _tokens(value: Any) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def _text_pieces(content: Any) -> list[str]:
+    """The text of a message's content: a string, or a list of chunks (Mistral's)."""
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [
+            chunk["text"]
+            for chunk in content
+            if isinstance(chunk, dict) and chunk.get("type") == "text" and "text" in chunk
+        ]
+    return []
+
+
+def _text_of(blocks: Sequence[ContentBlock]) -> str:
+    return "".join(block.text for block in blocks if isinstance(block, TextContentBlock))
+
+
+def _data_uri(uri: str) -> tuple[str, str] | None:
+    """(media type, base64 data) of a ``data:<type>;base64,<data>`` URI."""
+    head, comma, data = uri.partition(",")
+    if not (uri.startswith("data:") and comma and head.endswith(";base64")):
+        return None
+    try:
+        base64.b64decode(data, validate=True)
+    except ValueError:
+        return None
+    return head[5:-7] or "application/octet-stream", data
+
+
+def _schema_name(schema: Mapping[str, Any]) -> str:
+    title = schema.get("title")
+    name = _NOT_IN_NAME.sub("_", title) if isinstance(title, str) and title else "output"
+    return name[:64]
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _error_details(data: Any) -> tuple[str | None, str | None]:
+    """(code, message) of an error body: Mistral's ``{"message", "code"}``, OpenAI's
+    ``{"error": {...}}``, or a validation error's ``{"detail": [...]}``."""
+    if not isinstance(data, dict):
+        return None, None
+    inner = data.get("error")
+    if isinstance(inner, dict):
+        data = inner
+    elif isinstance(inner, str):
+        return None, inner
+    code = data.get("code")
+    message = data.get("message")
+    detail = data.get("detail")
+    if message is None and isinstance(detail, list):
+        message = "; ".join(
+            f"{'.'.join(str(part) for part in item.get('loc', ()))}: {item.get('msg', '')}"
+            for item in detail
+            if isinstance(item, dict)
+        )
+    elif message is None and isinstance(detail, str):
+        message = detail
+    return (str(code) if code not in (None, "") else None), (
+        str(message) if message not in (None, "") else None
+    )
+
+
+def _shorten(message: str) -> str:
+    return message if len(message) <= 300 else message[:297] + "..."
+
+
+def _hint(status: int, model: ChatCompletionsModel) -> str:
+    if status in (401, 403):
+        return f"; check {model._key_hint}"
+    if status == 404:
+        return f"; check the model name ({model.model!r}) and base_url ({model.base_url!r})"
+    return ""
+
+
+def _after(headers: Mapping[str, str]) -> float | None:
+    """The wait a ``Retry-After`` header asks for, in seconds (a number or an HTTP date)."""
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - time.time()
+    if math.isnan(seconds) or math.isinf(seconds):
+        return None
+    return max(0.0, seconds)

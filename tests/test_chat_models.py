@@ -1,0 +1,824 @@
+"""MistralModel and OpenAICompatibleModel against a real HTTP server on 127.0.0.1.
+
+The server (tests/_http_server.py) replays wire-format responses (tests/recordings) and
+records every request; the tests check the exact requests sent, the entries and events the
+replies become, and what each failure does. Time is trio's MockClock: backoffs, Retry-After
+waits and timeouts pass in virtual time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Annotated, Any
+
+import attrs
+import httpx
+import pytest
+import trio
+import trio.testing
+from _http_server import Reply, Server, recording, serve
+
+import agentlib
+from agentlib import (
+    Agent,
+    Completed,
+    Credentials,
+    Depends,
+    Entry,
+    EntryAdded,
+    EntryCompleted,
+    EntryDelta,
+    Event,
+    Failed,
+    ImageContentBlock,
+    Interrupted,
+    MessageEntry,
+    MistralModel,
+    ModelError,
+    OpenAICompatibleModel,
+    TextContentBlock,
+    ToolCallEntry,
+    ToolResultEntry,
+    ToolSource,
+    Usage,
+)
+
+KEY = "sk-test-5f0c2e9a7b1d4c3e"
+
+
+@pytest.fixture
+async def server(nursery: trio.Nursery) -> Server:
+    return await serve(nursery)
+
+
+@pytest.fixture
+def clock(mock_clock: trio.testing.MockClock) -> trio.testing.MockClock:
+    """Virtual time that jumps once every task has waited 10 ms (real) for something: the
+    replies travel over real sockets, and a clock that jumped at once could pass a
+    timeout while a reply is on its way."""
+    mock_clock.autojump_threshold = 0.01
+    return mock_clock
+
+
+def mistral(server: Server, **options: Any) -> MistralModel:
+    return MistralModel("mistral-small-latest", api_key=KEY, base_url=f"{server.url}/v1", **options)
+
+
+def openai(server: Server, **options: Any) -> OpenAICompatibleModel:
+    return OpenAICompatibleModel("Qwen/Qwen2.5-7B-Instruct", f"{server.url}/v1", **options)
+
+
+def get_weather(city: str) -> str:
+    """Today's weather in a city.
+
+    Args:
+        city: The city's name.
+    """
+    return {"Paris": "sunny, 21 °C", "London": "rain, 14 °C"}[city]
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Today's weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city's name."}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def reply_json(
+    text: str | None = None, calls: list[tuple[str, str, dict[str, Any]]] = (), **usage: int
+) -> Reply:
+    """A chat completion as Mistral sends it: text and/or tool calls (id, name, arguments)."""
+    message = {
+        "role": "assistant",
+        "content": text or "",
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+                "index": index,
+            }
+            for index, (call_id, name, arguments) in enumerate(calls)
+        ]
+        or None,
+    }
+    body = {
+        "id": "a1b2c3",
+        "object": "chat.completion",
+        "model": "mistral-small-latest",
+        "created": 1767261600,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+        ],
+        "usage": usage or None,
+    }
+    return Reply(body=json.dumps(body).encode())
+
+
+def sse(*chunks: dict[str, Any], done: bool = True) -> Reply:
+    """A stream of ``chat.completion.chunk`` events carrying these choices' deltas."""
+    events = [
+        b"data: "
+        + json.dumps({"id": "s1", "object": "chat.completion.chunk", **chunk}).encode()
+        + b"\n\n"
+        for chunk in chunks
+    ]
+    if done:
+        events.append(b"data: [DONE]\n\n")
+    return Reply(headers=(("content-type", "text/event-stream"),), chunks=tuple(events))
+
+
+def delta(finish: str | None = None, **fields: Any) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": fields, "finish_reason": finish}]}
+
+
+async def run(agent: Agent, *messages: str, **options: Any) -> list[agentlib.TurnState[Any]]:
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        return [await session.run(message, **options) for message in messages]
+
+
+async def run_with_events(agent: Agent, message: str) -> tuple[Any, list[Event]]:
+    events: list[Event] = []
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        record = await session.run(message, on_event=events.append)
+    return record, events
+
+
+def completed(events: list[Event]) -> list[Entry]:
+    return [event.entry for event in events if isinstance(event, EntryCompleted)]
+
+
+def without_ids(entry: Entry) -> Entry:
+    return attrs.evolve(entry, id="-", turn_id=None)
+
+
+# --- the wire format ------------------------------------------------------------------------
+
+
+async def test_a_plain_reply_and_the_exact_request(server: Server) -> None:
+    server.play(recording("mistral/chat_text.json"))
+    agent = Agent("calc", "You add numbers.", model=mistral(server, stream=False))
+    (record,) = await run(agent, "What is 1 + 2?")
+    assert isinstance(record, Completed)
+    assert record.text == "The answer is 3."
+    assert record.usage == Usage(input_tokens=16, output_tokens=7, total_tokens=23)
+    (request,) = server.requests
+    assert (request.method, request.path) == ("POST", "/v1/chat/completions")
+    assert request.headers["authorization"] == f"Bearer {KEY}"
+    assert request.headers["content-type"] == "application/json"
+    assert request.json() == {
+        "model": "mistral-small-latest",
+        "messages": [
+            {"role": "system", "content": "You add numbers."},
+            {"role": "user", "content": "What is 1 + 2?"},
+        ],
+        "stream": False,
+    }
+
+
+async def test_parallel_tool_calls_keep_their_ids_and_order(server: Server) -> None:
+    server.play(recording("mistral/chat_tool_calls.json"), recording("mistral/chat_text.json"))
+    agent = Agent("w", model=mistral(server, stream=False), tools=[get_weather])
+    record, events = await run_with_events(agent, "Weather in Paris and London?")
+    assert isinstance(record, Completed)
+    calls = [entry for entry in completed(events) if isinstance(entry, ToolCallEntry)]
+    assert [(c.tool_call_id, c.arguments) for c in calls] == [
+        ("Q7kd2Rw9a", {"city": "Paris"}),
+        ("mZ4xT8pLc", {"city": "London"}),
+    ]
+    assert calls[0].usage == Usage(input_tokens=112, output_tokens=38, total_tokens=150)
+    assert record.usage == Usage(input_tokens=128, output_tokens=45, total_tokens=173, requests=2)
+    first, second = (request.json() for request in server.requests)
+    assert first["tools"] == [WEATHER_TOOL]
+    assert "tool_choice" not in first  # the provider's default
+    assert second["messages"] == [
+        {"role": "user", "content": "Weather in Paris and London?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "Q7kd2Rw9a",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                },
+                {
+                    "id": "mZ4xT8pLc",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "London"}'},
+                },
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "Q7kd2Rw9a",
+            "content": "sunny, 21 °C",
+            "name": "get_weather",
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "mZ4xT8pLc",
+            "content": "rain, 14 °C",
+            "name": "get_weather",
+        },
+    ]
+
+
+async def test_dotted_tool_ids_go_out_as_allowed_names_and_come_back(server: Server) -> None:
+    """``notion.search`` and ``client.pick`` are no valid function names for a provider:
+    they are sent as ``notion_search``, ``client_pick``, and read back as the tools' ids."""
+
+    async def search(query: str, credentials: Annotated[Credentials, Depends()]) -> str:
+        """Search the workspace.
+
+        Args:
+            query: What to look for.
+        """
+        return f"3 pages about {query}"
+
+    @agentlib.client_tool
+    def pick(options: list[str]) -> str:
+        """Ask the user to pick one option."""
+        ...
+
+    server.play(
+        reply_json(calls=[("aaaaaaaa1", "notion_search", {"query": "trio"})]),
+        reply_json("Found them."),
+    )
+    agent = Agent(
+        "n",
+        model=mistral(server, stream=False, tool_choice="notion.search"),
+        tools=[ToolSource(name="notion", tools=[search], requires_sign_in=True), pick],
+    )
+    async with agentlib.open_runtime():
+        session = await agent.start_session(
+            on_sign_in=lambda callback: agentlib.SignInAnswer(credentials={"notion": "tok"})
+        )
+        record = await session.run("Find trio notes")
+    assert isinstance(record, Completed), record
+    assert record.tool_calls[0].name == "notion.search"
+    first, second = (request.json() for request in server.requests)
+    assert [tool["function"]["name"] for tool in first["tools"]] == ["notion_search", "client_pick"]
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "notion_search"}}
+    assert second["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "aaaaaaaa1",
+        "content": "3 pages about trio",
+        "name": "notion_search",
+    }
+
+
+@pytest.mark.parametrize(
+    ("choice", "mistral_sends", "openai_sends"),
+    [("auto", "auto", "auto"), ("none", "none", "none"), ("required", "any", "required")],
+)
+async def test_tool_choice_in_each_dialect(
+    server: Server, choice: str, mistral_sends: str, openai_sends: str
+) -> None:
+    server.play(reply_json("ok"), reply_json("ok"))
+    for model in (
+        mistral(server, stream=False, tool_choice=choice, parallel_tool_calls=False),
+        openai(server, stream=False, tool_choice=choice, parallel_tool_calls=False),
+    ):
+        await run(Agent("w", model=model, tools=[get_weather]), "hi")
+    sent = [request.json() for request in server.requests]
+    assert [body["tool_choice"] for body in sent] == [mistral_sends, openai_sends]
+    assert [body["parallel_tool_calls"] for body in sent] == [False, False]
+
+
+async def test_a_tool_choice_naming_no_tool_fails_the_turn_with_a_clear_error(
+    server: Server,
+) -> None:
+    agent = Agent("w", model=mistral(server, tool_choice="get_wether"), tools=[get_weather])
+    (record,) = await run(agent, "hi")
+    assert isinstance(record, Failed)
+    assert "tool_choice names 'get_wether', which is not a tool of this agent" in (
+        record.error.message
+    )
+    assert server.requests == []
+
+
+@attrs.frozen
+class Forecast:
+    city: str
+    temperature_c: int
+    conditions: str
+
+
+async def test_an_output_type_asks_for_its_json_schema(server: Server) -> None:
+    server.play(recording("mistral/chat_json.json"))
+    agent = Agent("f", model=mistral(server, stream=False), output_type=Forecast)
+    (record,) = await run(agent, "Paris?")
+    assert isinstance(record, Completed)
+    assert record.output == Forecast(city="Paris", temperature_c=18, conditions="partly cloudy")
+    response_format = server.requests[0].json()["response_format"]
+    assert response_format["type"] == "json_schema"
+    assert response_format["json_schema"]["name"] == "Forecast"
+    assert response_format["json_schema"]["schema"]["properties"]["temperature_c"] == {
+        "type": "integer"
+    }
+
+
+async def test_images_become_image_parts(server: Server) -> None:
+    server.play(reply_json("A cat."))
+    agent = Agent("v", model=mistral(server, stream=False))
+    content = [
+        TextContentBlock(text="What is this?"),
+        ImageContentBlock(uri="https://example.com/cat.png", media_type="image/png"),
+    ]
+    await run(agent, content)  # type: ignore[arg-type]
+    assert server.requests[0].json()["messages"][-1] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+        ],
+    }
+
+
+async def test_imported_call_ids_are_made_mistral_shaped_the_same_for_call_and_result(
+    server: Server,
+) -> None:
+    """Mistral takes back only 9-letter-or-digit ids: imported ``call_…`` ids are replaced,
+    consistently; OpenAI-compatible servers get them as they are."""
+    history = [
+        {"type": "message", "role": "user", "content": [{"type": "text", "text": "Paris?"}]},
+        {
+            "type": "tool_call",
+            "tool_call_id": "call_8f3a2c1d9e7b",
+            "name": "get_weather",
+            "arguments": {"city": "Paris"},
+        },
+        {"type": "tool_result", "tool_call_id": "call_8f3a2c1d9e7b", "result": "sunny"},
+    ]
+    server.play(reply_json("ok"), reply_json("ok"))
+    for model in (mistral(server, stream=False), openai(server, stream=False)):
+        agent = Agent("w", model=model, tools=[get_weather])
+        async with agentlib.open_runtime():
+            session = await agent.start_session(history=history)
+            await session.run("And now?")
+    for request, expected in zip(server.requests, ("mistral", "openai"), strict=True):
+        messages = request.json()["messages"]
+        call_id = messages[1]["tool_calls"][0]["id"]
+        assert messages[2]["tool_call_id"] == call_id
+        if expected == "mistral":
+            assert len(call_id) == 9
+            assert call_id.isalnum()
+        else:
+            assert call_id == "call_8f3a2c1d9e7b"
+
+
+# --- streaming ------------------------------------------------------------------------------
+
+
+async def test_streamed_text_arrives_as_deltas_and_ends_as_the_unstreamed_entry(
+    server: Server,
+) -> None:
+    server.play(recording("mistral/stream_text.sse"), recording("mistral/chat_text.json"))
+    streamed, events = await run_with_events(Agent("s", model=mistral(server)), "1 + 2?")
+    whole, whole_events = await run_with_events(
+        Agent("s", model=mistral(server, stream=False)), "1 + 2?"
+    )
+    assert isinstance(streamed, Completed)
+    deltas = [event.delta for event in events if isinstance(event, EntryDelta)]
+    assert deltas == ["The", " answer", " is", " 3", "."]
+    opened = [event for event in events if isinstance(event, EntryAdded)][-1]
+    assert opened.entry.content == ()  # the entry opened empty, then streamed
+    assert without_ids(completed(events)[-1]) == without_ids(completed(whole_events)[-1])
+    assert attrs.evolve(streamed, turn_id="-", session_id="-", cursor=None) == attrs.evolve(
+        whole, turn_id="-", session_id="-", cursor=None
+    )
+    body = server.requests[0].json()
+    assert body["stream"] is True
+    assert "stream_options" not in body
+    assert server.requests[0].headers["accept"] == "text/event-stream"
+
+
+async def test_a_streamed_tool_call_sent_whole(server: Server) -> None:
+    server.play(recording("mistral/stream_tool_calls.sse"), recording("mistral/stream_text.sse"))
+    agent = Agent("w", model=mistral(server), tools=[get_weather])
+    record, events = await run_with_events(agent, "Paris?")
+    assert isinstance(record, Completed)
+    (call,) = record.tool_calls
+    assert (call.tool_call_id, call.name, call.arguments) == (
+        "Ht3vN6qYe",
+        "get_weather",
+        {"city": "Paris"},
+    )
+    assert call.usage == Usage(input_tokens=98, output_tokens=19, total_tokens=117)
+    results = [entry for entry in completed(events) if isinstance(entry, ToolResultEntry)]
+    assert results[0].text == "sunny, 21 °C"
+
+
+async def test_streamed_tool_call_fragments_are_assembled_by_index(server: Server) -> None:
+    server.play(
+        recording("openai/stream_tool_call_fragments.sse"), recording("openai/stream_text.sse")
+    )
+    agent = Agent("w", model=openai(server), tools=[get_weather])
+    record, _ = await run_with_events(agent, "Paris and London?")
+    assert isinstance(record, Completed)
+    assert [(c.tool_call_id, c.arguments) for c in record.tool_calls] == [
+        ("call_8f3a2c1d9e7b4a6f0c5d2e81", {"city": "Paris"}),
+        ("call_2b6e9d0a4c8f1e7a3d5b9c60", {"city": "London"}),
+    ]
+    assert record.tool_calls[0].usage == Usage(input_tokens=187, output_tokens=44, total_tokens=231)
+    first = server.requests[0].json()
+    assert first["stream_options"] == {"include_usage": True}
+    assert "authorization" not in server.requests[0].headers  # no key given, none sent
+
+
+async def test_streamed_text_and_calls_in_one_reply(server: Server) -> None:
+    server.play(
+        sse(
+            delta(role="assistant", content="Let me "),
+            delta(content="check."),
+            delta(
+                "tool_calls",
+                tool_calls=[
+                    {
+                        "id": "Ht3vN6qYe",
+                        "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                    }
+                ],
+            ),
+        ),
+        recording("mistral/stream_text.sse"),
+    )
+    agent = Agent("w", model=mistral(server), tools=[get_weather])
+    record, events = await run_with_events(agent, "Paris?")
+    assert isinstance(record, Completed)
+    message, call = completed(events)[1:3]
+    assert isinstance(message, MessageEntry)
+    assert message.text == "Let me check."
+    assert isinstance(call, ToolCallEntry)
+    assert call.arguments == {"city": "Paris"}  # arguments sent as an object are taken too
+
+
+# --- failures -------------------------------------------------------------------------------
+
+
+async def test_429_waits_as_retry_after_says_then_succeeds(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    server.play(recording("mistral/error_429.json"), recording("mistral/chat_text.json"))
+    start = trio.current_time()
+    (record,) = await run(Agent("a", model=mistral(server, stream=False)), "hi")
+    assert isinstance(record, Completed)
+    assert len(server.requests) == 2
+    assert server.requests[0].json() == server.requests[1].json()
+    assert 2.0 <= trio.current_time() - start < 2.5  # Retry-After: 2, no backoff on top
+
+
+async def test_5xx_is_retried_with_exponential_backoff_and_jitter(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    server.play(
+        recording("mistral/error_503.json"),
+        recording("mistral/error_500.txt"),
+        recording("mistral/chat_text.json"),
+    )
+    start = trio.current_time()
+    (record,) = await run(Agent("a", model=mistral(server, stream=False)), "hi")
+    assert isinstance(record, Completed)
+    assert len(server.requests) == 3
+    # 0.5 s then 1 s, each with up to 1 s of jitter.
+    assert 1.5 <= trio.current_time() - start <= 3.5
+
+
+async def test_retries_are_bounded_and_the_error_says_what_failed(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    server.play(*[recording("mistral/error_503.json")] * 3)
+    agent = Agent("a", model=mistral(server, stream=False, max_retries=2))
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        record = await session.run("hi")
+    assert isinstance(record, Failed)
+    assert record.error.type == "ModelError"
+    assert "Mistral answered HTTP 503" in record.error.message
+    assert "tried 3 times" in record.error.message
+    assert len(server.requests) == 3
+
+
+async def test_a_model_error_carries_status_code_and_body_but_never_the_key(
+    server: Server,
+) -> None:
+    server.play(recording("mistral/error_400_tool_id.json"))
+    model = mistral(server, stream=False)
+    request = agentlib.ModelRequest(entries=[], session_id="s", turn_id="t")
+    with pytest.raises(ModelError) as raised:
+        await model.complete(request)
+    error = raised.value
+    assert (error.status, error.code) == (400, "3280")
+    assert error.body is not None
+    assert '"code":"3280"' in error.body.replace(" ", "")
+    assert "Tool call id was" in str(error)
+    assert len(server.requests) == 1  # a 400 is not retried
+    for text in (str(error), error.body, repr(model)):
+        assert KEY not in text
+
+
+async def test_a_401_says_to_check_the_key_and_an_echoed_key_is_scrubbed(
+    server: Server,
+) -> None:
+    echo = json.dumps({"object": "error", "message": f"Invalid key {KEY}", "code": "1000"})
+    server.play(Reply(status=401, body=echo.encode()))
+    agent = Agent("a", model=mistral(server, stream=False))
+    (record,) = await run(agent, "hi")
+    assert isinstance(record, Failed)
+    assert "HTTP 401" in record.error.message
+    assert "check the api_key (api_key=... or MISTRAL_API_KEY)" in record.error.message
+    assert KEY not in record.error.message
+    assert "Invalid key ***" in record.error.message
+
+
+async def test_a_422_lists_what_the_provider_refused(server: Server) -> None:
+    server.play(recording("mistral/error_422.json"))
+    with pytest.raises(ModelError) as raised:
+        await mistral(server, stream=False).complete(agentlib.ModelRequest())
+    assert raised.value.status == 422
+    assert "HTTP 422: body." in str(raised.value)
+
+
+async def test_a_retry_after_beyond_the_limit_fails_at_once(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    server.play(
+        attrs.evolve(recording("mistral/error_429.json"), headers=(("retry-after", "3600"),))
+    )
+    with pytest.raises(ModelError, match="asked to retry after 3600 s") as raised:
+        await mistral(server, stream=False).complete(agentlib.ModelRequest())
+    assert raised.value.status == 429
+    assert raised.value.code == "1300"
+    assert len(server.requests) == 1
+
+
+async def test_a_refused_connection_is_retried(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    server.play(Reply(refuse=True), recording("mistral/chat_text.json"))
+    (record,) = await run(Agent("a", model=mistral(server, stream=False)), "hi")
+    assert isinstance(record, Completed)
+    assert len(server.requests) == 2
+
+
+async def test_an_unreachable_server_fails_after_the_retries(
+    clock: trio.testing.MockClock,
+) -> None:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    await listener.aclose()  # nothing listens there now
+    model = MistralModel("m", api_key=KEY, base_url=f"http://127.0.0.1:{port}/v1", max_retries=1)
+    with pytest.raises(
+        ModelError, match=r"could not reach Mistral at http://127\.0\.0\.1"
+    ) as raised:
+        await model.complete(agentlib.ModelRequest())
+    assert "tried 2 times" in str(raised.value)
+    assert raised.value.status is None
+
+
+async def test_a_slow_server_times_out_and_is_retried(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    server.play(Reply(hang=True), attrs.evolve(recording("mistral/chat_text.json"), delay=3))
+    model = mistral(server, stream=False, timeout=5)
+    (record,) = await run(Agent("a", model=model), "hi")
+    assert isinstance(record, Completed)
+    assert len(server.requests) == 2
+    await server.wait_closed()  # the first request was given up
+
+
+async def test_a_server_that_never_answers_fails_in_time(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    server.play(Reply(hang=True), Reply(hang=True))
+    model = mistral(server, stream=False, timeout=5, max_retries=1)
+    with pytest.raises(ModelError, match="did not answer in time") as raised:
+        await model.complete(agentlib.ModelRequest())
+    assert "tried 2 times" in str(raised.value)
+
+
+async def test_a_stream_dropped_before_any_text_is_retried(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    server.play(
+        attrs.evolve(recording("mistral/stream_text.sse"), drop_after=1),  # the role only
+        recording("mistral/stream_text.sse"),
+    )
+    record, events = await run_with_events(Agent("s", model=mistral(server)), "1 + 2?")
+    assert isinstance(record, Completed)
+    assert record.text == "The answer is 3."
+    assert [e.delta for e in events if isinstance(e, EntryDelta)] == [
+        "The",
+        " answer",
+        " is",
+        " 3",
+        ".",
+    ]
+
+
+async def test_a_stream_dropped_mid_text_fails_without_a_retry(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    server.play(attrs.evolve(recording("mistral/stream_text.sse"), drop_after=3))
+    record, events = await run_with_events(Agent("s", model=mistral(server)), "1 + 2?")
+    assert isinstance(record, Failed)
+    assert "the stream from Mistral broke after part of the reply had arrived" in (
+        record.error.message
+    )
+    assert [e.delta for e in events if isinstance(e, EntryDelta)] == ["The", " answer"]
+    assert len(server.requests) == 1
+
+
+async def test_a_stream_that_ends_early_without_text_is_retried(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    server.play(sse(delta(role="assistant"), done=False), recording("mistral/stream_text.sse"))
+    (record,) = await run(Agent("s", model=mistral(server)), "1 + 2?")
+    assert isinstance(record, Completed)
+    assert len(server.requests) == 2
+
+
+async def test_an_error_inside_the_stream_fails_the_turn(server: Server) -> None:
+    server.play(sse({"error": {"message": "overloaded", "code": "3505"}}, done=False))
+    (record,) = await run(Agent("s", model=mistral(server, max_retries=0)), "hi")
+    assert isinstance(record, Failed)
+    assert "Mistral failed mid-stream: overloaded" in record.error.message
+
+
+async def test_interrupt_aborts_the_request_in_flight(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    server.play(Reply(hang=True))
+    agent = Agent("s", model=mistral(server))
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        turn = await session.start_turn("hi")
+        while not server.requests:
+            await trio.sleep(0.01)
+        start = trio.current_time()
+        await turn.interrupt()
+        record = await turn.result()
+        assert isinstance(record, Interrupted)
+        assert trio.current_time() - start < 0.01  # at once, not after a timeout
+        await server.wait_closed()
+    assert len(server.requests) == 1
+
+
+async def test_cancelling_the_session_aborts_the_stream_in_flight(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    stream = recording("mistral/stream_text.sse")
+    server.play(attrs.evolve(stream, chunk_delay=60))
+    async with agentlib.open_runtime():
+        session = await Agent("s", model=mistral(server)).start_session()
+        turn = await session.start_turn("hi")
+        while not server.requests:
+            await trio.sleep(0.01)
+        await session.cancel()
+        record = await turn.result()
+        assert isinstance(record, Interrupted)
+        assert record.cause == "cancelled"
+        await server.wait_closed()
+
+
+# --- configuration --------------------------------------------------------------------------
+
+
+def test_mistral_needs_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
+    with pytest.raises(ValueError, match=r"pass api_key=\.\.\. or set MISTRAL_API_KEY"):
+        MistralModel("mistral-small-latest")
+    with pytest.raises(ValueError, match=r"pass api_key=\.\.\. or set MISTRAL_API_KEY"):
+        Agent("a", model="mistral:mistral-small-latest")
+
+
+async def test_the_key_and_base_url_come_from_the_environment(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MISTRAL_API_KEY", KEY)
+    monkeypatch.setenv("MISTRAL_BASE_URL", f"{server.url}/v1")
+    server.play(recording("mistral/stream_text.sse"))
+    agent = Agent("a", model="mistral:mistral-small-latest")
+    (record,) = await run(agent, "hi")
+    assert isinstance(record, Completed)
+    assert server.requests[0].headers["authorization"] == f"Bearer {KEY}"
+    assert server.requests[0].json()["model"] == "mistral-small-latest"
+    assert KEY not in repr(agent.model)
+
+
+async def test_an_openai_string_names_the_model_and_its_server(server: Server) -> None:
+    server.play(recording("openai/stream_text.sse"))
+    agent = Agent("a", model=f"openai:llama3.1:8b@{server.url}/v1")
+    assert isinstance(agent.model, OpenAICompatibleModel)
+    assert (agent.model.model, agent.model.base_url) == ("llama3.1:8b", f"{server.url}/v1")
+    (record,) = await run(agent, "hi")
+    assert isinstance(record, Completed)
+    assert server.requests[0].json()["model"] == "llama3.1:8b"
+
+
+@pytest.mark.parametrize(
+    "spec", ["mistral:", "openai:llama3", "openai:@http://x/v1", "gpt-4o", "anthropic:claude"]
+)
+def test_a_model_string_naming_no_model_says_what_to_write(spec: str) -> None:
+    with pytest.raises(ValueError, match="use 'mistral:<model>'"):
+        Agent("a", model=spec)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"model": ""}, "needs a model name"),
+        ({"base_url": "api.mistral.ai"}, "base_url must be an http"),
+        ({"max_retries": -1}, "max_retries must be an int >= 0"),
+        ({"api_key": ""}, "api_key must be a non-empty string"),
+    ],
+)
+def test_bad_arguments_are_refused(
+    arguments: dict[str, Any], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
+    options = {"model": "m", "api_key": KEY, **arguments}
+    with pytest.raises(ValueError, match=message):
+        MistralModel(**options)
+
+
+def test_a_model_given_its_own_http_client_uses_it() -> None:
+    async def main() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            server = await serve(nursery)
+            server.play(recording("mistral/chat_text.json"))
+            seen: list[str] = []
+
+            async def note(request: Any) -> None:
+                seen.append(str(request.url))
+
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(event_hooks={"request": [note]})
+            )
+            model = mistral(server, stream=False, http_client=client)
+            reply = await model.complete(agentlib.ModelRequest())
+            assert reply.text == "The answer is 3."
+            assert seen == [f"{server.url}/v1/chat/completions"]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+# --- odd replies and histories --------------------------------------------------------------
+
+
+async def test_a_reply_that_is_not_json_is_a_clear_model_error(server: Server) -> None:
+    server.play(Reply(body=b"<html>Bad gateway page</html>"))
+    with pytest.raises(ModelError, match="answered with a body that is not JSON") as raised:
+        await mistral(server, stream=False).complete(agentlib.ModelRequest())
+    assert raised.value.body == "<html>Bad gateway page</html>"
+
+
+async def test_arguments_that_are_not_json_go_back_to_the_model_as_a_tool_error(
+    server: Server,
+) -> None:
+    broken = json.loads(recording("mistral/chat_tool_calls.json").body)
+    broken["choices"][0]["message"]["tool_calls"] = [
+        {"id": "Q7kd2Rw9a", "function": {"name": "get_weather", "arguments": '{"city": "Par'}}
+    ]
+    server.play(Reply(body=json.dumps(broken).encode()), recording("mistral/chat_text.json"))
+    agent = Agent("w", model=mistral(server, stream=False), tools=[get_weather])
+    record, events = await run_with_events(agent, "Paris?")
+    assert isinstance(record, Completed)
+    (result,) = [entry for entry in completed(events) if isinstance(entry, ToolResultEntry)]
+    assert result.is_error
+    assert server.requests[1].json()["messages"][-1]["tool_call_id"] == "Q7kd2Rw9a"
+
+
+async def test_a_call_left_without_a_result_gets_one_in_the_request(server: Server) -> None:
+    """Chat endpoints refuse an assistant's tool call with no tool message after it: a call
+    whose turn stopped before it finished is sent with a result that says so."""
+    history = [
+        {"type": "message", "role": "user", "content": [{"type": "text", "text": "Paris?"}]},
+        {"type": "tool_call", "tool_call_id": "Q7kd2Rw9a", "name": "get_weather", "arguments": {}},
+    ]
+    server.play(reply_json("ok"))
+    async with agentlib.open_runtime():
+        agent = Agent("w", model=mistral(server, stream=False), tools=[get_weather])
+        session = await agent.start_session(history=history)
+        await session.run("Never mind.")
+    messages = server.requests[0].json()["messages"]
+    assert [message["role"] for message in messages] == ["user", "assistant", "tool", "user"]
+    assert messages[2] == {
+        "role": "tool",
+        "tool_call_id": "Q7kd2Rw9a",
+        "content": "(no result: the turn stopped before this call finished)",
+    }
