@@ -1,4 +1,8 @@
-"""``python -m agentlib demo``: a scripted agent with three tools, three turns, offline.
+"""``python -m agentlib demo``: an agent with three tools, three turns.
+
+Offline, a scripted model plays the turns. With ``MISTRAL_API_KEY`` set, Mistral's
+``mistral-small-latest`` does, its text streamed as it is written (``MISTRAL_BASE_URL``
+points it elsewhere).
 
 The third turn calls a tool that needs the user's approval: the demo approves it from an
 ``on_approval`` handler, or, with ``--interactive``, asks at the terminal.
@@ -6,6 +10,7 @@ The third turn calls a tool that needs the user's approval: the demo approves it
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -55,9 +60,29 @@ def _answer_about_oslo(request: agents.ModelRequest) -> str:
     return f"In Oslo it is {result.text} °F: bring a coat."
 
 
+#: The Mistral model the demo uses when MISTRAL_API_KEY is set.
+MISTRAL_MODEL = "mistral-small-latest"
+
+
 def make_agent() -> agents.Agent:
-    """The demo's agent: a scripted model that calls both tools over two turns."""
-    model = agents.ScriptedModel(
+    """The demo's agent: Mistral's model if MISTRAL_API_KEY is set, else a scripted one."""
+    model: agents.Model = scripted_model()
+    if os.environ.get("MISTRAL_API_KEY"):
+        model = agents.MistralModel(MISTRAL_MODEL)
+    return agents.Agent(
+        name="forecaster",
+        instructions=(
+            "You answer questions about the weather with your tools, briefly. To email a "
+            "forecast, call send_forecast."
+        ),
+        model=model,
+        tools=[get_weather, convert_temperature, send_forecast],
+    )
+
+
+def scripted_model() -> agents.ScriptedModel:
+    """The offline model: it calls the tools over the three turns."""
+    return agents.ScriptedModel(
         [
             # Turn 1: two tool calls in one reply (they run concurrently), then the answer.
             agents.ModelReply(
@@ -76,12 +101,6 @@ def make_agent() -> agents.Agent:
             _call("send_forecast", to="team@example.com", text="Oslo: snow, 26.6 °F."),
             _answer_about_email,
         ]
-    )
-    return agents.Agent(
-        name="forecaster",
-        instructions="You answer questions about the weather.",
-        model=model,
-        tools=[get_weather, convert_temperature, send_forecast],
     )
 
 
@@ -138,6 +157,10 @@ def main(interactive: bool = False) -> int:
     agent = make_agent()
     on_approval: Callable[[agents.OpenApproval], Any] = ask if interactive else approve
     session = agent.start_session(on_approval=on_approval)
+    if os.environ.get("MISTRAL_API_KEY"):
+        print(f"model: {MISTRAL_MODEL} (Mistral, as MISTRAL_API_KEY is set)")
+    else:
+        print("model: scripted, offline (set MISTRAL_API_KEY to use Mistral)")
     print(f"session {session.id}")
 
     def show(event: agents.Event) -> None:
