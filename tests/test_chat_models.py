@@ -822,3 +822,32 @@ async def test_a_call_left_without_a_result_gets_one_in_the_request(server: Serv
         "tool_call_id": "Q7kd2Rw9a",
         "content": "(no result: the turn stopped before this call finished)",
     }
+
+
+def test_content_blocks_become_each_providers_parts() -> None:
+    audio = "data:audio/wav;base64,UklGRg=="
+    blocks = (
+        TextContentBlock(text="Listen:"),
+        agentlib.AudioContentBlock(uri=audio, media_type="audio/wav"),
+        agentlib.ResourceLinkContentBlock(uri="https://example.com/r.pdf", name="report"),
+        agentlib.EmbeddedResourceContentBlock(uri="file:///notes.txt", text="the notes"),
+    )
+    request = agentlib.ModelRequest(entries=[MessageEntry(id="m", role="user", content=blocks)])
+    text_parts = [
+        {"type": "text", "text": "Listen:"},
+        None,
+        {"type": "text", "text": "[resource link: report <https://example.com/r.pdf>]"},
+        {"type": "text", "text": "the notes"},
+    ]
+    for model, audio_part in (
+        (
+            MistralModel("m", api_key=KEY),
+            {"type": "input_audio", "input_audio": "UklGRg=="},
+        ),
+        (
+            OpenAICompatibleModel("m", "http://127.0.0.1:1/v1"),
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+        ),
+    ):
+        (message,) = model.request_body(request)["messages"]
+        assert message["content"] == [text_parts[0], audio_part, *text_parts[2:]]
