@@ -59,8 +59,8 @@ _EXCERPT = 500  # characters of an error body kept on ModelError
 
 
 class ChatCompletionsModel:
-    """A model behind a chat-completions endpoint. Use :class:`MistralModel` or
-    :class:`OpenAICompatibleModel`."""
+    """A model behind a chat-completions endpoint: :class:`MistralModel` and
+    :class:`OpenAICompatibleModel` (whose arguments are these)."""
 
     #: Who answers, in messages.
     provider: ClassVar[str] = "the model server"
@@ -76,8 +76,8 @@ class ChatCompletionsModel:
     def __init__(
         self,
         model: str,
-        *,
         base_url: str,
+        *,
         api_key: str | None = None,
         stream: bool = True,
         tool_choice: ToolChoice | str | None = None,
@@ -582,7 +582,7 @@ class MistralModel(ChatCompletionsModel):
             base_url = os.environ.get("MISTRAL_BASE_URL") or "https://api.mistral.ai/v1"
         super().__init__(
             model,
-            base_url=base_url,
+            base_url,
             api_key=api_key,
             stream=stream,
             tool_choice=tool_choice,
@@ -642,39 +642,6 @@ class OpenAICompatibleModel(ChatCompletionsModel):
     _example = "llama3.1"
     _example_url = "http://localhost:11434/v1"
     _key_hint = "the api_key"
-
-    def __init__(
-        self,
-        model: str,
-        base_url: str,
-        *,
-        api_key: str | None = None,
-        stream: bool = True,
-        tool_choice: ToolChoice | str | None = None,
-        parallel_tool_calls: bool | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int = 3,
-        max_retry_wait: float = 60.0,
-        http_client: httpx.AsyncClient | None = None,
-    ) -> None:
-        super().__init__(
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            stream=stream,
-            tool_choice=tool_choice,
-            parallel_tool_calls=parallel_tool_calls,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            extra_body=extra_body,
-            timeout=timeout,
-            max_retries=max_retries,
-            max_retry_wait=max_retry_wait,
-            http_client=http_client,
-        )
 
     def _stream_options(self) -> dict[str, Any]:
         return {"stream_options": {"include_usage": True}}
