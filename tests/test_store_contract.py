@@ -10,6 +10,7 @@ only the SQLite store promises: its file survives a reopen, its schema is checke
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -48,6 +49,7 @@ from agentlib import (
     TurnStarted,
     UnknownEvent,
 )
+from agentlib._convert import unstructure
 from agentlib._store._base import (
     CallbackRow,
     EntryRow,
@@ -62,6 +64,7 @@ from agentlib._store._base import (
     StoredSession,
     TurnRow,
 )
+from agentlib._store._sqlite import SCHEMA_VERSION
 
 # --- fixtures and helpers -----------------------------------------------------------------
 
@@ -868,22 +871,52 @@ async def test_sqlite_file_is_versioned_and_in_wal_mode(db_path: Path) -> None:
             assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         finally:
             db.close()
-    assert _user_version(db_path) == 1
+    assert _user_version(db_path) == SCHEMA_VERSION == 2
 
 
 async def test_sqlite_newer_schema_is_refused(db_path: Path) -> None:
     async with opened(SQLiteStore(str(db_path))) as store:
         store.write(SessionRow("s", "agent"))
     db = sqlite3.connect(db_path)
-    db.execute("PRAGMA user_version = 2")
+    db.execute("PRAGMA user_version = 3")
     db.commit()
     db.close()
     with pytest.raises(StoreSchemaError, match="newer agentlib") as error:
         await refused_open(SQLiteStore(str(db_path)))
     assert isinstance(error.value, SdkError)
     assert str(db_path) in str(error.value)
-    assert "version 2" in str(error.value)
-    assert _user_version(db_path) == 2  # the file is left as it was
+    assert "version 3" in str(error.value)
+    assert _user_version(db_path) == 3  # the file is left as it was
+
+
+async def test_sqlite_schema_1_is_brought_up_to_date(db_path: Path) -> None:
+    """Version 1 kept each event whole as JSON in one column: opening such a file lays its
+    events out anew, and they read back the same."""
+    session = new_id()
+    events = events_of_a_turn(session, new_id())
+    async with opened(SQLiteStore(str(db_path))) as store:
+        store.write(SessionRow(session, "agent"))
+        for seq, event in enumerate(events, start=1):
+            store.write(EventRow(session, seq, event))
+    with contextlib.closing(sqlite3.connect(db_path)) as db:  # back to version 1
+        db.execute("DROP TABLE events")
+        db.execute(
+            "CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL,"
+            " data TEXT NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID"
+        )
+        db.executemany(
+            "INSERT INTO events VALUES (?, ?, ?)",
+            [
+                (session, seq, json.dumps(unstructure(event)))
+                for seq, event in enumerate(events, start=1)
+            ],
+        )
+        db.execute("PRAGMA user_version = 1")
+        db.commit()
+    store = SQLiteStore(str(db_path))
+    async with opened(store):
+        assert await events_of(store, await load(store, session)) == events
+    assert _user_version(db_path) == 2
 
 
 async def test_sqlite_other_database_is_refused(db_path: Path) -> None:

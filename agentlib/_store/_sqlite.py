@@ -46,8 +46,9 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore", "StoreError", "StoreSchemaError"]
 
 T = TypeVar("T")
 
-#: The version of the tables this agentlib writes; a file written by a newer one is refused.
-SCHEMA_VERSION = 1
+#: The version of the tables this agentlib writes; a file written by a newer one is refused,
+#: one written by an older one is brought up to date when it is opened.
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE sessions (
@@ -185,6 +186,8 @@ class SQLiteStore(Store):
                     if statement.strip():
                         writer.execute(statement)
                 writer.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif version == 1:
+                _events_from_version_1(writer)
             elif version > SCHEMA_VERSION:
                 raise StoreSchemaError(
                     f"{self.path} holds sessions in schema version {version}, written by a "
@@ -616,6 +619,25 @@ class SQLiteStore(Store):
                 db.close()
 
         await self._in_thread(free)
+
+
+def _events_from_version_1(db: sqlite3.Connection) -> None:
+    """Version 1 kept each event whole, as JSON, in one column: lay them out as version 2
+    does (see ``_rows``). Runs in the opening transaction: all of it, or none."""
+    db.execute("ALTER TABLE events RENAME TO events_1")
+    events_table = _SCHEMA[_SCHEMA.index("CREATE TABLE events") :]
+    db.execute(events_table[: events_table.index(";")])
+    rows = EventRows()
+    old = db.execute("SELECT session_id, seq, data FROM events_1 ORDER BY session_id, seq")
+    db.executemany(
+        _INSERT_EVENT,
+        (
+            rows.row(session_id, seq, structure(json.loads(data), Event))
+            for session_id, seq, data in old
+        ),
+    )
+    db.execute("DROP TABLE events_1")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def _owners(db: sqlite3.Connection, session_ids: Sequence[str]) -> list[tuple[str, str | None]]:
