@@ -784,8 +784,8 @@ async def test_sqlite_leases_hold_across_store_objects(db_path: Path, clock: Fak
 
 
 async def test_renewing_leases(store: Store, clock: FakeClock) -> None:
-    """A renewal extends the owner's leases at once, and names those another owner took
-    over, which stay that owner's."""
+    """A renewal extends the owner's leases at once, and names the sessions the owner no
+    longer holds: taken over by another owner (theirs now), or let go since."""
     one, two, unleased = new_id(), new_id(), new_id()
     async with opened(store):
         for session in (one, two, unleased):
@@ -794,20 +794,34 @@ async def test_renewing_leases(store: Store, clock: FakeClock) -> None:
         await store.acquire([one, two], "A", 30)
 
         clock.now += 20
-        assert await store.renew([one, two, unleased], "A", 30) == []
+        assert await store.renew([one, two, unleased, "never-written"], "A", 30) == [unleased]
         clock.now += 29  # 49 s after the first lease: renewed, so held
         with pytest.raises(LeaseRefused):
             await store.acquire([one], "B", 30)
-        with pytest.raises(LeaseRefused):
-            await store.acquire([unleased], "B", 30)  # a renewal takes an unleased one
 
         clock.now += 2  # past the renewed lease: A stalled
         await store.acquire([two], "B", 30)
-        assert await store.renew([one, two, unleased], "A", 30) == [two]
+        assert await store.renew([one, two], "A", 30) == [two]
         with pytest.raises(LeaseRefused) as refused:
             await store.acquire([two], "A", 30)
         assert refused.value.owner == "B"
-        await store.acquire([one, unleased], "A", 30)  # still A's
+        await store.release([two], "B")
+        assert await store.renew([one, two], "A", 30) == [two]  # let go, still not A's
+        await store.acquire([one], "A", 30)  # still A's
+
+
+async def test_a_session_is_leased_as_its_row_is_written(store: Store, clock: FakeClock) -> None:
+    session = new_id()
+    async with opened(store):
+        store.write(SessionRow(session, "agent", lease=("A", 30)))
+        store.write(SessionRow(session, "agent", terminated=True))  # leaves the lease be
+        await store.flush()
+        with pytest.raises(LeaseRefused) as refused:
+            await store.acquire([session], "B", 30)
+        assert refused.value.until == pytest.approx(clock.now + 30)
+        assert await store.renew([session], "A", 30) == []
+        clock.now += 31
+        await store.acquire([session], "B", 30)
 
 
 async def test_sqlite_refuses_the_writes_of_an_owner_whose_session_was_taken_over(
@@ -842,6 +856,31 @@ async def test_sqlite_refuses_the_writes_of_an_owner_whose_session_was_taken_ove
         await theirs.flush()
         stored = await load(theirs, session)
         assert await events_of(theirs, stored) == [*events[:2], events[3]]
+
+
+@pytest.mark.parametrize("let_go", [False, True])
+async def test_sqlite_fences_a_session_leased_as_it_was_made(
+    db_path: Path, clock: FakeClock, let_go: bool
+) -> None:
+    """A session leased by its own row (a new session, a subagent's) is fenced like one
+    acquired; so is one the new owner has let go of since."""
+    session = new_id()
+    events = events_of_a_turn(session, new_id())
+    mine = SQLiteStore(str(db_path), clock=clock)
+    theirs = SQLiteStore(str(db_path), clock=clock)
+    async with opened(mine), opened(theirs):
+        mine.write(SessionRow(session, "agent", lease=("A", 30)))
+        mine.write(EventRow(session, 1, events[0]))
+        await mine.flush()
+        clock.now += 31
+        await theirs.acquire([session], "B", 30)
+        if let_go:
+            await theirs.release([session], "B")
+        mine.write(EventRow(session, 2, events[1]))
+        message = "taken over by another runtime, which has let it go" if let_go else "now run"
+        with pytest.raises(StoreError, match=message):
+            await mine.flush()
+        assert await events_of(theirs, await load(theirs, session)) == events[:1]
 
 
 async def refused_open(store: Store) -> None:

@@ -122,7 +122,8 @@ class Runtime:
         self.sessions[session_id] = core
         if key is not None:
             self._session_keys[key] = session_id
-        core.write(core.row)
+        lease = (self.owner, self.lease_seconds) if self.store.durable else None
+        core.write(attrs.evolve(core.row, lease=lease))  # leased from the start
         return core
 
     async def start_session(
@@ -150,8 +151,6 @@ class Runtime:
             core = self.new_session(agent, inputs, key=None)
         for entry in history:
             core.add_entry(entry)
-        if self.store.durable:
-            await self.store.acquire([core.id], self.owner, self.lease_seconds)
         await self.store.flush()
         return core
 

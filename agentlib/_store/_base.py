@@ -41,7 +41,11 @@ __all__ = [
 
 @attrs.frozen
 class SessionRow:
-    """A session: its agent, where it sits in a tree of subagents, its inputs."""
+    """A session: its agent, where it sits in a tree of subagents, its inputs.
+
+    A new session's row may carry its lease, (owner, seconds): the session is leased from
+    the moment it exists. Rewriting the row (to mark it terminated) leaves the lease be.
+    """
 
     session_id: str
     agent: str
@@ -50,6 +54,7 @@ class SessionRow:
     idempotency_key: str | None = None
     inputs: Any = attrs.field(factory=dict)  # JSON by input id
     terminated: bool = False
+    lease: tuple[str, float] | None = None
 
 
 @attrs.frozen
@@ -166,9 +171,12 @@ class LeaseLost(Exception):
     lease. Its write is refused, and the store writes nothing more."""
 
     def __init__(self, session_id: str, owner: str | None) -> None:
+        now = f"is now run by another runtime ({owner})"
+        if owner is None:
+            now = "was taken over by another runtime, which has let it go since"
         super().__init__(
-            f"session {session_id} is now run by another runtime ({owner}): this runtime "
-            "stalled past its lease, and writes nothing more; open a new runtime on the store"
+            f"session {session_id} {now}: this runtime stalled past its lease, and writes "
+            "nothing more; open a new runtime on the store"
         )
 
 
@@ -248,9 +256,11 @@ class Store(abc.ABC):
 
     async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
         """Renew ``owner``'s leases on the sessions for ``seconds`` (at once, where the store
-        can) and return those another owner took over: they are lost to ``owner``.
+        can) and return those ``owner`` no longer holds: another owner took them over (and
+        may have let them go since). Sessions the store does not have yet are skipped.
 
-        This one renews them one by one; stores override it.
+        This one renews them one by one with :meth:`acquire`, which cannot tell a session
+        let go by another owner from one never leased; stores override it.
         """
         lost = []
         for session_id in session_ids:

@@ -69,6 +69,9 @@ class MemoryStore(Store):
             known = self._sessions.get(op.session_id)
             if known is None:
                 self._sessions[op.session_id] = _Session(op)
+                if op.lease is not None:
+                    owner, seconds = op.lease
+                    self._sessions[op.session_id].lease = (owner, self._clock() + seconds)
                 if op.parent_id is not None:
                     self._sessions[op.parent_id].children.append(op.session_id)
                 if op.idempotency_key is not None:
@@ -143,8 +146,8 @@ class MemoryStore(Store):
             session = self._sessions.get(session_id)
             if session is None:
                 continue
-            if session.lease is not None and session.lease[0] != owner:
-                lost.append(session_id)  # taken over: it stays the other owner's
+            if session.lease is None or session.lease[0] != owner:
+                lost.append(session_id)  # taken over (and maybe let go): not owner's now
             else:
                 session.lease = (owner, now + seconds)
         return lost

@@ -234,6 +234,8 @@ class SQLiteStore(Store):
             self._payloads.append(self._rows.row(op.session_id, op.seq, op.event))
         elif isinstance(op, EntryRow):
             self._payloads.append(self._rows.entry_json(op.entry))
+        elif isinstance(op, SessionRow) and op.lease is not None:
+            self._held[op.session_id] = op.lease[0]  # a new session, leased as it is made
         self._queued += 1
         self._wake.set()
 
@@ -378,9 +380,13 @@ class SQLiteStore(Store):
                 (op.session_id, op.key, op.turn_id, op.fingerprint),
             )
         elif isinstance(op, SessionRow):
+            owner, until = None, None
+            if op.lease is not None:
+                owner, until = op.lease[0], self._clock() + op.lease[1]
             db.execute(
                 "INSERT INTO sessions (session_id, agent, parent_id, parent_turn_id,"
-                " idempotency_key, inputs, terminated) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " idempotency_key, inputs, terminated, lease_owner, lease_until)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (session_id) DO UPDATE SET terminated = excluded.terminated",
                 (
                     op.session_id,
@@ -390,6 +396,8 @@ class SQLiteStore(Store):
                     op.idempotency_key,
                     json.dumps(op.inputs),
                     int(op.terminated),
+                    owner,
+                    until,
                 ),
             )
         elif isinstance(op, PruneRow):
@@ -582,7 +590,7 @@ class SQLiteStore(Store):
                     lost = [
                         session_id
                         for session_id, holder in _owners(db, session_ids)
-                        if holder not in (None, owner)
+                        if holder != owner  # taken over, and maybe let go since
                     ]
                     gone = set(lost)
                     db.executemany(
