@@ -164,7 +164,7 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
         if text is None and streamed:
             text = "".join(streamed)
         usage = reply.usage
-        if text or streamed:
+        if text or streamed or (usage is not None and not reply.tool_calls):
             message = MessageEntry(
                 id=entry_id,
                 turn_id=turn.id,
