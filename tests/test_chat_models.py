@@ -851,3 +851,74 @@ def test_content_blocks_become_each_providers_parts() -> None:
     ):
         (message,) = model.request_body(request)["messages"]
         assert message["content"] == [text_parts[0], audio_part, *text_parts[2:]]
+
+
+def test_a_key_that_would_not_fit_a_header_is_refused_without_showing_it() -> None:
+    for key in (f"{KEY}\n", f"{KEY} ", "sk-clé"):
+        with pytest.raises(ValueError, match="strip what was read with it") as raised:
+            MistralModel("m", api_key=key)
+        assert KEY not in str(raised.value)
+        assert "clé" not in str(raised.value)
+
+
+async def test_a_key_echoed_where_the_message_is_cut_is_scrubbed_first(server: Server) -> None:
+    message = "x" * 290 + KEY + "y" * 50  # the key straddles the 300-character cut
+    server.play(Reply(status=400, body=json.dumps({"message": message}).encode()))
+    with pytest.raises(ModelError) as raised:
+        await mistral(server, stream=False).complete(agentlib.ModelRequest())
+    assert "sk-" not in str(raised.value)  # not even the part before the cut
+    assert "x***y" in str(raised.value)
+    assert "x***y" in (raised.value.body or "")
+
+
+async def test_calls_streamed_whole_under_one_index_stay_apart(server: Server) -> None:
+    def whole(call_id: str, city: str) -> dict[str, Any]:
+        return delta(
+            tool_calls=[
+                {
+                    "index": 0,
+                    "id": call_id,
+                    "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
+                }
+            ]
+        )
+
+    server.play(
+        sse(whole("Zq8Lm2Pw1", "Paris"), whole("Ab3Cd4Ef5", "London"), delta("tool_calls")),
+        recording("mistral/stream_text.sse"),
+    )
+    (record,) = await run(Agent("w", model=mistral(server), tools=[get_weather]), "Both?")
+    assert isinstance(record, Completed)
+    assert [(c.tool_call_id, c.arguments) for c in record.tool_calls] == [
+        ("Zq8Lm2Pw1", {"city": "Paris"}),
+        ("Ab3Cd4Ef5", {"city": "London"}),
+    ]
+
+
+async def test_a_connection_lost_after_the_whole_stream_is_no_failure(server: Server) -> None:
+    stream = recording("mistral/stream_text.sse")
+    assert stream.chunks is not None
+    server.play(attrs.evolve(stream, drop_after=len(stream.chunks)))  # [DONE], then no end
+    (record,) = await run(Agent("s", model=mistral(server)), "1 + 2?")
+    assert isinstance(record, Completed)
+    assert record.text == "The answer is 3."
+    assert len(server.requests) == 1
+
+
+async def test_a_server_that_answers_a_stream_request_whole_is_understood(
+    server: Server,
+) -> None:
+    server.play(recording("mistral/chat_text.json"))  # application/json, not events
+    record, events = await run_with_events(Agent("s", model=mistral(server)), "1 + 2?")
+    assert isinstance(record, Completed)
+    assert record.text == "The answer is 3."
+    assert [e.delta for e in events if isinstance(e, EntryDelta)] == ["The answer is 3."]
+    assert server.requests[0].json()["stream"] is True
+
+
+async def test_an_empty_reply_still_counts_its_tokens(server: Server) -> None:
+    server.play(reply_json("", prompt_tokens=9, completion_tokens=0, total_tokens=9))
+    (record,) = await run(Agent("s", model=mistral(server, stream=False)), "Say nothing.")
+    assert isinstance(record, Completed)
+    assert record.text == ""
+    assert record.usage == Usage(input_tokens=9, output_tokens=0, total_tokens=9)

@@ -52,6 +52,7 @@ DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=10.0)
 ToolChoice = Literal["auto", "none", "required"]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_KEY = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space: what a header value takes
 _NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 _MISTRAL_CALL_ID = re.compile(r"^[a-zA-Z0-9]{9}$")
 _BASE62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -98,6 +99,11 @@ class ChatCompletionsModel:
             )
         if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
             raise ValueError("api_key must be a non-empty string, or None")
+        if api_key is not None and not _KEY.fullmatch(api_key):
+            raise ValueError(
+                "api_key holds a space, a line break or a character outside ASCII: it would "
+                "not go in an HTTP header; strip what was read with it (the key is not shown)"
+            )
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError("max_retries must be an int >= 0 (0 never retries)")
         if tool_choice is not None and not isinstance(tool_choice, str):
@@ -368,15 +374,17 @@ class ChatCompletionsModel:
             raise self._unreachable(error) from error
         if response.status_code != 200:
             raise self._refusal(response.status_code, response.headers, response.text)
+        return self._reply(self._parse(response.status_code, response.text), names)
+
+    def _parse(self, status: int, text: str) -> Any:
         try:
-            data = response.json()
+            return json.loads(text)
         except ValueError:
             raise ModelError(
                 f"{self.provider} answered with a body that is not JSON",
-                status=response.status_code,
-                body=self._excerpt(response.text),
+                status=status,
+                body=self._excerpt(text),
             ) from None
-        return self._reply(data, names)
 
     async def _streamed(
         self,
@@ -394,6 +402,13 @@ class ChatCompletionsModel:
                 if response.status_code != 200:
                     text = (await response.aread()).decode("utf-8", "replace")
                     raise self._refusal(response.status_code, response.headers, text)
+                if "text/event-stream" not in response.headers.get("content-type", ""):
+                    # A server that answers a stream request whole: take it whole.
+                    whole = self._parse(response.status_code, (await response.aread()).decode())
+                    whole_reply = self._reply(whole, names)
+                    if whole_reply.text:
+                        await on_text(whole_reply.text)
+                    return whole_reply
                 # The body is read to its end whatever happens in it: a stream left half
                 # read leaves httpx's readers behind, unfinished.
                 failure: ModelError | None = None
@@ -415,14 +430,15 @@ class ChatCompletionsModel:
                 if failure is not None:
                     raise failure
         except httpx.TransportError as error:
-            if delivered:
-                raise ModelError(
-                    f"the stream from {self.provider} broke after part of the reply had "
-                    f"arrived ({type(error).__name__}: {error}); the step was not retried, "
-                    "so as not to repeat the text already streamed"
-                ) from error
-            raise self._unreachable(error) from error
-        if not reply.done and reply.finish_reason is None:
+            if not reply.complete:  # a connection lost after the whole reply is no matter
+                if delivered:
+                    raise ModelError(
+                        f"the stream from {self.provider} broke after part of the reply had "
+                        f"arrived ({type(error).__name__}: {error}); the step was not "
+                        "retried, so as not to repeat the text already streamed"
+                    ) from error
+                raise self._unreachable(error) from error
+        if not reply.complete:
             if delivered:
                 raise ModelError(
                     f"the stream from {self.provider} ended before the reply was complete; "
@@ -477,9 +493,9 @@ class ChatCompletionsModel:
             raise ModelError(f"{self.provider} stopped the reply with an error", status=200)
         text = "".join(_text_pieces(message.get("content")))
         calls = []
-        for index, raw in enumerate(message.get("tool_calls") or ()):
+        for raw in message.get("tool_calls") or ():
             call = _CallParts()
-            call.add(raw, index)
+            call.add(raw)
             calls.append(call.request(names))
         return ModelReply(text=text or None, tool_calls=calls, usage=_usage(data.get("usage")))
 
@@ -504,7 +520,7 @@ class ChatCompletionsModel:
         if code:
             what += f" (code {code})"
         if message:
-            what += f": {_shorten(message)}"
+            what += f": {_shorten(self._scrub(message))}"
         what = self._scrub(what) + _hint(status, self)
         body = self._excerpt(text)
         if status in (408, 429) or status >= 500:
@@ -714,7 +730,7 @@ class _CallParts:
     arguments: str = ""
     whole: Any = None  # arguments given as a JSON object rather than text
 
-    def add(self, raw: Mapping[str, Any], index: int) -> None:
+    def add(self, raw: Mapping[str, Any]) -> None:
         if raw.get("id"):
             self.id = str(raw["id"])
         function = raw.get("function") or {}
@@ -747,6 +763,11 @@ class _StreamedReply:
     finish_reason: str | None = None
     done: bool = False
 
+    @property
+    def complete(self) -> bool:
+        """Whether the whole reply arrived: ``[DONE]``, or a finish reason."""
+        return self.done or self.finish_reason is not None
+
     def add(self, chunk: Mapping[str, Any]) -> list[str]:
         """Take in one event; returns its text, in pieces."""
         usage = _usage(chunk.get("usage"))
@@ -761,24 +782,27 @@ class _StreamedReply:
                 if piece:
                     pieces.append(piece)
                     self.text.append(piece)
-            for position, raw in enumerate(delta.get("tool_calls") or ()):
-                self._slot(raw, position).add(raw, position)
+            for raw in delta.get("tool_calls") or ():
+                self._slot(raw).add(raw)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
         return pieces
 
-    def _slot(self, raw: Mapping[str, Any], position: int) -> _CallParts:
-        """The call a fragment belongs to: by its index; else by its id (Mistral sends each
-        call whole); else the last one."""
+    def _slot(self, raw: Mapping[str, Any]) -> _CallParts:
+        """The call a fragment belongs to: by its index (unless it brings a new id); else by
+        its id; else the last one."""
+        call_id = raw.get("id")
         key: Any = raw.get("index")
         if key is None:
-            key = ("id", raw.get("id")) if raw.get("id") else None
+            key = ("id", call_id) if call_id else None
         if key is None:
             if not self.calls:
                 self.calls.append(_CallParts())
             return self.calls[-1]
         slot = self.slots.get(key)
-        if slot is None:
+        # A fragment with another call's id starts a new call, though some servers give
+        # every call the same index.
+        if slot is None or (call_id and slot.id is not None and slot.id != call_id):
             slot = self.slots[key] = _CallParts()
             self.calls.append(slot)
         return slot
