@@ -116,6 +116,7 @@ CREATE TABLE keys (
 _INSERT_EVENT = (
     "INSERT INTO events (session_id, seq, type, turn_id, id, data) VALUES (?, ?, ?, ?, ?, ?)"
 )
+_LEASE = "UPDATE sessions SET lease_owner = ?, lease_until = ? WHERE session_id = ?"
 _SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM events WHERE session_id = ?"
 
 
@@ -553,27 +554,17 @@ class SQLiteStore(Store):
     async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
         def lease() -> None:
             now = self._clock()
-            db = self._connect()
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    for session_id in session_ids:
-                        row = db.execute(
-                            "SELECT lease_owner, lease_until FROM sessions WHERE session_id = ?",
-                            (session_id,),
-                        ).fetchone()
-                        if row is not None and row[0] not in (None, owner) and row[1] > now:
-                            raise LeaseRefused(session_id, row[0], row[1])
-                    db.executemany(
-                        "UPDATE sessions SET lease_owner = ?, lease_until = ? WHERE session_id = ?",
-                        [(owner, now + seconds, session_id) for session_id in session_ids],
-                    )
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-            finally:
-                db.close()
+            with self._leasing() as db:
+                for session_id in session_ids:
+                    row = db.execute(
+                        "SELECT lease_owner, lease_until FROM sessions WHERE session_id = ?",
+                        (session_id,),
+                    ).fetchone()
+                    if row is not None and row[0] not in (None, owner) and row[1] > now:
+                        raise LeaseRefused(session_id, row[0], row[1])
+                db.executemany(
+                    _LEASE, [(owner, now + seconds, session_id) for session_id in session_ids]
+                )
             for session_id in session_ids:
                 self._held[session_id] = owner
 
@@ -583,33 +574,40 @@ class SQLiteStore(Store):
     async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
         def lease() -> list[str]:
             now = self._clock()
-            db = self._connect()
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    lost = [
-                        session_id
-                        for session_id, holder in _owners(db, session_ids)
-                        if holder != owner  # taken over, and maybe let go since
-                    ]
-                    gone = set(lost)
-                    db.executemany(
-                        "UPDATE sessions SET lease_owner = ?, lease_until = ? WHERE session_id = ?",
-                        [
-                            (owner, now + seconds, session_id)
-                            for session_id in session_ids
-                            if session_id not in gone
-                        ],
-                    )
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-            finally:
-                db.close()
+            with self._leasing() as db:
+                lost = [
+                    session_id
+                    for session_id, holder in _owners(db, session_ids)
+                    if holder != owner  # taken over, and maybe let go since
+                ]
+                gone = set(lost)
+                db.executemany(
+                    _LEASE,
+                    [
+                        (owner, now + seconds, session_id)
+                        for session_id in session_ids
+                        if session_id not in gone
+                    ],
+                )
             return lost  # still in _held, under this owner: the fence refuses their writes
 
         return await self._in_thread(lease)
+
+    @contextmanager
+    def _leasing(self) -> Iterator[sqlite3.Connection]:
+        """A connection of its own, in one immediate transaction, committed if the block
+        ends well: where leases are taken and renewed."""
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        finally:
+            db.close()
 
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
         for session_id in session_ids:
