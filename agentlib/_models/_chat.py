@@ -430,21 +430,17 @@ class ChatCompletionsModel:
                 if failure is not None:
                     raise failure
         except httpx.TransportError as error:
-            if not reply.complete:  # a connection lost after the whole reply is no matter
-                if delivered:
-                    raise ModelError(
-                        f"the stream from {self.provider} broke after part of the reply had "
-                        f"arrived ({type(error).__name__}: {error}); the step was not "
-                        "retried, so as not to repeat the text already streamed"
-                    ) from error
-                raise self._unreachable(error) from error
-        if not reply.complete:
+            broken: httpx.TransportError | None = error
+        else:
+            broken = httpx.RemoteProtocolError("the stream ended before its last event")
+        if broken is not None and not reply.complete:  # lost after the whole reply: no matter
             if delivered:
                 raise ModelError(
-                    f"the stream from {self.provider} ended before the reply was complete; "
-                    "the step was not retried, so as not to repeat the text already streamed"
-                )
-            raise self._unreachable(httpx.RemoteProtocolError("the stream ended too early"))
+                    f"the stream from {self.provider} broke after part of the reply had "
+                    f"arrived ({type(broken).__name__}: {broken}); the step was not "
+                    "retried, so as not to repeat the text already streamed"
+                ) from broken
+            raise self._unreachable(broken) from broken
         if reply.finish_reason == "error":
             raise ModelError(f"{self.provider} stopped the reply with an error")
         return ModelReply(
