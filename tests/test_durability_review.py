@@ -207,35 +207,49 @@ async def blocked_mixed_turn(
     return session, turn, only_approval(record)
 
 
-async def test_an_approval_tool_does_not_run_after_a_clean_close_of_a_mixed_tree(
+async def finish_mixed_tree(
+    boss: Agent, session: agentlib.Session, turn: agentlib.Turn, approval: OpenApproval
+) -> agentlib.TurnState[Any]:
+    """The mixed tree read back: its root still Blocked on the subagent's approval, which
+    is answered; the root's record once it has ended."""
+    root_turn = boss.session(session.id).turn(turn.id)
+    root = await root_turn.get()
+    assert only_approval(root) == approval
+    sub = await boss.session(approval.session_id).turn(approval.turn_id).get()
+    assert only_approval(sub) == approval
+    answered = await root_turn.answer(approval.id, AllowApproval())
+    assert isinstance(answered, Answered), answered
+    return await settled(root_turn, after=root)
+
+
+async def test_a_mixed_tree_blocked_on_an_approval_stays_blocked_after_a_clean_close(
     store: StoreFor,
 ) -> None:
-    """r6: the root runs ``hold`` while its subagent waits on an approval; the runtime
-    closes. The root was running: it ends Interrupted, and so does its subagent's turn; the
-    approval nobody gave never lets ``delete`` run."""
+    """r6 (issue 12): the root runs ``hold`` while its subagent waits on an approval, and
+    reads Blocked; the runtime closes. It stays Blocked: the approval stays open and
+    answerable, ``hold`` (cut short) is not run again, and ``delete`` runs only once the
+    approval is given."""
     runs: list[str] = []
+    gate = Gate()
     async with agentlib.open_runtime(store()):
-        session, turn, approval = await blocked_mixed_turn(Gate(), runs)
+        session, turn, approval = await blocked_mixed_turn(gate, runs)
 
-    async with agentlib.open_runtime(store()):
-        boss = mixed_tree(Gate(), runs)
-        root = await boss.session(session.id).turn(turn.id).get()
-        assert isinstance(root, Interrupted), root
-        sub_turn = boss.session(approval.session_id).turn(approval.turn_id)
-        sub = await settled(sub_turn)
-        assert isinstance(sub, Interrupted), sub
-        answered = await sub_turn.answer(approval.id, AllowApproval())
-        assert not isinstance(answered, Answered), answered
-        with trio.fail_after(WAIT):
-            await trio.testing.wait_all_tasks_blocked()
     assert runs == []
+    async with agentlib.open_runtime(store()):
+        again = Gate()
+        boss = mixed_tree(again, runs)
+        record = await finish_mixed_tree(boss, session, turn, approval)
+    assert isinstance(record, Completed), record
+    assert runs == ["/precious"]
+    assert not again.reached.is_set()
 
 
-async def test_an_approval_tool_does_not_run_after_a_crash_of_a_mixed_tree(
+async def test_a_mixed_tree_blocked_on_an_approval_stays_blocked_after_a_crash(
     tmp_path: Path,
 ) -> None:
-    """r8: the same tree, crashed while ``hold`` runs: the root's outcome is unknown; the
-    subagent's turn ends without the approval, and ``delete`` never runs."""
+    """r8 (issue 12): the same tree, crashed while ``hold`` runs: the root stays Blocked on
+    the subagent's approval, ``hold``'s outcome is unknown (it is not run again), and
+    ``delete`` runs only once the approval is given."""
     runs: list[str] = []
     gate = Gate()
     live = tmp_path / "live"
@@ -245,25 +259,24 @@ async def test_an_approval_tool_does_not_run_after_a_crash_of_a_mixed_tree(
         await runtime.store.flush()
         crashed = crash_copy(live, tmp_path / "crashed")
 
-    async with agentlib.open_runtime(crashed):
-        boss = mixed_tree(Gate(), runs)
-        root = await boss.session(session.id).turn(turn.id).get()
-        assert isinstance(root, UnknownOutcome), root
-        sub_session = boss.session(approval.session_id)
-        sub = await settled(sub_session.turn(approval.turn_id))
-        if not isinstance(sub, Interrupted):  # else the call must have failed, unanswered
-            assert sub.cursor is not None
-            results = [
-                event.entry
-                for event in await all_events(sub_session, sub.cursor)
-                if isinstance(event, agentlib.EntryCompleted)
-                and isinstance(event.entry, ToolResultEntry)
-            ]
-            assert [result.is_error for result in results] == [True], results
-            assert "unanswered" in results[0].text
-        with trio.fail_after(WAIT):
-            await trio.testing.wait_all_tasks_blocked()
     assert runs == []
+    async with agentlib.open_runtime(crashed):
+        again = Gate()
+        boss = mixed_tree(again, runs)
+        record = await finish_mixed_tree(boss, session, turn, approval)
+        assert record.cursor is not None
+        results = [
+            event.entry
+            for event in await all_events(boss.session(session.id), record.cursor)
+            if isinstance(event, agentlib.EntryCompleted)
+            and isinstance(event.entry, ToolResultEntry)
+        ]
+    assert isinstance(record, Completed), record
+    assert runs == ["/precious"]
+    assert not again.reached.is_set()
+    [held] = [result for result in results if result.name == "hold"]
+    assert held.is_error
+    assert "outcome is unknown" in held.text
 
 
 # --- r2b: concurrent loads of one tree --------------------------------------------------------

@@ -24,7 +24,7 @@ from .._hooks import DenyToolCall, ModifiedArguments, RequestApproval
 from .._inputs import read_input
 from .._models._base import ModelRequest, ToolCallRequest
 from .._output import output_schema, parse_output
-from .._records import Completed, ErrorInfo, Failed, Interrupted, TurnState
+from .._records import Completed, ErrorInfo, Failed, Interrupted, TurnState, UnknownOutcome
 from .._store._base import StepRow
 from .._tools import Tool
 from .._usage import Usage
@@ -591,6 +591,12 @@ async def _delegate(turn: TurnCore, call: _Call, subagent: Agent) -> ToolResultE
             return _error_result(entry, f"{subagent.name} failed: {info.type}: {info.message}")
         case Interrupted(cause=cause):
             return _error_result(entry, f"the turn of {subagent.name} was {cause}")
+        case UnknownOutcome():
+            return _error_result(
+                entry,
+                f"the outcome of {subagent.name}'s turn is unknown: the runtime stopped while "
+                "it ran, and it was not run again",
+            )
     return _error_result(entry, f"the turn of {subagent.name} ended as {type(record).__name__}")
 
 

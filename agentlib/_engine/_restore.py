@@ -11,7 +11,7 @@ from .._errors import SessionNotFoundError
 from .._records import Interrupted, UnknownOutcome
 from .._store._base import StoredSession
 from ._core import PendingCallback, SessionCore, TurnCore
-from ._loop import _Call, run_turn
+from ._loop import _Call, _error_result, run_turn
 from ._runtime import not_found
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ async def restore(runtime: Runtime, session_id: str, agent: Agent) -> None:
     # Unended turns, deepest first: a parent's resumption waits on its subagent's turn.
     resumed: list[tuple[TurnCore, list[_Call]]] = []
     unknown: set[str] = set()  # turns ended as UnknownOutcome here
+    waiting: set[str] = set()  # turns that wait on an open callback, at any depth below
     for node in reversed(tree):
         core = cores[node.row.session_id]
         for turn in core.turns.values():
@@ -87,12 +88,7 @@ async def restore(runtime: Runtime, session_id: str, agent: Agent) -> None:
                 if message.id not in in_history and isinstance(message, MessageEntry)
             )
             step = node.steps.get(turn.id)
-            calls = None if step is None else _calls(core, turn, step)
-            if calls is not None and any(
-                call.state == "delegated" and call.child is not None and call.child[1] in unknown
-                for call in calls
-            ):
-                calls = None  # its subagent was running: so was it
+            calls = None if step is None else _calls(core, turn, step, unknown, waiting)
 
             if core.terminated:
                 core.end_turn(
@@ -228,16 +224,48 @@ def _core(runtime: Runtime, node: StoredSession, agent: Agent) -> SessionCore:
     return core
 
 
-def _calls(core: SessionCore, turn: TurnCore, step: Any) -> list[_Call] | None:
-    """The calls of a stored tool step, if the turn can go on from it: nothing was running."""
+def _calls(
+    core: SessionCore, turn: TurnCore, step: Any, unknown: set[str], waiting: set[str]
+) -> list[_Call] | None:
+    """The calls of a stored tool step, if the turn can go on from it; None if it cannot
+    (it must read ``UnknownOutcome``).
+
+    A turn goes on when nothing of its step was running, or when a call waits on a
+    callback still open (then it was Blocked, as a caller may have been told, and stays
+    so): each call that was running gets an error result, and never runs again.
+    ``unknown`` holds the subagent turns ended as ``UnknownOutcome`` here; ``waiting``
+    those that wait on an open callback, to which the turn is added if it does.
+    """
     calls = [_Call.from_json(data, core.agent.tools_by_name) for data in step["calls"]]
-    if any(call.state == "running" for call in calls):
-        return None  # a tool may have run, or not: nobody can tell
+    lost = [
+        call
+        for call in calls
+        if call.state == "running"  # the tool may have run, or not: nobody can tell
+        or (call.state == "done" and call.result is None)
+        or (call.state == "delegated" and call.child is not None and call.child[1] in unknown)
+    ]
+    if any(
+        (call.state == "waiting" and core.find_open(call.callback or "") is not None)
+        or (call.state == "delegated" and call.child is not None and call.child[1] in waiting)
+        for call in calls
+    ):
+        waiting.add(turn.id)
+    elif lost:
+        return None
+    for call in lost:
+        if call.state != "delegated":  # a subagent's turn says itself how it ended
+            call.state = "done"
+            call.result = _error_result(call.entry, _LOST)
     turn.step = calls
-    for call in calls:
-        if call.state == "done" and call.result is None:
-            return None
     return calls
+
+
+#: What the model is told of a call that was running when its runtime stopped, in a step
+#: that goes on.
+_LOST = (
+    "this call's outcome is unknown: the runtime stopped while it ran, and it was not run "
+    "again (it may or may not have taken effect)"
+)
 
 
 def _seq(cursor: str | None) -> int | None:

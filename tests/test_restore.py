@@ -1,0 +1,225 @@
+"""Reading sessions back from a store (``_engine/_restore.py``): what a caller was told
+before a crash or a close is what the next runtime reads, and a read never sees a state the
+store does not hold.
+
+A "crash" is a copy of the SQLite files taken while nothing is being written (what a process
+killed at that moment leaves), opened with a wall clock past the dead owner's lease; a
+"close" is the end of an ``open_runtime`` block. ``tests/test_crash.py`` does the same with
+real SIGKILLs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from _support import Gate, Recorder
+
+import agentlib
+from agentlib import (
+    Agent,
+    AllowApproval,
+    Blocked,
+    Completed,
+    MemoryStore,
+    ModelReply,
+    OpenApproval,
+    ScriptedModel,
+    SQLiteStore,
+    Store,
+    ToolCallRequest,
+    ToolResultEntry,
+    UnknownOutcome,
+)
+
+#: The longest any wait here may take (real seconds): only a hang reaches it.
+WAIT = 30
+
+
+def call(name: str, **arguments: Any) -> ToolCallRequest:
+    return ToolCallRequest(name=name, arguments=arguments)
+
+
+def crash_copy(live: Path, crashed: Path) -> SQLiteStore:
+    """The SQLite files of ``live`` as a process killed now leaves them; the store on the
+    copy reads the lease clock an hour on, past the dead owner's lease."""
+    crashed.mkdir(exist_ok=True)
+    for path in live.iterdir():
+        shutil.copy(path, crashed / path.name)
+    return SQLiteStore(str(crashed / "s.db"), clock=lambda: time.time() + 3600)
+
+
+class Sibling:
+    """An approval tool ``delete`` and a tool ``index`` that holds at ``gate``, called in
+    one model reply: the turn is Blocked on the approval while ``index`` still runs."""
+
+    def __init__(self) -> None:
+        self.gate = Gate()
+        self.deleted: list[str] = []
+        self.indexed: list[str] = []
+        self.recorder = Recorder("finished")
+
+        @agentlib.tool(requires_approval=True)
+        async def delete(path: str) -> str:
+            """Delete a file."""
+            self.deleted.append(path)
+            return f"deleted {path}"
+
+        @agentlib.tool
+        async def index(path: str) -> str:
+            """Index a folder (slowly)."""
+            self.indexed.append(path)
+            await self.gate.tool.function()
+            return f"indexed {path}"
+
+        self.agent = Agent(
+            "sibling",
+            model=ScriptedModel(
+                [
+                    ModelReply(tool_calls=[call("delete", path="/a"), call("index", path="/b")]),
+                    self.recorder,
+                ]
+            ),
+            tools=[delete, index],
+        )
+
+    async def blocked(self, session: agentlib.Session) -> Blocked:
+        """Run a turn until it is Blocked on the approval and ``index`` runs."""
+        with trio.fail_after(WAIT):
+            record = await session.run("clean up")
+            await self.gate.reached.wait()
+        assert isinstance(record, Blocked), record
+        return record
+
+    def result_of(self, name: str) -> ToolResultEntry:
+        """The result of the call to ``name`` that the model saw in its second step."""
+        [request] = self.recorder.requests
+        [result] = [
+            entry
+            for entry in request.entries
+            if isinstance(entry, ToolResultEntry) and entry.name == name
+        ]
+        return result
+
+
+async def answer_and_finish(session: agentlib.Session, blocked: Blocked) -> agentlib.TurnState[Any]:
+    turn = session.turn(blocked.turn_id)
+    with trio.fail_after(WAIT):
+        await turn.answer(blocked.callbacks[0].id, AllowApproval())
+        return await turn.result(after=blocked)
+
+
+async def test_a_turn_blocked_while_a_sibling_runs_stays_blocked_after_a_crash(
+    tmp_path: Path,
+) -> None:
+    live = tmp_path / "live"
+    live.mkdir()
+    sibling = Sibling()
+    async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}"):
+        session = await sibling.agent.start_session()
+        blocked = await sibling.blocked(session)
+        crashed = crash_copy(live, tmp_path / "crashed")
+        sibling.gate.opened.set()
+
+    async with agentlib.open_runtime(crashed):
+        session = sibling.agent.session(session.id)
+        with trio.fail_after(WAIT):
+            assert await session.turn(blocked.turn_id).get() == blocked
+        record = await answer_and_finish(session, blocked)
+
+    assert isinstance(record, Completed), record
+    assert sibling.deleted == ["/a"]
+    assert sibling.indexed == ["/b"]  # it ran once, before the crash: never again
+    lost = sibling.result_of("index")
+    assert lost.is_error
+    assert "outcome is unknown" in lost.content[0].text
+    assert "stopped while it ran" in lost.content[0].text
+    assert not sibling.result_of("delete").is_error
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_turn_blocked_while_a_sibling_runs_stays_blocked_after_a_close(
+    kind: str, tmp_path: Path
+) -> None:
+    store: str | Store = MemoryStore() if kind == "memory" else f"sqlite:///{tmp_path / 's.db'}"
+    sibling = Sibling()
+    async with agentlib.open_runtime(store):
+        session = await sibling.agent.start_session()
+        blocked = await sibling.blocked(session)
+
+    async with agentlib.open_runtime(store):
+        session = sibling.agent.session(session.id)
+        with trio.fail_after(WAIT):
+            assert await session.turn(blocked.turn_id).get() == blocked
+        record = await answer_and_finish(session, blocked)
+
+    assert isinstance(record, Completed), record
+    assert sibling.deleted == ["/a"]
+    assert sibling.indexed == ["/b"]
+    assert "outcome is unknown" in sibling.result_of("index").content[0].text
+
+
+async def test_a_turn_whose_tool_ran_alone_still_reads_unknown_outcome_after_a_crash(
+    tmp_path: Path,
+) -> None:
+    # Nothing told a caller it was Blocked: a tool ran, nobody knows whether it finished.
+    live = tmp_path / "live"
+    live.mkdir()
+    gate = Gate()
+    agent = Agent(
+        "held",
+        model=ScriptedModel([ModelReply(tool_calls=[call("hold")]), "done"]),
+        tools=[gate.tool],
+    )
+    async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}"):
+        session = await agent.start_session()
+        turn = await session.start_turn("go")
+        with trio.fail_after(WAIT):
+            await gate.reached.wait()
+        crashed = crash_copy(live, tmp_path / "crashed")
+        gate.opened.set()
+
+    async with agentlib.open_runtime(crashed):
+        with trio.fail_after(WAIT):
+            record = await agent.session(session.id).turn(turn.id).get()
+    assert isinstance(record, UnknownOutcome), record
+
+
+async def test_a_blocked_turn_reads_blocked_at_once_after_a_restart(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    runs: list[str] = []
+
+    @agentlib.tool(requires_approval=True)
+    def delete(path: str) -> str:
+        """Delete a file."""
+        runs.append(path)
+        return "deleted"
+
+    agent = Agent(
+        "cleaner",
+        model=ScriptedModel([ModelReply(tool_calls=[call("delete", path="/x")]), "done"]),
+        tools=[delete],
+    )
+    async with agentlib.open_runtime(url):
+        session = await agent.start_session()
+        blocked = await session.run("clean up")
+    assert isinstance(blocked, Blocked)
+    async with agentlib.open_runtime(url):
+        turn = agent.session(session.id).turn(blocked.turn_id)
+        with trio.fail_after(WAIT):
+            async with trio.open_nursery() as nursery:
+                reads: list[agentlib.TurnState[Any]] = []
+
+                async def read() -> None:
+                    reads.append(await turn.get())
+
+                for _ in range(5):
+                    nursery.start_soon(read)
+    assert reads == [blocked] * 5
+    assert isinstance(blocked.callbacks[0], OpenApproval)
+    assert runs == []
