@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from agentlib import (
     AllowApproval,
     Blocked,
     Completed,
+    Event,
     MemoryStore,
     ModelReply,
     OpenApproval,
@@ -36,6 +38,7 @@ from agentlib import (
     ToolResultEntry,
     UnknownOutcome,
 )
+from agentlib._store._base import Op, StoredSession
 
 #: The longest any wait here may take (real seconds): only a hang reaches it.
 WAIT = 30
@@ -188,6 +191,90 @@ async def test_a_turn_whose_tool_ran_alone_still_reads_unknown_outcome_after_a_c
         with trio.fail_after(WAIT):
             record = await agent.session(session.id).turn(turn.id).get()
     assert isinstance(record, UnknownOutcome), record
+
+
+class SlowFlush(Store):
+    """A SQLite store whose flushes wait until the test opens ``gate``: the restore of a
+    session is under way as long as the gate is shut."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self._inner = inner
+        self.flushing = trio.Event()
+        self.gate = trio.Event()
+
+    async def open(self, start_soon: Callable[..., Any]) -> None:
+        self._inner.committed = self.committed  # type: ignore[method-assign]
+        await self._inner.open(start_soon)
+
+    async def aclose(self) -> None:
+        self.gate.set()
+        await self._inner.aclose()
+
+    def write(self, op: Op) -> None:
+        self._inner.write(op)
+
+    async def flush(self) -> None:
+        self.flushing.set()
+        await self.gate.wait()
+        await self._inner.flush()
+
+    async def load(self, session_id: str) -> StoredSession | None:
+        return await self._inner.load(session_id)
+
+    async def session_for_key(self, key: str) -> str | None:
+        return await self._inner.session_for_key(key)
+
+    async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
+        return await self._inner.read_events(session_id, after, limit)
+
+    async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
+        await self._inner.acquire(session_ids, owner, seconds)
+
+    async def release(self, session_ids: Sequence[str], owner: str) -> None:
+        await self._inner.release(session_ids, owner)
+
+
+async def test_a_read_during_a_restore_waits_for_it_and_never_reads_running(
+    tmp_path: Path,
+) -> None:
+    # The turn was running a tool when its process died: the restore ends it UnknownOutcome.
+    # Until the store holds that end, no read may say Running (the store never held it).
+    live = tmp_path / "live"
+    live.mkdir()
+    gate = Gate()
+    agent = Agent(
+        "held",
+        model=ScriptedModel([ModelReply(tool_calls=[call("hold")]), "done"]),
+        tools=[gate.tool],
+    )
+    async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}"):
+        session = await agent.start_session()
+        turn = await session.start_turn("go")
+        with trio.fail_after(WAIT):
+            await gate.reached.wait()
+        store = SlowFlush(crash_copy(live, tmp_path / "crashed"))
+        gate.opened.set()
+
+    reads: list[agentlib.TurnState[Any]] = []
+    async with agentlib.open_runtime(store):
+        again = agent.session(session.id).turn(turn.id)
+
+        async def read() -> None:
+            reads.append(await again.get())
+
+        try:
+            with trio.fail_after(WAIT):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(read)  # restores the session
+                    await store.flushing.wait()
+                    nursery.start_soon(read)  # the session is being restored
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert reads == []
+                    store.gate.set()
+        finally:
+            store.gate.set()  # the runtime's close flushes too
+    assert [type(record) for record in reads] == [UnknownOutcome, UnknownOutcome]
+    assert reads[0] == reads[1]
 
 
 async def test_a_blocked_turn_reads_blocked_at_once_after_a_restart(tmp_path: Path) -> None:

@@ -268,6 +268,9 @@ class SessionCore:
     children: list[SessionCore] = attrs.field(factory=list, repr=False)
     below: dict[str, PendingCallback] = attrs.field(factory=dict, repr=False)
     running_subagents: int = 0  # on a root: its subagent turns running, at any depth
+    # False while the session is read back from the store: until the store holds what the
+    # restore decided (a turn ended as UnknownOutcome, say), readers wait.
+    ready: bool = True
 
     @property
     def row(self) -> SessionRow:

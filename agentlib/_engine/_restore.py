@@ -125,7 +125,11 @@ async def restore(runtime: Runtime, session_id: str, agent: Agent) -> None:
     for turn, calls in resumed:
         if turn.id in going_on:
             runtime.spawn(run_turn, turn, calls, name=f"agentlib turn {turn.id}")
-    await store.flush()
+    try:
+        await store.flush()
+    finally:
+        for core in cores.values():
+            core.ready = True
 
 
 def _agents(
@@ -172,6 +176,7 @@ def _core(runtime: Runtime, node: StoredSession, agent: Agent) -> SessionCore:
         terminated=row.terminated,
         idempotency_key=row.idempotency_key,
         inputs=dict(row.inputs),
+        ready=False,
     )
     if row.terminated:
         log.close()

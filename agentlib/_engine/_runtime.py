@@ -184,18 +184,18 @@ class Runtime:
             RuntimeError: The runtime is closing.
         """
         core = self.sessions.get(session_id)
-        if core is not None:
+        if core is not None and core.ready:
             return core
         from ._restore import restore
 
         self.know(agent)
         # One load at a time: two loads of one tree (by its root and by a subagent) must not
-        # both resume its turns.
+        # both resume its turns. A read of a session being loaded waits here for the load.
         async with self._loads:
-            self.check_open()
             core = self.sessions.get(session_id)
             if core is not None:
                 return core
+            self.check_open()
             try:
                 await restore(self, session_id, agent)
             except LeaseRefused as refused:
