@@ -192,6 +192,39 @@ async def test_the_request_names_the_session_and_the_turn() -> None:
     assert (request.session_id, request.turn_id) == (session.id, turn.id)
 
 
+async def test_the_request_counts_the_model_steps_of_its_turn_from_one() -> None:
+    steps: list[int] = []
+
+    def model(request: ModelRequest) -> ModelReply | str:
+        steps.append(request.step)
+        if request.step < 3:
+            return lookup_call()
+        return "done"
+
+    agent = Agent("a", model=FunctionModel(model), tools=[lookup])
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        await session.run("one")
+        await session.run("two")
+    assert steps == [1, 2, 3, 1, 2, 3]  # each turn counts again
+
+
+async def test_a_scripted_step_sees_which_step_of_the_turn_it_plays() -> None:
+    recorder = Recorder()
+    agent = Agent(
+        "a", model=ScriptedModel([lookup_call(), lookup_call(), recorder]), tools=[lookup]
+    )
+    await run_once(agent)
+    assert recorder.requests[0].step == 3
+
+
+def test_a_request_is_for_the_first_step_unless_it_says_otherwise() -> None:
+    assert ModelRequest().step == 1
+    for step in (0, -1):
+        with pytest.raises(ValueError, match="step"):
+            ModelRequest(step=step)
+
+
 async def test_the_request_has_no_output_schema_without_an_output_type() -> None:
     recorder = Recorder()
     await run_once(Agent("a", model=ScriptedModel([recorder])))

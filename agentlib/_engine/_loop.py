@@ -129,6 +129,7 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
     session = turn.session
     agent = session.agent
     schema = output_schema(turn.output_type)
+    step = 0
     while True:
         # A stop may come before a step that never checkpoints (an offline model, say).
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -148,6 +149,7 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
             session.emit(EntryDelta, turn.id, entry_id=entry_id, delta=delta)
 
         turn.working += 1  # a model step cannot be resumed: the turn is not blocked
+        step += 1
         request = ModelRequest(
             instructions=agent.instructions,
             entries=HistoryView(session.entries),
@@ -155,6 +157,7 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
             output_schema=schema,
             session_id=session.id,
             turn_id=turn.id,
+            step=step,
         )
         try:
             reply = await agent.model.complete(request, on_text=on_text)

@@ -44,6 +44,8 @@ class ModelRequest:
         output_schema: The JSON schema the final answer must match, or None for free text.
         session_id: The session asking.
         turn_id: The turn asking.
+        step: The model step of the turn this request is for, counting from 1; a reply
+            with tool calls is followed by the next step, which sees their results.
     """
 
     instructions: str = ""
@@ -52,6 +54,9 @@ class ModelRequest:
     output_schema: Mapping[str, Any] | None = None
     session_id: str = ""
     turn_id: str = ""
+    step: int = attrs.field(
+        default=1, validator=[attrs.validators.instance_of(int), attrs.validators.ge(1)]
+    )
 
 
 @attrs.frozen(kw_only=True)
