@@ -297,6 +297,55 @@ async def test_tool_choice_in_each_dialect(
     assert [body["parallel_tool_calls"] for body in sent] == [False, False]
 
 
+FORCED_TURN = {
+    "mistral": ("mistral/stream_tool_calls.sse", "mistral/stream_text.sse"),
+    "openai": ("openai/stream_tool_call_fragments.sse", "openai/stream_text.sse"),
+}
+
+
+@pytest.mark.parametrize(
+    ("provider", "choice", "sent"),
+    [
+        ("mistral", "required", "any"),
+        ("openai", "required", "required"),
+        ("openai", "get_weather", {"type": "function", "function": {"name": "get_weather"}}),
+    ],
+)
+async def test_a_forcing_tool_choice_goes_out_on_the_first_step_of_each_turn_only(
+    server: Server, provider: str, choice: str, sent: Any
+) -> None:
+    """Sent again after the tool results, it would force another call: the model could never
+    answer (the OpenAI Agents SDK resets it likewise)."""
+    server.play(*[recording(name) for name in FORCED_TURN[provider] * 2])
+    model = (mistral if provider == "mistral" else openai)(server, tool_choice=choice)
+    records = await run(Agent("w", model=model, tools=[get_weather]), "Paris?", "And now?")
+    assert all(isinstance(record, Completed) for record in records)
+    bodies = [request.json() for request in server.requests]
+    assert [body.get("tool_choice") for body in bodies] == [sent, None, sent, None]
+    assert all(body["tools"] == [WEATHER_TOOL] for body in bodies)  # it may still call them
+
+
+async def test_reset_tool_choice_false_sends_a_forcing_choice_on_every_step(
+    server: Server,
+) -> None:
+    server.play(recording("mistral/chat_tool_calls.json"), recording("mistral/chat_text.json"))
+    model = mistral(server, stream=False, tool_choice="required", reset_tool_choice=False)
+    (record,) = await run(Agent("w", model=model, tools=[get_weather]), "Paris?")
+    assert isinstance(record, Completed)
+    assert [request.json()["tool_choice"] for request in server.requests] == ["any", "any"]
+
+
+@pytest.mark.parametrize("choice", ["auto", "none"])
+async def test_a_tool_choice_that_forces_nothing_goes_out_on_every_step(
+    server: Server, choice: str
+) -> None:
+    server.play(recording("mistral/chat_tool_calls.json"), recording("mistral/chat_text.json"))
+    model = mistral(server, stream=False, tool_choice=choice)
+    (record,) = await run(Agent("w", model=model, tools=[get_weather]), "Paris?")
+    assert isinstance(record, Completed)
+    assert [request.json()["tool_choice"] for request in server.requests] == [choice, choice]
+
+
 async def test_a_tool_choice_naming_no_tool_fails_the_turn_with_a_clear_error(
     server: Server,
 ) -> None:
@@ -743,6 +792,7 @@ def test_a_model_string_naming_no_model_says_what_to_write(spec: str) -> None:
         ({"base_url": "api.mistral.ai"}, "base_url must be an http"),
         ({"max_retries": -1}, "max_retries must be an int >= 0"),
         ({"api_key": ""}, "api_key must be a non-empty string"),
+        ({"reset_tool_choice": "no"}, "reset_tool_choice must be True or False"),
     ],
 )
 def test_bad_arguments_are_refused(

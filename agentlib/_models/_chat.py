@@ -82,6 +82,7 @@ class ChatCompletionsModel:
         api_key: str | None = None,
         stream: bool = True,
         tool_choice: ToolChoice | str | None = None,
+        reset_tool_choice: bool = True,
         parallel_tool_calls: bool | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
@@ -108,6 +109,8 @@ class ChatCompletionsModel:
             raise ValueError("max_retries must be an int >= 0 (0 never retries)")
         if tool_choice is not None and not isinstance(tool_choice, str):
             raise ValueError('tool_choice must be "auto", "none", "required" or a tool\'s name')
+        if not isinstance(reset_tool_choice, bool):
+            raise ValueError("reset_tool_choice must be True or False")
         if extra_body is not None:
             try:
                 json.dumps(dict(extra_body))
@@ -118,6 +121,7 @@ class ChatCompletionsModel:
         self._api_key = api_key
         self.stream = stream
         self.tool_choice = tool_choice
+        self.reset_tool_choice = reset_tool_choice
         self.parallel_tool_calls = parallel_tool_calls
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -166,7 +170,8 @@ class ChatCompletionsModel:
     # -- the request -----------------------------------------------------------------------
 
     def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
-        """The JSON body this model sends for ``request`` (to see what the endpoint gets).
+        """The JSON body this model sends for ``request`` (to see what the endpoint gets),
+        at the model step of the turn that ``request.step`` says.
 
         Raises:
             ModelError: ``tool_choice`` names no tool of the request.
@@ -188,7 +193,12 @@ class ChatCompletionsModel:
                 for tool in request.tools
             ]
             if self.tool_choice is not None:
-                body["tool_choice"] = self._tool_choice(self.tool_choice, names, request.tools)
+                choice = self._tool_choice(self.tool_choice, names, request.tools)
+                # A forcing choice sent again after the results would force another call,
+                # and another: the model could never answer.
+                forcing = self.tool_choice not in ("auto", "none")
+                if request.step == 1 or not forcing or not self.reset_tool_choice:
+                    body["tool_choice"] = choice
             if self.parallel_tool_calls is not None:
                 body["parallel_tool_calls"] = self.parallel_tool_calls
         if request.output_schema is not None:
@@ -545,6 +555,11 @@ class MistralModel(ChatCompletionsModel):
         stream: Stream the reply's text as it is written (as ``EntryDelta`` events).
         tool_choice: ``"auto"``, ``"none"``, ``"required"`` (sent as Mistral's ``"any"``)
             or the name of a tool the model must call; None leaves Mistral's default.
+        reset_tool_choice: Whether a forcing ``tool_choice`` (``"required"`` or a tool's
+            name) goes out on the first model step of a turn only, so that the model may
+            answer once it has the results; False sends it on every step, where a model
+            that obeys it calls a tool every time and never answers. ``"auto"`` and
+            ``"none"`` go out on every step either way.
         parallel_tool_calls: Whether the model may call several tools in one reply; None
             leaves Mistral's default (it may).
         temperature: Sampling temperature; None leaves the model's default.
@@ -574,6 +589,7 @@ class MistralModel(ChatCompletionsModel):
         base_url: str | None = None,
         stream: bool = True,
         tool_choice: ToolChoice | str | None = None,
+        reset_tool_choice: bool = True,
         parallel_tool_calls: bool | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
@@ -598,6 +614,7 @@ class MistralModel(ChatCompletionsModel):
             api_key=api_key,
             stream=stream,
             tool_choice=tool_choice,
+            reset_tool_choice=reset_tool_choice,
             parallel_tool_calls=parallel_tool_calls,
             temperature=temperature,
             max_tokens=max_tokens,
