@@ -742,6 +742,124 @@ async def test_cancelling_the_session_aborts_the_stream_in_flight(
         await server.wait_closed()
 
 
+# --- replies cut by the token limit ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("provider", "name", "max_tokens", "how"),
+    [
+        ("mistral", "mistral/chat_length.json", 32, "; raise max_tokens (32 now) on the model"),
+        ("mistral", "mistral/chat_length.json", None, "; raise the limit with max_tokens=..."),
+        (
+            "openai",
+            "openai/chat_length.json",
+            32,
+            "; raise max_tokens (32 now) on the model, or the server's context size",
+        ),
+    ],
+)
+async def test_a_reply_cut_by_the_token_limit_fails_the_turn_and_says_how_to_raise_it(
+    server: Server, provider: str, name: str, max_tokens: int | None, how: str
+) -> None:
+    server.play(recording(name), recording("mistral/chat_text.json"))
+    model = (mistral if provider == "mistral" else openai)(
+        server, stream=False, max_tokens=max_tokens
+    )
+    cut, after = await run(Agent("a", model=model), "What is trio?", "Shorter, please.")
+    assert isinstance(cut, Failed)
+    assert cut.error.type == "ModelError"
+    assert "was cut by the token limit after 32 tokens" in cut.error.message
+    assert how in cut.error.message
+    assert KEY not in cut.error.message
+    assert isinstance(after, Completed)
+    assert len(server.requests) == 2  # not retried: the same request would be cut again
+    assert server.requests[0].json().get("max_tokens") == max_tokens
+    # The cut text is no answer: the next turn's request does not hold it.
+    roles = [message["role"] for message in server.requests[1].json()["messages"]]
+    assert roles == ["user", "user"]
+
+
+async def test_a_streamed_reply_cut_by_the_token_limit_is_not_taken_as_the_answer(
+    server: Server,
+) -> None:
+    server.play(recording("mistral/stream_length.sse"), recording("mistral/stream_text.sse"))
+    agent = Agent("a", model=mistral(server, max_tokens=32))
+    events: list[Event] = []
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        cut = await session.run("What is trio?", on_event=events.append)
+        await session.run("Shorter, please.")
+    assert isinstance(cut, Failed)
+    assert "was cut by the token limit after 32 tokens" in cut.error.message
+    assert len([event for event in events if isinstance(event, EntryDelta)]) == 4  # shown...
+    assert not any(  # ...but never completed as an entry
+        isinstance(entry, MessageEntry) and entry.role == "assistant" for entry in completed(events)
+    )
+    roles = [message["role"] for message in server.requests[1].json()["messages"]]
+    assert roles == ["user", "user"]
+
+
+async def test_the_tool_calls_of_a_reply_cut_by_the_token_limit_never_run(
+    server: Server,
+) -> None:
+    """A small model on llama.cpp's server starts a call and runs out of tokens in its
+    arguments: the call is not run (nor reported to the model as a bad call)."""
+    ran: list[str] = []
+
+    def get_weather(city: str) -> str:
+        """Today's weather in a city.
+
+        Args:
+            city: The city's name.
+        """
+        ran.append(city)
+        return "sunny"
+
+    server.play(
+        recording("openai/stream_tool_call_length.sse"), recording("openai/stream_text.sse")
+    )
+    agent = Agent("w", model=openai(server, max_tokens=16), tools=[get_weather])
+    events: list[Event] = []
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        cut = await session.run("Weather in Paris?", on_event=events.append)
+        await session.run("And now?")
+    assert isinstance(cut, Failed)
+    assert (
+        "the reply from the OpenAI-compatible server was cut by the token limit after 16 "
+        'tokens (finish_reason "length")'
+    ) in cut.error.message
+    assert "none of its tool calls ran" in cut.error.message
+    assert "llama.cpp's --ctx-size" in cut.error.message
+    assert ran == []
+    assert not any(isinstance(entry, ToolCallEntry) for entry in completed(events))
+    assert [message["role"] for message in server.requests[1].json()["messages"]] == [
+        "user",
+        "user",
+    ]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_reply_that_filled_the_models_context_says_to_shorten_it(
+    server: Server, stream: bool
+) -> None:
+    """Mistral's ``model_length``: the model's context window, not max_tokens, ran out."""
+    if stream:
+        reply = sse(delta(role="assistant", content="Trio is"), delta("model_length"))
+    else:
+        data = json.loads(recording("mistral/chat_length.json").body)
+        data["choices"][0]["finish_reason"] = "model_length"
+        reply = Reply(body=json.dumps(data).encode())
+    server.play(reply)
+    (record,) = await run(Agent("a", model=mistral(server, stream=stream)), "What is trio?")
+    assert isinstance(record, Failed)
+    message = record.error.message
+    assert "was cut by the token limit" in message
+    assert 'finish_reason "model_length"' in message
+    assert "filled the model's context window: shorten the history" in message
+    assert len(server.requests) == 1
+
+
 # --- configuration --------------------------------------------------------------------------
 
 

@@ -5,7 +5,8 @@ messages; the agent's tools become JSON-schema functions; an output type becomes
 ``response_format``. The reply comes back whole, or streamed as Server-Sent Events whose
 text reaches the engine as it arrives. Connection errors, timeouts, 429 and 5xx answers are
 retried with exponential backoff and jitter (a 429's ``Retry-After`` is honoured), a bounded
-number of times; anything else raises :class:`agentlib.ModelError` at once.
+number of times; anything else raises :class:`agentlib.ModelError` at once, as does a reply
+that the token limit cut short.
 
 Requests go through one ``httpx.AsyncClient`` per trio run (connections are reused across
 steps), closed when the run ends. Cancelling the step (``interrupt``, ``cancel``) aborts the
@@ -57,6 +58,9 @@ _NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 _MISTRAL_CALL_ID = re.compile(r"^[a-zA-Z0-9]{9}$")
 _BASE62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _EXCERPT = 500  # characters of an error body kept on ModelError
+#: Finish reasons of a reply the token limit cut: "length" (max_tokens, or the server's
+#: context), and Mistral's "model_length" (the model's context window).
+_CUT = ("length", "model_length")
 
 
 class ChatCompletionsModel:
@@ -73,6 +77,8 @@ class ChatCompletionsModel:
     _no_content: ClassVar[str | None] = None
     #: What a 401 says to check.
     _key_hint: ClassVar[str] = "the api_key"
+    #: Where else the limit of a cut reply may be raised.
+    _context_hint: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -453,6 +459,8 @@ class ChatCompletionsModel:
             raise self._unreachable(broken) from broken
         if reply.finish_reason == "error":
             raise ModelError(f"{self.provider} stopped the reply with an error")
+        if reply.finish_reason in _CUT:
+            raise self._cut(reply.finish_reason, reply.usage)
         return ModelReply(
             text="".join(reply.text) if reply.text else None,
             tool_calls=[call.request(names) for call in reply.calls],
@@ -497,13 +505,18 @@ class ChatCompletionsModel:
             ) from None
         if choice.get("finish_reason") == "error":
             raise ModelError(f"{self.provider} stopped the reply with an error", status=200)
+        usage = _usage(data.get("usage"))
+        if choice.get("finish_reason") in _CUT:
+            raise self._cut(
+                choice["finish_reason"], usage, status=200, body=self._excerpt(json.dumps(data))
+            )
         text = "".join(_text_pieces(message.get("content")))
         calls = []
         for raw in message.get("tool_calls") or ():
             call = _CallParts()
             call.add(raw)
             calls.append(call.request(names))
-        return ModelReply(text=text or None, tool_calls=calls, usage=_usage(data.get("usage")))
+        return ModelReply(text=text or None, tool_calls=calls, usage=usage)
 
     # -- failures --------------------------------------------------------------------------
 
@@ -535,6 +548,41 @@ class ChatCompletionsModel:
             )
         return ModelError(what, status=status, code=code, body=body)
 
+    def _cut(
+        self,
+        finish_reason: str,
+        usage: Usage | None,
+        *,
+        status: int | None = None,
+        body: str | None = None,
+    ) -> ModelError:
+        """A reply the token limit cut short: its text may stop mid-sentence and its last
+        call's arguments mid-JSON, so it is neither an answer nor calls to run. Not retried:
+        the same request would be cut again."""
+        after = ""
+        if usage is not None and usage.output_tokens:
+            after = f" after {usage.output_tokens} tokens"
+        if finish_reason == "model_length":
+            how = (
+                "the conversation filled the model's context window: shorten the history or "
+                "the instructions, or use a model with a longer context"
+            )
+        elif self.max_tokens is not None:
+            how = f"raise max_tokens ({self.max_tokens} now) on the model"
+        else:
+            how = "raise the limit with max_tokens=... on the model"
+        if finish_reason != "model_length" and self._context_hint is not None:
+            how += f", or {self._context_hint}"
+        return ModelError(
+            self._scrub(
+                f"the reply from {self.provider} was cut by the token limit{after} "
+                f'(finish_reason "{finish_reason}"): it was not taken as an answer and none of '
+                f"its tool calls ran; {how}"
+            ),
+            status=status,
+            body=body,
+        )
+
     def _scrub(self, text: str) -> str:
         if self._api_key:
             text = text.replace(self._api_key, "***")
@@ -563,7 +611,8 @@ class MistralModel(ChatCompletionsModel):
         parallel_tool_calls: Whether the model may call several tools in one reply; None
             leaves Mistral's default (it may).
         temperature: Sampling temperature; None leaves the model's default.
-        max_tokens: The most tokens a reply may take.
+        max_tokens: The most tokens a reply may take. A reply cut at the limit is no
+            answer: it raises :class:`agentlib.ModelError`, which fails the turn.
         extra_body: More fields of the request body (``random_seed``, ``safe_prompt``...).
         timeout: Seconds, or an ``httpx.Timeout``; the read timeout is between bytes.
         max_retries: How many times a step is retried after a connection error, a timeout,
@@ -671,6 +720,10 @@ class OpenAICompatibleModel(ChatCompletionsModel):
     _example = "llama3.1"
     _example_url = "http://localhost:11434/v1"
     _key_hint = "the api_key"
+    _context_hint = (
+        "the server's context size (llama.cpp's --ctx-size, Ollama's num_ctx, vLLM's "
+        "--max-model-len)"
+    )
 
     def _stream_options(self) -> dict[str, Any]:
         return {"stream_options": {"include_usage": True}}
