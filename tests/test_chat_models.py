@@ -1021,6 +1021,64 @@ def test_content_blocks_become_each_providers_parts() -> None:
         assert message["content"] == [text_parts[0], audio_part, *text_parts[2:]]
 
 
+def audio_request(media_type: str) -> agentlib.ModelRequest:
+    clip = agentlib.AudioContentBlock(uri=f"data:{media_type};base64,UklGRg==")
+    entry = MessageEntry(id="m", role="user", content=(TextContentBlock(text="Listen:"), clip))
+    return agentlib.ModelRequest(entries=[entry])
+
+
+@pytest.mark.parametrize(
+    ("media_type", "audio_format"),
+    [
+        ("audio/wav", "wav"),
+        ("audio/x-wav", "wav"),  # what Python's mimetypes gives a .wav file
+        ("audio/wave", "wav"),
+        ("audio/vnd.wave", "wav"),
+        ("audio/x-pn-wav", "wav"),
+        ("audio/WAV;codecs=1", "wav"),
+        ("audio/mpeg", "mp3"),
+        ("audio/mp3", "mp3"),
+        ("audio/mpeg3", "mp3"),
+        ("audio/x-mpeg-3", "mp3"),
+        ("audio/x-mp3", "mp3"),
+        ("audio/x-mpeg", "mp3"),
+    ],
+)
+def test_audio_goes_out_in_the_two_formats_openais_schema_takes(
+    media_type: str, audio_format: str
+) -> None:
+    model = OpenAICompatibleModel("m", "http://127.0.0.1:1/v1")
+    (message,) = model.request_body(audio_request(media_type))["messages"]
+    assert message["content"][1] == {
+        "type": "input_audio",
+        "input_audio": {"data": "UklGRg==", "format": audio_format},
+    }
+
+
+async def test_audio_in_a_format_the_server_cannot_take_fails_the_turn_before_sending(
+    server: Server,
+) -> None:
+    clip = agentlib.AudioContentBlock(uri="data:audio/ogg;base64,T2dnUw==")
+    content = [TextContentBlock(text="Listen:"), clip]
+    agent = Agent("a", model=openai(server, api_key=KEY))
+    (record,) = await run(agent, content)  # type: ignore[arg-type]
+    assert isinstance(record, Failed)
+    assert record.error.type == "ModelError"
+    assert record.error.message == (
+        "the OpenAI-compatible server takes audio as wav or mp3 only, and a message holds "
+        "audio/ogg: convert the clip to WAV (audio/wav) or MP3 (audio/mpeg) before sending it"
+    )
+    assert server.requests == []
+
+
+def test_mistral_takes_audio_of_any_type_as_it_is() -> None:
+    """Mistral's input_audio is the file alone, with no format: the API reads it."""
+    model = MistralModel("m", api_key=KEY)
+    for media_type in ("audio/x-wav", "audio/ogg", "audio/flac"):
+        (message,) = model.request_body(audio_request(media_type))["messages"]
+        assert message["content"][1] == {"type": "input_audio", "input_audio": "UklGRg=="}
+
+
 def test_a_key_that_would_not_fit_a_header_is_refused_without_showing_it() -> None:
     for key in (f"{KEY}\n", f"{KEY} ", "sk-clé"):
         with pytest.raises(ValueError, match="strip what was read with it") as raised:

@@ -58,6 +58,17 @@ _NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 _MISTRAL_CALL_ID = re.compile(r"^[a-zA-Z0-9]{9}$")
 _BASE62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _EXCERPT = 500  # characters of an error body kept on ModelError
+#: The ``input_audio`` formats of OpenAI's schema, by the media types (and their aliases in
+#: use: Python's mimetypes says audio/x-wav) that name them.
+_AUDIO_FORMATS = {
+    **dict.fromkeys(
+        ("audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave", "audio/x-pn-wav"), "wav"
+    ),
+    **dict.fromkeys(
+        ("audio/mpeg", "audio/mp3", "audio/mpeg3", "audio/x-mpeg-3", "audio/x-mp3", "audio/x-mpeg"),
+        "mp3",
+    ),
+}
 #: Finish reasons of a reply the token limit cut: "length" (max_tokens, or the server's
 #: context), and Mistral's "model_length" (the model's context window).
 _CUT = ("length", "model_length")
@@ -180,7 +191,8 @@ class ChatCompletionsModel:
         at the model step of the turn that ``request.step`` says.
 
         Raises:
-            ModelError: ``tool_choice`` names no tool of the request.
+            ModelError: ``tool_choice`` names no tool of the request, or the request holds
+                audio in a format the endpoint does not take.
         """
         return self._body(request, _ToolNames(request.tools), stream=stream)
 
@@ -339,7 +351,13 @@ class ChatCompletionsModel:
         return []  # a block of a later version
 
     def _audio_part(self, media_type: str, data: str) -> dict[str, Any]:
-        audio_format = media_type.rpartition("/")[2].replace("mpeg", "mp3")
+        audio_format = _AUDIO_FORMATS.get(media_type.partition(";")[0].strip().lower())
+        if audio_format is None:  # the server would refuse the whole request
+            raise ModelError(
+                f"{self.provider} takes audio as wav or mp3 only, and a message holds "
+                f"{media_type}: convert the clip to WAV (audio/wav) or MP3 (audio/mpeg) "
+                "before sending it"
+            )
         return {"type": "input_audio", "input_audio": {"data": data, "format": audio_format}}
 
     def _call_id(self, call_id: str) -> str:
@@ -696,6 +714,8 @@ class MistralModel(ChatCompletionsModel):
         return "".join(digits)
 
     def _audio_part(self, media_type: str, data: str) -> dict[str, Any]:
+        # Mistral takes the file alone, with no format field, and tells the format from its
+        # bytes: there is nothing to map, and no list of formats it documents to check.
         return {"type": "input_audio", "input_audio": data}
 
 
@@ -710,7 +730,10 @@ class OpenAICompatibleModel(ChatCompletionsModel):
             no key goes to a server it was not meant for.
 
     The other arguments are :class:`MistralModel`'s; ``tool_choice="required"`` is sent as
-    is, and a streamed request asks for the usage in its last event.
+    is, and a streamed request asks for the usage in its last event. Audio goes in the two
+    formats of OpenAI's schema, ``wav`` and ``mp3`` (``audio/x-wav``, ``audio/mp3`` and the
+    other aliases of their media types mapped); audio of another type raises
+    :class:`agentlib.ModelError` before anything is sent.
 
     Raises:
         ValueError: A malformed argument.
