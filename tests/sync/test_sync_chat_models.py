@@ -53,6 +53,21 @@ def test_a_blocking_script_streams_a_mistral_turn_with_a_tool_call() -> None:
     ] * 2
 
 
+def test_a_blocking_script_gets_a_failed_turn_for_a_reply_cut_by_the_token_limit() -> None:
+    with serve_in_thread() as server:
+        server.play(recording("openai/stream_tool_call_length.sse"))
+        model = agents.OpenAICompatibleModel("qwen2.5-1.5b", f"{server.url}/v1", max_tokens=16)
+        session = agents.Agent("w", model=model, tools=[get_weather]).start_session()
+        events: list[agents.Event] = []
+        record = session.run("Weather in Paris?", on_event=events.append, timeout=WAIT)
+        session.cancel()
+    assert isinstance(record, agents.Failed)
+    assert record.error.type == "ModelError"
+    assert "cut by the token limit after 16 tokens" in record.error.message
+    assert not any(isinstance(e, agents.EntryAdded) and e.entry.type == "tool_call" for e in events)
+    assert len(server.requests) == 1
+
+
 def test_a_blocking_script_gets_the_model_error_of_a_refused_request() -> None:
     with serve_in_thread() as server:
         server.play(recording("mistral/error_401.json"))
