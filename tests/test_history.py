@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from contextlib import aclosing
+from pathlib import Path
 
 import pytest
 
@@ -459,3 +461,50 @@ def test_structure_of_a_history_item_checks_the_same_rules() -> None:
 
     with pytest.raises(agentlib.ValidationError, match="system message takes text blocks only"):
         agentlib.structure(data, agentlib.HistoryImportEntry)
+
+
+# --- what the model sees (seed 000: it never sees a snapshot) ------------------------------
+
+
+@pytest.mark.parametrize("store", [":memory:", "sqlite"])
+async def test_the_model_never_sees_an_imported_snapshot(store: str, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}" if store == "sqlite" else store
+    requests: list[agentlib.ModelRequest] = []
+
+    def answer(request: agentlib.ModelRequest) -> str:
+        requests.append(request)
+        return "ok"
+
+    agent = agentlib.Agent("a", model=agentlib.FunctionModel(answer))
+    history = [
+        HistoryImportMessage(role="user", content=[TextContentBlock(text="Review alert 4711.")]),
+        HistoryImportSnapshot(task_name="triage", snapshot_type="state", value={"step": 2}),
+        HistoryImportReasoning(text="It looks benign."),
+    ]
+    async with agentlib.open_runtime(url):
+        session = await agent.start_session(history=history)
+        record = await session.run("Go on.")
+        events = []
+        async with aclosing(session.iter_events()) as reader:
+            async for event in reader:
+                events.append(event)
+                if event.id == record.cursor:
+                    break
+    if store == "sqlite":  # read back from the store, the history is the same
+        async with agentlib.open_runtime(url):
+            await agent.session(session.id).run("And now?")
+
+    checkpoints = [
+        event.entry
+        for event in events
+        if isinstance(event, agentlib.EntryCompleted)
+        and isinstance(event.entry, UnknownEntry)
+        and event.entry.entry_type == "checkpoint"
+    ]
+    assert len(checkpoints) == 1  # the session's history keeps it
+    for request in requests:
+        kinds = [getattr(entry, "entry_type", type(entry).__name__) for entry in request.entries]
+        assert "checkpoint" not in kinds, kinds
+        assert "reasoning" in kinds  # only the snapshot is left out
+        assert request.entries[0].text == "Review alert 4711."
+    assert len(requests) == (2 if store == "sqlite" else 1)

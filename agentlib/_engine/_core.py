@@ -28,7 +28,7 @@ from .._callbacks import (
 )
 from .._content import TextContentBlock
 from .._convert import unstructure
-from .._entries import Entry, MessageEntry, ToolCallEntry
+from .._entries import Entry, MessageEntry, ToolCallEntry, UnknownEntry
 from .._errors import (
     ClientToolAnswerError,
     SdkError,
@@ -75,7 +75,13 @@ if TYPE_CHECKING:
     from ._handlers import HandlerRun
     from ._runtime import Runtime
 
-__all__ = ["PendingCallback", "SessionCore", "TurnCore", "check_callback_id"]
+__all__ = [
+    "PendingCallback",
+    "SessionCore",
+    "TurnCore",
+    "check_callback_id",
+    "hidden_from_model",
+]
 
 
 @attrs.define(eq=False)
@@ -268,6 +274,7 @@ class SessionCore:
     children: list[SessionCore] = attrs.field(factory=list, repr=False)
     below: dict[str, PendingCallback] = attrs.field(factory=dict, repr=False)
     running_subagents: int = 0  # on a root: its subagent turns running, at any depth
+    hidden: int = 0  # how many entries of the history the model does not see
     # False while the session is read back from the store: until the store holds what the
     # restore decided (a turn ended as UnknownOutcome, say), readers wait.
     ready: bool = True
@@ -521,6 +528,7 @@ class SessionCore:
         if self.durable:
             self.write(EntryRow(self.id, len(self.entries), entry))
         self.entries.append(entry)
+        self.hidden += hidden_from_model(entry)
         self.emit(EntryCompleted, entry.turn_id, entry=entry)
 
     def check_open(self) -> None:
@@ -655,6 +663,12 @@ class SessionCore:
         assert isinstance(started, tuple)
         root.running_subagents += 1
         return started[0]
+
+
+def hidden_from_model(entry: Entry) -> bool:
+    """Whether the model never sees ``entry``: a snapshot imported with the history
+    (seed 000), shown as an ``UnknownEntry`` of type ``"checkpoint"``."""
+    return isinstance(entry, UnknownEntry) and entry.entry_type == "checkpoint"
 
 
 def interrupted(turn: TurnCore) -> Interrupted:

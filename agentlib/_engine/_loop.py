@@ -28,7 +28,7 @@ from .._records import Completed, ErrorInfo, Failed, Interrupted, TurnState, Unk
 from .._store._base import StepRow
 from .._tools import Tool
 from .._usage import Usage
-from ._core import PendingCallback, SessionCore, TurnCore, interrupted
+from ._core import PendingCallback, SessionCore, TurnCore, hidden_from_model, interrupted
 from ._handlers import invoke
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
         step += 1
         request = ModelRequest(
             instructions=agent.instructions,
-            entries=HistoryView(session.entries),
+            entries=_model_history(session),
             tools=agent.tool_schemas,
             output_schema=schema,
             session_id=session.id,
@@ -185,6 +185,13 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
                 continue  # a message arrived while the model answered: it gets a step
             return _completed(turn, text or "")
         await _run_tools(turn, reply.tool_calls, usage)
+
+
+def _model_history(session: SessionCore) -> Sequence[Entry]:
+    """The history as the model sees it: without the snapshots imported with it."""
+    if not session.hidden:
+        return HistoryView(session.entries)
+    return tuple(entry for entry in session.entries if not hidden_from_model(entry))
 
 
 def _completed(turn: TurnCore, text: str) -> TurnState[Any]:

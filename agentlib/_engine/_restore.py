@@ -10,7 +10,7 @@ from .._entries import MessageEntry, ToolCallEntry
 from .._errors import SessionNotFoundError
 from .._records import Interrupted, UnknownOutcome
 from .._store._base import StoredSession
-from ._core import PendingCallback, SessionCore, TurnCore
+from ._core import PendingCallback, SessionCore, TurnCore, hidden_from_model
 from ._loop import _Call, _error_result, run_turn
 from ._runtime import not_found
 
@@ -173,6 +173,7 @@ def _core(runtime: Runtime, node: StoredSession, agent: Agent) -> SessionCore:
         runtime=runtime,
         log=log,
         entries=list(node.entries),
+        hidden=sum(map(hidden_from_model, node.entries)),
         terminated=row.terminated,
         idempotency_key=row.idempotency_key,
         inputs=dict(row.inputs),
