@@ -37,6 +37,7 @@ from ._entries import ToolResultEntry as ToolResultEntry
 from ._entries import UnknownEntry as UnknownEntry
 from ._errors import ClientToolAnswerError as ClientToolAnswerError
 from ._errors import InvalidCursorError as InvalidCursorError
+from ._errors import MaxStepsExceeded as MaxStepsExceeded
 from ._errors import ModelError as ModelError
 from ._errors import ObservationLost as ObservationLost
 from ._errors import SdkError as SdkError
@@ -151,6 +152,7 @@ __all__ = [
     "Interrupted",
     "InvalidCursorError",
     "KeepCallbackOpen",
+    "MaxStepsExceeded",
     "MemoryStore",
     "MessageEntry",
     "MistralModel",

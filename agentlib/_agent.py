@@ -18,7 +18,7 @@ from ._tools import Tool, ToolSource, tool
 if TYPE_CHECKING:
     from ._session import ApprovalHandler, ClientToolHandler, Session, SignInHandler
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "check_max_steps"]
 
 
 class Agent:
@@ -43,6 +43,9 @@ class Agent:
             the first line of ``instructions``.
         max_running_subagents: How many subagent turns may run at once below a session of
             this agent (at any depth); a delegation beyond it gets an error result.
+        max_steps: The most model steps a turn may take (each model reply is one); a turn
+            that reaches it without an answer ends ``Failed`` with
+            :class:`MaxStepsExceeded`. ``start_turn`` and ``run`` take one per turn.
 
     Raises:
         TypeError: A tool has no JSON schema, ``model`` is not a model, a subagent is not an
@@ -50,7 +53,7 @@ class Agent:
         ValueError: ``model`` is a string naming no model (or a Mistral model without an
             API key), two tools (or a tool and a subagent) share a name, a tool outside a
             sign-in source takes ``Credentials``, ``tool_errors`` is neither value, or
-            ``max_running_subagents`` is below 1.
+            ``max_running_subagents`` or ``max_steps`` is not an int of at least 1.
     """
 
     def __init__(
@@ -66,6 +69,7 @@ class Agent:
         *,
         description: str = "",
         max_running_subagents: int = 8,
+        max_steps: int = 25,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError("an agent needs a name, e.g. Agent(name='assistant', ...)")
@@ -97,6 +101,7 @@ class Agent:
                 f"not {max_running_subagents!r}"
             )
         self.max_running_subagents = max_running_subagents
+        self.max_steps = check_max_steps(max_steps, f"agent {name!r}: ")
         self.subagents = tuple(subagents)
         self.subagents_by_name: dict[str, Agent] = {}
         for sub in self.subagents:
@@ -189,6 +194,20 @@ class Agent:
             on_sign_in=on_sign_in,
             on_client_tool=on_client_tool,
         )
+
+
+def check_max_steps(value: object, where: str = "") -> int:
+    """``value`` as a step limit.
+
+    Raises:
+        ValueError: It is not an int of at least 1.
+    """
+    if isinstance(value, bool) or not (isinstance(value, int) and value >= 1):
+        raise ValueError(
+            f"{where}max_steps must be an int of at least 1 (the most model steps of a turn), "
+            f"not {value!r}"
+        )
+    return value
 
 
 def _tools(agent: str, items: Iterable[Tool | ToolSource | Callable[..., Any]]) -> tuple[Tool, ...]:

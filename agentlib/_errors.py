@@ -15,6 +15,7 @@ Every exception is an :class:`SdkError`; catch that to handle any of them::
     ├── SessionNotFoundError         the runtime's store has no session with that id
     ├── TurnNotFoundError            the session has no turn with that id
     ├── ClientToolAnswerError        a client tool's answer could not be delivered
+    ├── MaxStepsExceeded             a turn reached its max_steps (the error of its Failed)
     └── ModelError                   a model failed: HTTP or protocol error, or no reply
 
 Messages say what was wrong and what to do next. None of them contains a credential or the
@@ -26,6 +27,7 @@ from __future__ import annotations
 __all__ = [
     "ClientToolAnswerError",
     "InvalidCursorError",
+    "MaxStepsExceeded",
     "ModelError",
     "ObservationLost",
     "SdkError",
@@ -98,6 +100,11 @@ class TurnNotFoundError(SdkError):
 
 class ClientToolAnswerError(SdkError):
     """A client tool's result was produced but could not be delivered; the call stays open."""
+
+
+class MaxStepsExceeded(SdkError):
+    """A turn reached its step limit (``max_steps``) without an answer: the model called
+    tools at every step. The turn ends ``Failed`` with this error's type and message."""
 
 
 class ModelError(SdkError):

@@ -11,6 +11,7 @@ import attrs
 import cattrs
 import trio
 
+from ._agent import check_max_steps
 from ._callbacks import (
     AllowApproval,
     Callback,
@@ -217,7 +218,11 @@ class Session:
         )
 
     async def start_turn(
-        self, content: Content, *, idempotency_key: str | None = None
+        self,
+        content: Content,
+        *,
+        idempotency_key: str | None = None,
+        max_steps: int | None = None,
     ) -> Turn | Busy[Turn]:
         """Start a new turn, or return ``Busy`` with the active turn. Never joins a turn.
 
@@ -225,22 +230,33 @@ class Session:
             content: The message that starts the turn.
             idempotency_key: The same key returns the turn it started; a key refused with
                 ``Busy`` starts a turn once the active one has ended.
+            max_steps: The most model steps of this turn; by default the agent's.
 
         Raises:
             ValidationError: ``content`` is malformed.
+            ValueError: ``max_steps`` is not an int of at least 1.
             SessionIdempotencyConflictError: The key was used for another message.
             SessionTerminatedError: The session was cancelled.
             UnsupportedSessionProcedureError: The session is a subagent's: its references
                 only read, and interrupt its turns.
         """
-        return await self._start("start_turn", content, idempotency_key, self._agent.output_type)
+        return await self._start(
+            "start_turn", content, idempotency_key, self._agent.output_type, max_steps
+        )
 
     async def _start(
-        self, procedure: str, content: Content, key: str | None, output_type: Any
+        self,
+        procedure: str,
+        content: Content,
+        key: str | None,
+        output_type: Any,
+        max_steps: int | None,
     ) -> Turn | Busy[Turn]:
+        if max_steps is not None:
+            check_max_steps(max_steps)
         core = await self._writable(procedure)
         blocks = message_content(content)
-        started = core.start_turn(blocks, key, output_type)
+        started = core.start_turn(blocks, key, output_type, max_steps)
         if isinstance(started, tuple):
             await core.runtime.store.flush()  # a started turn is acknowledged once durable
             return Turn(self, started[0].id, started=True)
@@ -254,6 +270,7 @@ class Session:
         idempotency_key: str | None = None,
         timeout: float | None = None,
         on_event: EventHandler | None = None,
+        max_steps: int | None = None,
     ) -> TurnState[Any] | Busy[Turn]:
         """Start a turn and wait until it ends or blocks on a callback; return its record.
 
@@ -267,9 +284,11 @@ class Session:
             timeout: The longest wait in seconds, not counting the start; None waits as long
                 as the turn runs.
             on_event: Called with each event of the turn, in order; ``TurnEnded`` last.
+            max_steps: The most model steps of this turn; by default the agent's.
 
         Raises:
             ValidationError: ``content`` is malformed.
+            ValueError: ``max_steps`` is not an int of at least 1.
             SessionIdempotencyConflictError: The key was used for another message.
             SessionTerminatedError: The session was cancelled.
             UnsupportedSessionProcedureError: The session is a subagent's: its references
@@ -277,7 +296,7 @@ class Session:
             Exception: What a handler raised while the turn ran (see :meth:`Turn.result`).
         """
         wanted = output_type if output_type is not None else self._agent.output_type
-        turn = await self._start("run", content, idempotency_key, wanted)
+        turn = await self._start("run", content, idempotency_key, wanted, max_steps)
         if isinstance(turn, Busy):
             return turn
         return await turn.result(output_type=wanted, timeout=timeout, on_event=on_event)

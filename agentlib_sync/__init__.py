@@ -46,6 +46,7 @@ from agentlib import ImageContentBlock as ImageContentBlock
 from agentlib import Interrupted as Interrupted
 from agentlib import InvalidCursorError as InvalidCursorError
 from agentlib import KeepCallbackOpen as KeepCallbackOpen
+from agentlib import MaxStepsExceeded as MaxStepsExceeded
 from agentlib import MemoryStore as MemoryStore
 from agentlib import MessageEntry as MessageEntry
 from agentlib import MistralModel as MistralModel
@@ -152,6 +153,7 @@ __all__ = [
     "Interrupted",
     "InvalidCursorError",
     "KeepCallbackOpen",
+    "MaxStepsExceeded",
     "MemoryStore",
     "MessageEntry",
     "MistralModel",

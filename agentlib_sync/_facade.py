@@ -48,6 +48,7 @@ class Agent:
         *,
         description: str = "",
         max_running_subagents: int = 8,
+        max_steps: int = 25,
     ) -> None:
         self.agent: agentlib.Agent = agentlib.Agent(
             name,
@@ -60,7 +61,13 @@ class Agent:
             tool_errors,
             description=description,
             max_running_subagents=max_running_subagents,
+            max_steps=max_steps,
         )
+
+    @property
+    def max_steps(self) -> int:
+        """The most model steps a turn may take."""
+        return self.agent.max_steps
 
     @property
     def name(self) -> str:
@@ -146,10 +153,19 @@ class Session:
         return Turn(turn, self)
 
     def start_turn(
-        self, content: Content, *, idempotency_key: str | None = None
+        self,
+        content: Content,
+        *,
+        idempotency_key: str | None = None,
+        max_steps: int | None = None,
     ) -> Turn | agentlib.Busy[Turn]:
         """Start a turn, or get ``Busy``; see :meth:`agentlib.Session.start_turn`."""
-        started = portal.call(self._session.start_turn, content, idempotency_key=idempotency_key)
+        started = portal.call(
+            self._session.start_turn,
+            content,
+            idempotency_key=idempotency_key,
+            max_steps=max_steps,
+        )
         return _turn_or_busy(started, self)
 
     def run(
@@ -160,6 +176,7 @@ class Session:
         idempotency_key: str | None = None,
         timeout: float | None = None,
         on_event: EventHandler | None = None,
+        max_steps: int | None = None,
     ) -> agentlib.TurnState[Any] | agentlib.Busy[Turn]:
         """Start a turn and wait for its record; see :meth:`agentlib.Session.run`."""
         record = portal.call(
@@ -169,6 +186,7 @@ class Session:
             idempotency_key=idempotency_key,
             timeout=timeout,
             on_event=on_event,
+            max_steps=max_steps,
         )
         if isinstance(record, agentlib.Busy):
             return _turn_or_busy(record, self)  # type: ignore[return-value]

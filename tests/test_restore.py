@@ -310,3 +310,37 @@ async def test_a_blocked_turn_reads_blocked_at_once_after_a_restart(tmp_path: Pa
     assert reads == [blocked] * 5
     assert isinstance(blocked.callbacks[0], OpenApproval)
     assert runs == []
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_turns_step_count_and_limit_survive_a_restart(kind: str, tmp_path: Path) -> None:
+    store: str | Store = MemoryStore() if kind == "memory" else f"sqlite:///{tmp_path / 's.db'}"
+    steps: list[int] = []
+
+    @agentlib.tool(requires_approval=True)
+    def delete(path: str) -> str:
+        """Delete a file."""
+        return "deleted"
+
+    def again(request: agentlib.ModelRequest) -> ModelReply:
+        steps.append(request.step)
+        return ModelReply(tool_calls=[call("delete", path=f"/{request.step}")])
+
+    agent = Agent("cleaner", model=agentlib.FunctionModel(again), tools=[delete])
+    async with agentlib.open_runtime(store):
+        session = await agent.start_session()
+        first = await session.run("clean up", max_steps=2)
+    assert isinstance(first, Blocked)
+
+    async with agentlib.open_runtime(store):
+        turn = agent.session(session.id).turn(first.turn_id)
+        with trio.fail_after(WAIT):
+            await turn.answer(first.callbacks[0].id, AllowApproval())
+            second = await turn.result(after=first)
+            assert isinstance(second, Blocked), second
+            await turn.answer(second.callbacks[0].id, AllowApproval())
+            last = await turn.result(after=second)
+    assert steps == [1, 2]  # counted on from the step stored, under the turn's own limit
+    assert isinstance(last, agentlib.Failed), last
+    assert last.error.type == "MaxStepsExceeded"
+    assert "2 model steps" in last.error.message

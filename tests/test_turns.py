@@ -491,3 +491,96 @@ async def test_an_interrupted_tool_call_still_gets_a_result_in_the_history() -> 
     results = [e for e in seen[0].entries if isinstance(e, agentlib.ToolResultEntry)]
     assert [c.tool_call_id for c in calls] == [r.tool_call_id for r in results]
     assert results[0].is_error
+
+
+# --- the step limit (issue 12, 9a) -------------------------------------------------------
+
+
+def looping_agent(calls: list[int], **options: object) -> Agent:
+    """An agent whose model calls ``ping`` at every step and never answers."""
+
+    def ping() -> str:
+        """Ping."""
+        calls.append(1)
+        return "pong"
+
+    requests: list[ModelRequest] = []
+
+    def again(request: ModelRequest) -> ModelReply:
+        requests.append(request)
+        return ModelReply(tool_calls=[ToolCallRequest(name="ping")])
+
+    agent = Agent("looper", model=agentlib.FunctionModel(again), tools=[ping], **options)  # type: ignore[arg-type]
+    agent.requests = requests  # type: ignore[attr-defined]
+    return agent
+
+
+async def test_a_turn_ends_failed_once_it_reaches_its_agents_step_limit() -> None:
+    calls: list[int] = []
+    agent = looping_agent(calls, max_steps=3)
+    async with agentlib.open_runtime():
+        with trio.fail_after(30):  # only a turn that never ends reaches it
+            record = await (await agent.start_session()).run("go")
+    assert isinstance(record, agentlib.Failed), record
+    assert record.error.type == "MaxStepsExceeded"
+    assert "3 model steps" in record.error.message
+    assert "max_steps" in record.error.message
+    assert [request.step for request in agent.requests] == [1, 2, 3]  # type: ignore[attr-defined]
+    assert len(calls) == 3  # the calls of the last step ran; no fourth request was sent
+
+
+async def test_the_default_step_limit_is_25() -> None:
+    calls: list[int] = []
+    agent = looping_agent(calls)
+    assert agent.max_steps == 25
+    async with agentlib.open_runtime():
+        with trio.fail_after(30):
+            record = await (await agent.start_session()).run("go")
+    assert isinstance(record, agentlib.Failed), record
+    assert len(agent.requests) == 25  # type: ignore[attr-defined]
+
+
+async def test_a_turn_takes_its_own_step_limit() -> None:
+    calls: list[int] = []
+    agent = looping_agent(calls, max_steps=3)
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        with trio.fail_after(30):
+            first = await session.run("go", max_steps=1)
+            turn = await session.start_turn("again", max_steps=2)
+            assert isinstance(turn, Turn)
+            second = await turn.result()
+    assert isinstance(first, agentlib.Failed)
+    assert "1 model step" in first.error.message
+    assert isinstance(second, agentlib.Failed)
+    assert "2 model steps" in second.error.message
+    assert [request.step for request in agent.requests] == [1, 1, 2]  # type: ignore[attr-defined]
+
+
+async def test_a_turn_that_answers_within_its_step_limit_completes() -> None:
+    gate = Gate()
+    agent = held_agent(gate, "done", max_steps=2)
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        turn = await held_turn(session, gate)
+        gate.opened.set()
+        record = await turn.result()
+    assert isinstance(record, Completed), record
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "3"])
+def test_a_step_limit_that_is_not_a_positive_int_is_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="max_steps"):
+        Agent("a", model=ScriptedModel(["hi"]), max_steps=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [0, True, "3"])
+async def test_a_turns_step_limit_that_is_not_a_positive_int_is_refused(bad: object) -> None:
+    agent = Agent("a", model=ScriptedModel(["hi"]))
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        with pytest.raises(ValueError, match="max_steps"):
+            await session.run("go", max_steps=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="max_steps"):
+            await session.start_turn("go", max_steps=bad)  # type: ignore[arg-type]
+        assert isinstance(await session.run("go"), Completed)  # nothing was started

@@ -92,6 +92,8 @@ class TurnCore:
     session: SessionCore
     first_seq: int
     output_type: Any
+    max_steps: int  # the most model steps it may take
+    steps: int = 0  # the model steps it took so far
     record: TurnState[Any] | None = None
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     done: trio.Event = attrs.field(factory=trio.Event)
@@ -555,9 +557,14 @@ class SessionCore:
         return self.turns[turn_id]
 
     def start_turn(
-        self, content: tuple[Any, ...], key: str | None, output_type: Any
+        self,
+        content: tuple[Any, ...],
+        key: str | None,
+        output_type: Any,
+        max_steps: int | None = None,
     ) -> tuple[TurnCore, bool] | TurnCore:
-        """Start a turn with ``content``.
+        """Start a turn with ``content``, of at most ``max_steps`` model steps (by default
+        the agent's).
 
         Returns:
             ``(turn, True)`` for a new turn, ``(turn, False)`` for the turn the key already
@@ -573,7 +580,11 @@ class SessionCore:
         turn_id = new_id()
         message = MessageEntry(id=new_id(), turn_id=turn_id, role="user", content=content)
         turn = TurnCore(
-            id=turn_id, session=self, first_seq=self.log.last_seq + 1, output_type=output_type
+            id=turn_id,
+            session=self,
+            first_seq=self.log.last_seq + 1,
+            output_type=output_type,
+            max_steps=self.agent.max_steps if max_steps is None else max_steps,
         )
         self.turns[turn_id] = turn
         self.active = turn

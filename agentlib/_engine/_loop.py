@@ -17,7 +17,7 @@ from .._callbacks import Credentials, DenyApproval, OpenApproval, OpenClientTool
 from .._content import ContentBlock, TextContentBlock, UnknownContentBlock
 from .._convert import structure, unstructure
 from .._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry
-from .._errors import SessionBusyError, ValidationError
+from .._errors import MaxStepsExceeded, SessionBusyError, ValidationError
 from .._events import EntryAdded, EntryDelta
 from .._history import new_id
 from .._hooks import DenyToolCall, ModifiedArguments, RequestApproval
@@ -129,7 +129,6 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
     session = turn.session
     agent = session.agent
     schema = output_schema(turn.output_type)
-    step = 0
     while True:
         # A stop may come before a step that never checkpoints (an offline model, say).
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -148,8 +147,10 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
             streamed.append(delta)
             session.emit(EntryDelta, turn.id, entry_id=entry_id, delta=delta)
 
+        if turn.steps >= turn.max_steps:
+            return _failed(turn, _too_many_steps(turn))
+        turn.steps += 1
         turn.working += 1  # a model step cannot be resumed: the turn is not blocked
-        step += 1
         request = ModelRequest(
             instructions=agent.instructions,
             entries=_model_history(session),
@@ -157,7 +158,7 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
             output_schema=schema,
             session_id=session.id,
             turn_id=turn.id,
-            step=step,
+            step=turn.steps,
         )
         try:
             reply = await agent.model.complete(request, on_text=on_text)
@@ -192,6 +193,15 @@ def _model_history(session: SessionCore) -> Sequence[Entry]:
     if not session.hidden:
         return HistoryView(session.entries)
     return tuple(entry for entry in session.entries if not hidden_from_model(entry))
+
+
+def _too_many_steps(turn: TurnCore) -> MaxStepsExceeded:
+    steps = f"{turn.max_steps} model step" + ("s" if turn.max_steps != 1 else "")
+    return MaxStepsExceeded(
+        f"turn {turn.id} reached its limit of {steps} without an answer (the model called "
+        "tools at every step); if it needs more, raise max_steps: Agent(max_steps=...) or "
+        "run(..., max_steps=...)"
+    )
 
 
 def _completed(turn: TurnCore, text: str) -> TurnState[Any]:
@@ -276,7 +286,11 @@ def _save(turn: TurnCore) -> None:
     session = turn.session
     if session.runtime.store.durable and turn.step is not None:
         calls = typing.cast("list[_Call]", turn.step)
-        step = {"calls": [call.to_json() for call in calls]}
+        step = {
+            "calls": [call.to_json() for call in calls],
+            "steps": turn.steps,
+            "max_steps": turn.max_steps,
+        }
         session.write(StepRow(session.id, turn.id, step))
 
 

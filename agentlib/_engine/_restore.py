@@ -189,6 +189,7 @@ def _core(runtime: Runtime, node: StoredSession, agent: Agent) -> SessionCore:
             session=core,
             first_seq=turn_row.first_seq,
             output_type=agent.output_type,
+            max_steps=agent.max_steps,
             record=turn_row.record,
         )
         if turn_row.record is not None:
@@ -243,6 +244,9 @@ def _calls(
     those that wait on an open callback, to which the turn is added if it does.
     """
     calls = [_Call.from_json(data, core.agent.tools_by_name) for data in step["calls"]]
+    # A step stored before turns had step limits holds neither: the agent's limit applies.
+    turn.steps = step.get("steps", 0)
+    turn.max_steps = step.get("max_steps", turn.max_steps)
     lost = [
         call
         for call in calls
