@@ -1,7 +1,11 @@
-"""Helpers shared by the engine's tests: a gate that holds a turn, and recording steps."""
+"""Helpers shared by the engine's tests: a gate that holds a turn, recording steps, and a
+deadline on the wall clock for tests on trio's MockClock."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import trio
@@ -68,3 +72,33 @@ async def held_turn(session: agentlib.Session, gate: Gate, message: str = "go") 
     turn = await session.send_message(message)
     await gate.reached.wait()
     return turn
+
+
+@contextlib.contextmanager
+def fail_after_real(seconds: float) -> Iterator[None]:
+    """``trio.fail_after`` on the wall clock, for tests on trio's autojump clock whose waits
+    include SQLite's worker threads.
+
+    The autojump clock jumps to the next deadline whenever every task waits, and a task
+    waiting on a worker thread counts as waiting: on a busy machine, a commit can take long
+    enough for a virtual deadline to pass while it is under way. Only a hang reaches this one.
+
+    Raises:
+        trio.TooSlowError: The block was still running after ``seconds`` real seconds.
+    """
+    token = trio.lowlevel.current_trio_token()
+    with trio.CancelScope() as scope:
+
+        def expire() -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(scope.cancel)
+
+        timer = threading.Timer(seconds, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+    if scope.cancelled_caught:
+        raise trio.TooSlowError

@@ -36,7 +36,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import HOLD, Gate, Recorder, user_texts
+from _support import HOLD, Gate, Recorder, fail_after_real, user_texts
 
 import agentlib
 from agentlib import (
@@ -1304,9 +1304,9 @@ async def test_a_stalled_runtime_lets_go_of_a_session_taken_over(
     refused: it lets the session go, and its own references find it busy.
 
     trio's clock jumps once every task has waited 50 ms (real) for something: a task waiting
-    on a SQLite worker thread counts as waiting, so a clock that jumped at once could reach
-    a deadline while a commit is under way. The deadlines are far on that clock; a real hang
-    reaches them after a few jumps."""
+    on a SQLite worker thread counts as waiting, so the clock may jump while a commit is
+    under way. The waits are bounded on the wall clock (``fail_after_real``), which no jump
+    reaches."""
     mock_clock.autojump_threshold = 0.05
     path = str(tmp_path / "s.db")
     runs: list[str] = []
@@ -1329,7 +1329,7 @@ async def test_a_stalled_runtime_lets_go_of_a_session_taken_over(
             clock.now = time.time() + 3600  # runtime 1 stopped renewing an hour ago
             assert await turn.get() == blocked
             # Runtime 1 renews within lease_seconds / 3 and finds the lease taken.
-            with trio.fail_after(1_000):
+            with fail_after_real(WAIT):
                 while True:
                     try:
                         await session.turn(blocked.turn_id).get()
@@ -1337,7 +1337,7 @@ async def test_a_stalled_runtime_lets_go_of_a_session_taken_over(
                         break
                     await trio.sleep(5)
             await turn.answer(approval.id, AllowApproval())
-            with trio.fail_after(1_000):
+            with fail_after_real(WAIT):
                 record = await turn.result()
             assert isinstance(record, Completed)
             assert record.text == "done: deleted /tmp/x"
@@ -1372,7 +1372,7 @@ async def test_a_stalled_runtime_writes_nothing_to_a_session_taken_over(
                 await session.turn(blocked.turn_id).answer(approval.id, AllowApproval())
             assert runs == []
             await turn.answer(approval.id, AllowApproval())
-            with trio.fail_after(1_000):
+            with fail_after_real(WAIT):
                 record = await turn.result()
             assert isinstance(record, Completed)
             assert record.text == "done: deleted /tmp/x"

@@ -16,6 +16,7 @@ about lease renewal run on trio's autojump clock.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import sqlite3
@@ -30,7 +31,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import HOLD, Gate, Recorder, user_texts
+from _support import HOLD, Gate, Recorder, fail_after_real, user_texts
 
 import agentlib
 from agentlib import (
@@ -911,32 +912,42 @@ class LockedOnRenewal(SQLiteStore):
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
-        self.calls = 0
+        self.tries: list[float] = []  # when each renewal was tried, on trio's clock
+        self._tried = trio.Event()
 
     async def renew(self, session_ids: Any, owner: str, seconds: float) -> list[str]:
-        self.calls += 1
+        self.tries.append(trio.current_time())
+        self._tried.set()
+        self._tried = trio.Event()
         raise sqlite3.OperationalError("database is locked")
+
+    async def tried(self, count: int) -> None:
+        """Return once ``count`` renewals have been tried."""
+        while len(self.tries) < count:
+            await self._tried.wait()
 
 
 async def test_an_error_renewing_a_lease_does_not_crash_the_runtime(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     """r16: renewals that fail (a locked database) are retried later; the runtime, its
-    sessions and its block go on."""
-    autojump_clock.autojump_threshold = 0.02  # no jump while a commit is under way
+    sessions and its block go on.
+
+    The clock may jump while a commit is under way (see ``fail_after_real``): the waits are
+    for the renewals themselves, never for a span of time."""
+    autojump_clock.autojump_threshold = 0.02  # not a jump (a failed renewal) per poll meanwhile
     store = LockedOnRenewal(str(tmp_path / "s.db"))
     agent = Agent("a", model=ScriptedModel(["x", "y"]))
     async with agentlib.open_runtime(store, lease_seconds=30):  # renewed every 10 s
         session = await agent.start_session()
-        await trio.sleep(25)
-        assert store.calls == 2  # two renewals ran, and failed
-        with trio.fail_after(VIRTUAL_WAIT):
+        with fail_after_real(WAIT):
+            await store.tried(2)  # two renewals ran, and failed
             record = await session.run("hi")
-        assert isinstance(record, Completed), record
-        await trio.sleep(25)
-        assert store.calls > 2
-        with trio.fail_after(VIRTUAL_WAIT):
+            assert isinstance(record, Completed), record
+            await store.tried(len(store.tries) + 1)  # and the next one is tried all the same
             assert isinstance(await session.run("again"), Completed)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(store.tries)]
+    assert gaps == [pytest.approx(10)] * len(gaps)  # each retried a third of a lease later
 
 
 async def test_a_load_with_an_unknown_agent_leaves_no_lease_held(
