@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -193,6 +194,20 @@ def is_waiting_in_facade(thread_id: int, method: str) -> bool:
     return False
 
 
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt in the main thread, as in a terminal, even when the
+    suite runs with SIGINT ignored (started in the background by a shell, under ``nohup``,
+    on some CI runners); the handler that was there is put back after the test."""
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: not set from Python, nothing to put back
+            signal.signal(signal.SIGINT, previous)
+
+
 def ctrl_c_during_result(turn: agents.Turn, gate: Gate) -> tuple[KeyboardInterrupt, float]:
     """Press Ctrl-C while the main thread waits in ``turn.result()``, the turn held at
     ``gate``; the ``KeyboardInterrupt`` it raised, and the seconds from the press to it."""
@@ -232,6 +247,7 @@ def ctrl_c_during_result(turn: agents.Turn, gate: Gate) -> tuple[KeyboardInterru
     return raised.value, caught_at - pressed_at[0]
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_ctrl_c_interrupts_the_blocking_wait_and_the_turn_goes_on() -> None:
     gate = Gate("finished anyway")
     session = scripted_agent(gate, "next").start_session()
@@ -248,6 +264,7 @@ def test_ctrl_c_interrupts_the_blocking_wait_and_the_turn_goes_on() -> None:
     assert isinstance(session.run("and the session goes on"), agents.Completed)
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_the_ctrl_c_of_a_blocking_wait_notes_the_turn_that_goes_on() -> None:
     gate = Gate("finished anyway")
     session = scripted_agent(gate).start_session()
