@@ -283,26 +283,37 @@ def test_the_ctrl_c_of_a_blocking_wait_notes_the_turn_that_goes_on() -> None:
 # -- interpreter exit ---------------------------------------------------------------------
 
 
-def run_script(script: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def run_script(script: str) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a new interpreter; only a script that hangs takes a minute."""
     env = {key: value for key, value in os.environ.items() if key != "AGENTLIB_STORE"}
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=os.path.dirname(FACADE_DIR),
-        check=False,
-    )
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=os.path.dirname(FACADE_DIR),
+            check=False,
+        )
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(f"the script hung: {expired.stdout!r} {expired.stderr!r}")
 
 
-def test_a_script_with_a_turn_parked_forever_exits_promptly() -> None:
-    started = time.monotonic()
+def test_a_script_with_a_turn_parked_forever_exits_once_the_engine_cancelled_it() -> None:
+    # Exit handlers run last registered first: the script's own, registered before the
+    # engine starts (and registers its close), runs after that close returned.
     done = run_script(
         """
+        import atexit
         import threading
         import trio
         import agentlib_sync as agents
+
+        @atexit.register
+        def engine_state():
+            engines = [t for t in threading.enumerate() if t.name == "agentlib-engine"]
+            print("engine running" if engines else "engine stopped", flush=True)
 
         reached = threading.Event()
 
@@ -316,15 +327,17 @@ def test_a_script_with_a_turn_parked_forever_exits_promptly() -> None:
         agent = agents.Agent(name="parked", model=agents.ScriptedModel([park]))
         session = agent.start_session()
         turn = session.start_turn("wait forever")
-        assert reached.wait(10)
+        assert reached.wait(30)
         print(type(turn.get()).__name__, flush=True)
         """
     )
-    elapsed = time.monotonic() - started
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["Running", "the parked step was cancelled"]
-    assert elapsed < 15
+    assert done.stdout.splitlines() == [
+        "Running",
+        "the parked step was cancelled",
+        "engine stopped",  # the close did not give up on it after its few seconds
+    ]
 
 
 def test_first_calls_from_several_threads_start_one_engine() -> None:
@@ -338,14 +351,14 @@ def test_first_calls_from_several_threads_start_one_engine() -> None:
         sessions = []
 
         def first_call():
-            barrier.wait(10)
+            barrier.wait(30)
             sessions.append(agent.start_session())
 
         threads = [threading.Thread(target=first_call) for _ in range(6)]
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(10)
+            thread.join(30)
         assert len(sessions) == 6
         # A reference from an id equals its session only in the same runtime.
         assert all(agent.session(session.id) == session for session in sessions)
@@ -357,23 +370,21 @@ def test_first_calls_from_several_threads_start_one_engine() -> None:
     assert done.stdout.strip() == "one engine"
 
 
-def test_a_script_exits_promptly_with_an_events_iterator_left_open() -> None:
+def test_a_script_exits_cleanly_with_an_events_iterator_left_open() -> None:
     # The iterator is finalized while the interpreter shuts down, after atexit has closed
-    # the engine: closing it must not start a new engine (or wait for one).
-    try:
-        done = run_script(
-            """
-            import agentlib_sync as agents
+    # the engine: closing it must not start a new engine, nor wait for one (the script would
+    # hang at exit, or write the error it ignores there to stderr).
+    done = run_script(
+        """
+        import agentlib_sync as agents
 
-            agent = agents.Agent(name="reader", model=agents.ScriptedModel(["hi"]))
-            session = agent.start_session()
-            session.run("hello")
-            events = session.iter_events()
-            print(type(next(events)).__name__, flush=True)
-            """,
-            timeout=8,
-        )
-    except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"the script hung at exit: {expired.stdout!r} {expired.stderr!r}")
+        agent = agents.Agent(name="reader", model=agents.ScriptedModel(["hi"]))
+        session = agent.start_session()
+        session.run("hello")
+        events = session.iter_events()
+        print(type(next(events)).__name__, flush=True)
+        """
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["TurnStarted"]
+    assert done.stderr == ""
