@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -146,11 +147,13 @@ def test_a_wait_after_one_that_timed_out_shares_the_handler_run_it_left() -> Non
     # The first wait times out while the plain handler blocks; the run goes on, and the second
     # wait, started while it still blocks, waits on that run instead of starting another.
     deletions = Deletions()
+    entered = threading.Event()
     release = threading.Event()
     seen: list[agents.OpenApproval] = []
 
     def approve_when_released(callback: agents.OpenApproval) -> agents.AllowApproval:
         seen.append(callback)
+        entered.set()
         assert release.wait(WAIT), "the test never released the handler"
         return agents.AllowApproval()
 
@@ -163,8 +166,13 @@ def test_a_wait_after_one_that_timed_out_shares_the_handler_run_it_left() -> Non
     session = approval_agent(deletions).start_session(on_approval=approve_when_released)
     turn = session.start_turn("delete a.txt")
     assert isinstance(turn, agents.Turn)
+    # Following the events runs no handler: the approval is open, unhandled, before the first
+    # wait, which times out Blocked however long the turn took to get there.
+    with contextlib.closing(turn.iter_events()) as events:
+        assert any(isinstance(event, agents.CallbackOpened) for event in events)
 
     first = turn.result(timeout=0.5)
+    assert entered.wait(WAIT), "the first wait left without starting the handler"
     second = in_thread(lambda: turn.result(on_event=release_when_it_sees_the_approval))
 
     assert isinstance(first, agents.Blocked)
