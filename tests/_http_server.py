@@ -110,7 +110,7 @@ class Server:
     """A running server: its base URL, the requests it received and the replies it plays.
 
     :meth:`play` and :attr:`requests` may be used from another thread than the server's;
-    :meth:`wait_closed` must be awaited in the server's own trio run.
+    :meth:`wait_requests` and :meth:`wait_closed` must be awaited in the server's own trio run.
     """
 
     def __init__(self, url: str) -> None:
@@ -123,12 +123,18 @@ class Server:
         self.closed = 0
         self._replies: deque[Reply] = deque()
         self._replies_lock = threading.Lock()
+        self._requests_changed = trio.Event()
         self._closed_changed = trio.Event()
 
     def play(self, *replies: Reply) -> None:
         """Queue replies: each request takes the next one (a 500 "no reply queued" if none)."""
         with self._replies_lock:
             self._replies.extend(replies)
+
+    async def wait_requests(self, count: int = 1) -> None:
+        """Return once :attr:`requests` holds at least ``count`` requests."""
+        while len(self.requests) < count:
+            await self._requests_changed.wait()
 
     async def wait_closed(self, count: int = 1) -> None:
         """Return once :attr:`closed` is at least ``count``."""
@@ -154,6 +160,8 @@ class Server:
     async def _serve_requests(self, connection: _Connection) -> None:
         while (request := await connection.receive_request()) is not None:
             self.requests.append(request)
+            self._requests_changed.set()
+            self._requests_changed = trio.Event()
             if not await self._answer(connection, self._next_reply()):
                 return
             connection.h11.start_next_cycle()

@@ -714,8 +714,7 @@ async def test_interrupt_aborts_the_request_in_flight(
     async with agentlib.open_runtime():
         session = await agent.start_session()
         turn = await session.start_turn("hi")
-        while not server.requests:
-            await trio.sleep(0.01)
+        await server.wait_requests()  # the request is in flight
         start = trio.current_time()
         await turn.interrupt()
         record = await turn.result()
@@ -733,8 +732,7 @@ async def test_cancelling_the_session_aborts_the_stream_in_flight(
     async with agentlib.open_runtime():
         session = await Agent("s", model=mistral(server)).start_session()
         turn = await session.start_turn("hi")
-        while not server.requests:
-            await trio.sleep(0.01)
+        await server.wait_requests()  # the request is in flight
         await session.cancel()
         record = await turn.result()
         assert isinstance(record, Interrupted)
