@@ -333,14 +333,14 @@ async def test_a_sync_tool_does_not_block_the_engine() -> None:
     def blocking() -> str:
         """Block until told."""
         in_tool.set()
-        proceed.wait(5)
+        proceed.wait(30)  # only a test that never tells it waits this long
         return "unblocked"
 
     agent = Agent("a", model=ScriptedModel([call("blocking"), "ok"]), tools=[blocking])
     async with agentlib.open_runtime():
         session = await agent.start_session()
         turn = await session.send_message("go")
-        await trio.to_thread.run_sync(in_tool.wait, 5)
+        assert await trio.to_thread.run_sync(in_tool.wait, 30)
         assert isinstance(await turn.get(), agentlib.Running)
         proceed.set()
         record = await turn.result()

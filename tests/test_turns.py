@@ -384,12 +384,13 @@ async def test_interrupt_stops_a_turn_that_has_not_reached_its_first_step() -> N
 async def test_interrupt_of_a_sync_tool_does_not_wait_for_its_thread() -> None:
     import threading
 
-    in_tool, finish = threading.Event(), threading.Event()
+    in_tool, finish, returned = threading.Event(), threading.Event(), threading.Event()
 
     def block() -> str:
         """Block until told."""
         in_tool.set()
-        finish.wait(5)
+        finish.wait(30)  # only an interrupt that waits for this thread sees it give up
+        returned.set()
         return "late"
 
     agent = Agent(
@@ -401,9 +402,10 @@ async def test_interrupt_of_a_sync_tool_does_not_wait_for_its_thread() -> None:
         async with agentlib.open_runtime():
             session = await agent.start_session()
             turn = await session.send_message("go")
-            await trio.to_thread.run_sync(in_tool.wait, 5)
+            assert await trio.to_thread.run_sync(in_tool.wait, 30)
             await turn.interrupt()
             record = await turn.get()
+            assert not returned.is_set()  # the turn ended while its tool's thread still blocks
     finally:
         finish.set()
     assert isinstance(record, Interrupted)
