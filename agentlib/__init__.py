@@ -37,6 +37,8 @@ from ._entries import ToolResultEntry as ToolResultEntry
 from ._entries import UnknownEntry as UnknownEntry
 from ._errors import ClientToolAnswerError as ClientToolAnswerError
 from ._errors import InvalidCursorError as InvalidCursorError
+from ._errors import LeaseLost as LeaseLost
+from ._errors import LeaseRefused as LeaseRefused
 from ._errors import MaxStepsExceeded as MaxStepsExceeded
 from ._errors import ModelError as ModelError
 from ._errors import ObservationLost as ObservationLost
@@ -45,6 +47,8 @@ from ._errors import SessionBusyError as SessionBusyError
 from ._errors import SessionIdempotencyConflictError as SessionIdempotencyConflictError
 from ._errors import SessionNotFoundError as SessionNotFoundError
 from ._errors import SessionTerminatedError as SessionTerminatedError
+from ._errors import StoreError as StoreError
+from ._errors import StoreSchemaError as StoreSchemaError
 from ._errors import TurnNotFoundError as TurnNotFoundError
 from ._errors import UnsupportedSessionProcedureError as UnsupportedSessionProcedureError
 from ._errors import ValidationError as ValidationError
@@ -100,8 +104,6 @@ from ._session import Turn as Turn
 from ._store import MemoryStore as MemoryStore
 from ._store import SQLiteStore as SQLiteStore
 from ._store import Store as Store
-from ._store import StoreError as StoreError
-from ._store import StoreSchemaError as StoreSchemaError
 from ._tools import Tool as Tool
 from ._tools import ToolSource as ToolSource
 from ._tools import client_tool as client_tool
@@ -152,6 +154,8 @@ __all__ = [
     "Interrupted",
     "InvalidCursorError",
     "KeepCallbackOpen",
+    "LeaseLost",
+    "LeaseRefused",
     "MaxStepsExceeded",
     "MemoryStore",
     "MessageEntry",

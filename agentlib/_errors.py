@@ -5,6 +5,7 @@ Every exception is an :class:`SdkError`; catch that to handle any of them::
     SdkError
     ├── ValidationError              (also a ValueError) bad input: history, blocks, answers
     ├── SessionBusyError             the session cannot take the message now; nothing changed
+    │   └── LeaseRefused             another live runtime runs the session (its lease holds)
     ├── SessionIdempotencyConflictError
     │                                an idempotency key reused for another message
     ├── SessionTerminatedError       the session was cancelled; it takes no more commands
@@ -16,7 +17,10 @@ Every exception is an :class:`SdkError`; catch that to handle any of them::
     ├── TurnNotFoundError            the session has no turn with that id
     ├── ClientToolAnswerError        a client tool's answer could not be delivered
     ├── MaxStepsExceeded             a turn reached its max_steps (the error of its Failed)
-    └── ModelError                   a model failed: HTTP or protocol error, or no reply
+    ├── ModelError                   a model failed: HTTP or protocol error, or no reply
+    └── StoreError                   the store failed (a full disk), is damaged, or is closed
+        ├── StoreSchemaError         the store's file is of a newer agentlib, or not a store
+        └── LeaseLost                another runtime took over a session this one ran
 
 Messages say what was wrong and what to do next. None of them contains a credential or the
 value of a session input.
@@ -27,6 +31,8 @@ from __future__ import annotations
 __all__ = [
     "ClientToolAnswerError",
     "InvalidCursorError",
+    "LeaseLost",
+    "LeaseRefused",
     "MaxStepsExceeded",
     "ModelError",
     "ObservationLost",
@@ -35,6 +41,8 @@ __all__ = [
     "SessionIdempotencyConflictError",
     "SessionNotFoundError",
     "SessionTerminatedError",
+    "StoreError",
+    "StoreSchemaError",
     "TurnNotFoundError",
     "UnsupportedSessionProcedureError",
     "ValidationError",
@@ -128,6 +136,62 @@ class ModelError(SdkError):
         self.status = status
         self.code = code
         self.body = body
+
+
+class StoreError(SdkError):
+    """The store failed (a full disk, a file locked for too long), cannot read what it holds
+    (a damaged file), or is closed. What was not acknowledged is lost; the message says
+    which file, session and table, and what to do."""
+
+
+class StoreSchemaError(StoreError):
+    """The store's file was written by a newer agentlib, or is not an agentlib store."""
+
+
+class LeaseRefused(SessionBusyError):
+    """Another runtime holds the session's lease, and is alive as far as the store can tell:
+    its lease has not expired, and its process is not known to have ended. Nothing was
+    changed; retry once the lease has expired, or use that runtime.
+
+    Attributes:
+        session_id: The session.
+        owner: The runtime holding it (its name in the store's leases).
+        until: When its lease expires unless renewed (seconds since the epoch).
+    """
+
+    def __init__(self, session_id: str, owner: str, until: float) -> None:
+        super().__init__(
+            f"session {session_id} is run by another runtime ({owner}), whose lease has not "
+            "expired and whose process is not known to have ended; retry once the lease has "
+            "expired, or use that runtime"
+        )
+        self.session_id = session_id
+        self.owner = owner
+        self.until = until
+
+
+class LeaseLost(StoreError):
+    """Another runtime took over a session this one leased: this one stalled past its
+    lease. The store refused its write, and writes nothing more: open a new runtime.
+
+    Attributes:
+        session_id: The session taken over.
+        owner: The runtime that runs it now (None: it has let the session go since).
+        store: The store that refused the write (its file), when known.
+    """
+
+    def __init__(self, session_id: str, owner: str | None, *, store: str | None = None) -> None:
+        now = f"is now run by another runtime ({owner})"
+        if owner is None:
+            now = "was taken over by another runtime, which has let it go since"
+        where = "the store" if store is None else f"the store {store}"
+        super().__init__(
+            f"{where} refused a write: session {session_id} {now}: this runtime stalled past "
+            "its lease, and writes nothing more; open a new runtime on the store"
+        )
+        self.session_id = session_id
+        self.owner = owner
+        self.store = store
 
 
 def add_note(error: BaseException, note: str) -> None:

@@ -46,6 +46,8 @@ from agentlib import ImageContentBlock as ImageContentBlock
 from agentlib import Interrupted as Interrupted
 from agentlib import InvalidCursorError as InvalidCursorError
 from agentlib import KeepCallbackOpen as KeepCallbackOpen
+from agentlib import LeaseLost as LeaseLost
+from agentlib import LeaseRefused as LeaseRefused
 from agentlib import MaxStepsExceeded as MaxStepsExceeded
 from agentlib import MemoryStore as MemoryStore
 from agentlib import MessageEntry as MessageEntry
@@ -153,6 +155,8 @@ __all__ = [
     "Interrupted",
     "InvalidCursorError",
     "KeepCallbackOpen",
+    "LeaseLost",
+    "LeaseRefused",
     "MaxStepsExceeded",
     "MemoryStore",
     "MessageEntry",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +120,58 @@ def test_union_aliases_are_unions_of_public_classes(name: str) -> None:
     for member in typing.get_args(union):
         cls = typing.get_origin(member) or member
         assert getattr(agentlib, cls.__name__) is cls
+
+
+def error_tree(text: str) -> dict[str, str]:
+    """Each error of a tree drawn as in ``agentlib/_errors.py``, with its parent's name."""
+    parents: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []  # (column, name) of the branch being drawn
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped == "SdkError":
+            stack = [(len(line) - len(line.lstrip()) - 4, "SdkError")]
+            continue
+        if not stack or "── " not in line:
+            continue
+        column = line.index("── ")
+        name = line[column + 3 :].split()[0]
+        while stack[-1][0] >= column:
+            stack.pop()
+        parents[name] = stack[-1][1]
+        stack.append((column, name))
+    return parents
+
+
+TREES = {
+    "the docstring of agentlib/_errors.py": agentlib._errors.__doc__ or "",
+    "docs/index.md": (Path(__file__).resolve().parent.parent / "docs" / "index.md").read_text(),
+}
+
+
+@pytest.mark.parametrize("where", sorted(TREES))
+def test_the_error_tree_shows_every_error_under_its_base_class(where: str) -> None:
+    tree = error_tree(TREES[where])
+    errors = {
+        name
+        for name in agentlib.__all__
+        if isinstance(getattr(agentlib, name), type)
+        and issubclass(getattr(agentlib, name), agentlib.SdkError)
+        and name != "SdkError"
+    }
+    assert set(tree) == errors, f"{where} does not draw every error agentlib exports"
+    for name, parent in tree.items():
+        assert getattr(agentlib, name).__bases__[0] is getattr(agentlib, parent), (
+            f"{where} draws {name} under {parent}"
+        )
+
+
+def test_the_lease_errors_are_caught_as_a_busy_session_and_a_store_error() -> None:
+    assert issubclass(agentlib.LeaseRefused, agentlib.SessionBusyError)
+    assert issubclass(agentlib.LeaseLost, agentlib.StoreError)
+    refused = agentlib.LeaseRefused("s-1", "runtime-a", 1_000_030.0)
+    assert (refused.session_id, refused.owner, refused.until) == ("s-1", "runtime-a", 1_000_030.0)
+    assert "s-1" in str(refused)
+    assert "retry" in str(refused)
+    lost = agentlib.LeaseLost("s-1", "runtime-b", store="/data/s.db")
+    assert "/data/s.db" in str(lost)
+    assert "open a new runtime" in str(lost)

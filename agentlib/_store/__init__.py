@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ._base import Store, StoreError
+from ._base import Store
 from ._memory import MemoryStore
-from ._sqlite import SQLiteStore, StoreSchemaError
+from ._sqlite import SQLiteStore
 
-__all__ = ["MemoryStore", "SQLiteStore", "Store", "StoreError", "StoreSchemaError", "open_store"]
+__all__ = ["MemoryStore", "SQLiteStore", "Store", "open_store"]
 
 _SQLITE = "sqlite:///"
 

@@ -16,7 +16,7 @@ import attrs
 
 from .._callbacks import Callback
 from .._entries import Entry
-from .._errors import SdkError
+from .._errors import LeaseLost, LeaseRefused, StoreError
 from .._events import Event
 from .._records import TurnState
 
@@ -152,34 +152,6 @@ class StoredSession:
     children: Sequence[str]
 
 
-class StoreError(SdkError):
-    """The store failed (a full disk, a locked file...), or is closed."""
-
-
-class LeaseRefused(Exception):
-    """Another runtime holds the session's lease."""
-
-    def __init__(self, session_id: str, owner: str, until: float) -> None:
-        super().__init__(session_id, owner, until)
-        self.session_id = session_id
-        self.owner = owner
-        self.until = until
-
-
-class LeaseLost(Exception):
-    """Another runtime took over a session this one leased: this one stalled past its
-    lease. Its write is refused, and the store writes nothing more."""
-
-    def __init__(self, session_id: str, owner: str | None) -> None:
-        now = f"is now run by another runtime ({owner})"
-        if owner is None:
-            now = "was taken over by another runtime, which has let it go since"
-        super().__init__(
-            f"session {session_id} {now}: this runtime stalled past its lease, and writes "
-            "nothing more; open a new runtime on the store"
-        )
-
-
 class Store(abc.ABC):
     """Where a runtime keeps its sessions. Subclass it to keep them elsewhere.
 
@@ -210,8 +182,9 @@ class Store(abc.ABC):
     def check(self) -> None:
         """Raises:
         StoreError: The store failed; what was not acknowledged is lost."""
-        if isinstance(self.failure, LeaseLost):
-            raise StoreError(f"the store refused a write: {self.failure}")
+        lost = self.failure
+        if isinstance(lost, LeaseLost):  # a new one for each call that raises it
+            raise LeaseLost(lost.session_id, lost.owner, store=lost.store)
         if self.failure is not None:
             raise StoreError(
                 f"the store failed ({self.failure}); what was not acknowledged is lost: check "

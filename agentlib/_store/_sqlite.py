@@ -21,6 +21,7 @@ import trio
 from .._callbacks import AllowApproval, Callback, DenyApproval
 from .._convert import structure, unstructure
 from .._entries import Entry
+from .._errors import StoreSchemaError
 from .._events import Event
 from .._records import TurnState
 from ._base import (
@@ -118,10 +119,6 @@ _INSERT_EVENT = (
 )
 _LEASE = "UPDATE sessions SET lease_owner = ?, lease_until = ? WHERE session_id = ?"
 _SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM events WHERE session_id = ?"
-
-
-class StoreSchemaError(StoreError):
-    """The store's file was written by a newer agentlib, or is not an agentlib store."""
 
 
 def _dump(value: Any) -> str:
@@ -243,8 +240,9 @@ class SQLiteStore(Store):
     async def flush(self) -> None:
         target = self._queued
         while self._done < target:
-            if isinstance(self.failure, LeaseLost):
-                raise StoreError(f"the store {self.path} refused a write: {self.failure}")
+            lost = self.failure
+            if isinstance(lost, LeaseLost):  # a new one for each call that raises it
+                raise LeaseLost(lost.session_id, lost.owner, store=lost.store)
             if self.failure is not None:
                 raise StoreError(
                     f"the store {self.path} could not commit ({self.failure}); what was not "
@@ -330,7 +328,7 @@ class SQLiteStore(Store):
         touched = list({op.session_id for op in group if op.session_id in held})
         for session_id, holder in _owners(db, touched):
             if holder != held.get(session_id):
-                raise LeaseLost(session_id, holder)
+                raise LeaseLost(session_id, holder, store=str(self.path))
 
     def _apply(self, db: sqlite3.Connection, op: Op) -> None:
         if isinstance(op, TurnRow):
