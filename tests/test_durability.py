@@ -1386,7 +1386,7 @@ async def test_a_stalled_runtime_writes_nothing_to_a_session_taken_over(
 async def test_open_runtime_refuses_a_store_of_a_newer_agentlib(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     db = sqlite3.connect(path)
-    db.execute("PRAGMA user_version = 3")
+    db.execute("PRAGMA user_version = 4")
     db.commit()
     db.close()
     # The documented error itself, not an exception group holding it.

@@ -15,14 +15,19 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
 import pytest
+import trio
 
+from agentlib import SQLiteStore, Store
+from agentlib._store._base import SessionRow
 from agentlib._store._holder import Holder, gone, host_identity, this_process
 
 LINUX = sys.platform.startswith("linux")
@@ -40,6 +45,17 @@ def sleeping_child() -> Iterator[subprocess.Popen[bytes]]:
     finally:
         child.kill()
         child.wait(CHILD_TIMEOUT)
+
+
+@asynccontextmanager
+async def opened(store: Store) -> AsyncIterator[Store]:
+    """The store, open in a nursery for the block; closed after."""
+    async with trio.open_nursery() as nursery:
+        await store.open(nursery.start_soon)
+        try:
+            yield store
+        finally:
+            await store.aclose()
 
 
 def holder_of(child: subprocess.Popen[bytes]) -> Holder:
@@ -117,3 +133,38 @@ def test_this_process_under_another_start_time_is_gone() -> None:
     if me.started is None:
         pytest.skip("start times are read on Linux only")
     assert gone(attrs.evolve(me, started=me.started - 1))
+
+
+# --- the file records who holds each lease ----------------------------------------------------
+
+
+def lease_of(path: Path, session_id: str) -> tuple[str | None, float | None, Holder | None]:
+    """(owner, until, holder) of the session's lease, as the file holds it."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        owner, until, host, pid, started = db.execute(
+            "SELECT lease_owner, lease_until, lease_host, lease_pid, lease_started FROM sessions"
+            " WHERE session_id = ?",
+            (session_id,),
+        ).fetchone()
+    holder = None if pid is None else Holder(host=host, pid=pid, started=started)
+    return owner, until, holder
+
+
+async def test_each_lease_records_its_holder_and_a_release_forgets_it(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    made, taken = "made-leased", "acquired"
+    me = this_process()
+    async with opened(SQLiteStore(str(path))) as store:
+        store.write(SessionRow(made, "agent", lease=("A", 30)))
+        store.write(SessionRow(taken, "agent"))
+        await store.flush()
+        assert lease_of(path, made)[::2] == ("A", me)
+        assert lease_of(path, taken) == (None, None, None)
+        await store.acquire([taken], "A", 30)
+        assert lease_of(path, taken)[::2] == ("A", me)
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute("UPDATE sessions SET lease_host = NULL, lease_pid = NULL")
+        assert await store.renew([made, taken], "A", 30) == []
+        assert lease_of(path, made)[::2] == ("A", me)
+        await store.release([made, taken], "A")
+        assert lease_of(path, made) == lease_of(path, taken) == (None, None, None)

@@ -598,6 +598,26 @@ async def test_prune_forgets_old_events(store: Store) -> None:
         assert await store.read_events(session, 7, 100) == more
 
 
+async def test_pruning_past_the_last_event_keeps_the_numbering(store: Store) -> None:
+    session = new_id()
+    events = events_of_a_turn(session, new_id())
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        for seq, event in enumerate(events[:3], start=1):
+            store.write(EventRow(session, seq, event))
+        store.write(PruneRow(session, 10))
+        await store.flush()
+        stored = await load(store, session)
+        assert (stored.first_seq, stored.last_seq) == (4, 3)
+        assert await events_of(store, stored) == []
+        for seq, event in enumerate(events[3:], start=4):
+            store.write(EventRow(session, seq, event))
+        await store.flush()
+        stored = await load(store, session)
+        assert (stored.first_seq, stored.last_seq) == (4, 7)
+        assert await events_of(store, stored) == events[3:]
+
+
 # --- leases -----------------------------------------------------------------------------------
 
 
@@ -738,6 +758,33 @@ async def test_sqlite_reopened_reads_the_same(db_path: Path, clock: FakeClock) -
             cursor(root, 7),
             cursor(root, 8),
         ]
+
+
+async def test_sqlite_records_a_sessions_last_event_and_entry_as_it_writes_them(
+    db_path: Path,
+) -> None:
+    """Each session's row holds the seq of its last event and the index of its last history
+    entry, written in the commit that writes them: a read can tell rows that went missing."""
+    one, two, turn = new_id(), new_id(), new_id()
+    events = events_of_a_turn(one, turn)
+    async with opened(SQLiteStore(str(db_path))) as store:
+        store.write(SessionRow(one, "agent"))
+        store.write(SessionRow(two, "agent"))
+        await store.flush()
+        assert recorded(db_path, one) == (1, 0, -1)
+        for seq, event in enumerate(events[:3], start=1):
+            store.write(EventRow(one, seq, event))
+        store.write(EntryRow(one, 0, user_message(turn, "hello")))
+        store.write(EntryRow(two, 0, user_message(turn, "hi")))
+        await store.flush()
+        assert recorded(db_path, one) == (1, 3, 0)
+        assert recorded(db_path, two) == (1, 0, 0)
+        store.write(EntryRow(one, 1, user_message(turn, "again")))
+        for seq, event in enumerate(events[3:], start=4):
+            store.write(EventRow(one, seq, event))
+        store.write(PruneRow(one, 6))
+        await store.flush()
+        assert recorded(db_path, one) == (6, 7, 1)
 
 
 async def test_sqlite_store_object_opens_again_after_aclose(db_path: Path) -> None:
@@ -910,22 +957,103 @@ async def test_sqlite_file_is_versioned_and_in_wal_mode(db_path: Path) -> None:
             assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         finally:
             db.close()
-    assert _user_version(db_path) == SCHEMA_VERSION == 2
+    assert _user_version(db_path) == SCHEMA_VERSION == 3
 
 
 async def test_sqlite_newer_schema_is_refused(db_path: Path) -> None:
     async with opened(SQLiteStore(str(db_path))) as store:
         store.write(SessionRow("s", "agent"))
     db = sqlite3.connect(db_path)
-    db.execute("PRAGMA user_version = 3")
+    db.execute("PRAGMA user_version = 4")
     db.commit()
     db.close()
     with pytest.raises(StoreSchemaError, match="newer agentlib") as error:
         await refused_open(SQLiteStore(str(db_path)))
     assert isinstance(error.value, SdkError)
     assert str(db_path) in str(error.value)
-    assert "version 3" in str(error.value)
-    assert _user_version(db_path) == 3  # the file is left as it was
+    assert "version 4" in str(error.value)
+    assert _user_version(db_path) == 4  # the file is left as it was
+
+
+#: The sessions table of versions 1 and 2.
+_SESSIONS_2 = """
+CREATE TABLE sessions (
+    session_id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    parent_id TEXT,
+    parent_turn_id TEXT,
+    idempotency_key TEXT UNIQUE,
+    inputs TEXT NOT NULL,
+    terminated INTEGER NOT NULL DEFAULT 0,
+    first_seq INTEGER NOT NULL DEFAULT 1,
+    lease_owner TEXT,
+    lease_until REAL
+)"""
+
+
+def back_to_version_2(path: Path) -> None:
+    """Make the file as version 2 left it: its sessions table had no last seq, no last
+    idx, and no lease holder."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("ALTER TABLE sessions RENAME TO sessions_3")
+        db.execute(_SESSIONS_2)
+        db.execute(
+            "INSERT INTO sessions SELECT session_id, agent, parent_id, parent_turn_id,"
+            " idempotency_key, inputs, terminated, first_seq, lease_owner, lease_until"
+            " FROM sessions_3"
+        )
+        db.execute("DROP TABLE sessions_3")
+        db.execute("CREATE INDEX sessions_by_parent ON sessions (parent_id)")
+        db.execute("PRAGMA user_version = 2")
+        db.commit()
+
+
+def recorded(path: Path, session_id: str) -> tuple[int, int, int]:
+    """(first_seq, last_seq, last_idx) of the session's row in the file."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        row = db.execute(
+            "SELECT first_seq, last_seq, last_idx FROM sessions WHERE session_id = ?",
+            (session_id,),
+        ).fetchone()
+    return row[0], row[1], row[2]
+
+
+async def test_sqlite_schema_2_is_brought_up_to_date(db_path: Path, clock: FakeClock) -> None:
+    """Version 3 records each session's last event and history entry, and who holds its
+    lease: opening a file of version 2 records them from the rows it holds, and the
+    sessions, their leases and their pruned logs read back the same."""
+    whole, pruned, empty = new_id(), new_id(), new_id()
+    turn = new_id()
+    events = events_of_a_turn(whole, turn)
+    entries = [user_message(turn, "hello"), user_message(turn, "again")]
+    ops: list[Op] = [
+        SessionRow(whole, "agent", lease=("A", 30)),
+        *(EventRow(whole, seq, event) for seq, event in enumerate(events, start=1)),
+        *(EntryRow(whole, index, entry) for index, entry in enumerate(entries)),
+        SessionRow(pruned, "agent"),
+        *(
+            EventRow(pruned, seq, event)
+            for seq, event in enumerate(events_of_a_turn(pruned, turn), start=1)
+        ),
+        PruneRow(pruned, 8),  # every event pruned: the next is 8
+        SessionRow(empty, "agent"),
+    ]
+    async with opened(SQLiteStore(str(db_path), clock=clock)) as store:
+        write_all(store, ops)
+        await store.flush()
+        before = [await load(store, session) for session in (whole, pruned, empty)]
+    back_to_version_2(db_path)
+
+    store = SQLiteStore(str(db_path), clock=clock)
+    async with opened(store):
+        assert [await load(store, session) for session in (whole, pruned, empty)] == before
+        assert await events_of(store, before[0]) == events
+        with pytest.raises(LeaseRefused):  # A's lease holds
+            await store.acquire([whole], "B", 30)
+    assert _user_version(db_path) == 3
+    assert recorded(db_path, whole) == (1, 7, 1)
+    assert recorded(db_path, pruned) == (8, 7, -1)
+    assert recorded(db_path, empty) == (1, 0, -1)
 
 
 async def test_sqlite_schema_1_is_brought_up_to_date(db_path: Path) -> None:
@@ -937,6 +1065,7 @@ async def test_sqlite_schema_1_is_brought_up_to_date(db_path: Path) -> None:
         store.write(SessionRow(session, "agent"))
         for seq, event in enumerate(events, start=1):
             store.write(EventRow(session, seq, event))
+    back_to_version_2(db_path)
     with contextlib.closing(sqlite3.connect(db_path)) as db:  # back to version 1
         db.execute("DROP TABLE events")
         db.execute(
@@ -955,7 +1084,8 @@ async def test_sqlite_schema_1_is_brought_up_to_date(db_path: Path) -> None:
     store = SQLiteStore(str(db_path))
     async with opened(store):
         assert await events_of(store, await load(store, session)) == events
-    assert _user_version(db_path) == 2
+    assert _user_version(db_path) == 3
+    assert recorded(db_path, session) == (1, 7, -1)
 
 
 async def test_sqlite_other_database_is_refused(db_path: Path) -> None:

@@ -41,6 +41,7 @@ from ._base import (
     StoreError,
     TurnRow,
 )
+from ._holder import Holder, this_process
 from ._rows import EventRows
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "StoreError", "StoreSchemaError"]
@@ -49,7 +50,7 @@ T = TypeVar("T")
 
 #: The version of the tables this agentlib writes; a file written by a newer one is refused,
 #: one written by an older one is brought up to date when it is opened.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE sessions (
@@ -61,8 +62,13 @@ CREATE TABLE sessions (
     inputs TEXT NOT NULL,
     terminated INTEGER NOT NULL DEFAULT 0,
     first_seq INTEGER NOT NULL DEFAULT 1,
+    last_seq INTEGER NOT NULL DEFAULT 0,
+    last_idx INTEGER NOT NULL DEFAULT -1,
     lease_owner TEXT,
-    lease_until REAL
+    lease_until REAL,
+    lease_host TEXT,
+    lease_pid INTEGER,
+    lease_started INTEGER
 );
 CREATE INDEX sessions_by_parent ON sessions (parent_id);
 CREATE TABLE events (
@@ -117,7 +123,16 @@ CREATE TABLE keys (
 _INSERT_EVENT = (
     "INSERT INTO events (session_id, seq, type, turn_id, id, data) VALUES (?, ?, ?, ?, ?, ?)"
 )
-_LEASE = "UPDATE sessions SET lease_owner = ?, lease_until = ? WHERE session_id = ?"
+_LEASE = (
+    "UPDATE sessions SET lease_owner = ?, lease_until = ?, lease_host = ?, lease_pid = ?,"
+    " lease_started = ? WHERE session_id = ?"
+)
+#: A session's last event and last history entry, recorded in the transaction that writes
+#: them: a read that finds fewer rows knows that the file lost some.
+_RECORD_LAST = (
+    "UPDATE sessions SET last_seq = max(last_seq, ?), last_idx = max(last_idx, ?)"
+    " WHERE session_id = ?"
+)
 _SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM events WHERE session_id = ?"
 
 
@@ -184,8 +199,11 @@ class SQLiteStore(Store):
                     if statement.strip():
                         writer.execute(statement)
                 writer.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            elif version == 1:
-                _events_from_version_1(writer)
+            elif version in (1, 2):
+                if version == 1:
+                    _events_from_version_1(writer)
+                _sessions_from_version_2(writer)
+                writer.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             elif version > SCHEMA_VERSION:
                 raise StoreSchemaError(
                     f"{self.path} holds sessions in schema version {version}, written by a "
@@ -294,10 +312,12 @@ class SQLiteStore(Store):
         try:
             self._fence(writer, group)
             events: list[Any] = []  # runs of events go in one executemany
+            last: dict[str, list[int]] = {}  # session id -> [last seq, last idx] written
             payload = iter(payloads)
             for op in group:
                 if isinstance(op, EventRow):
                     events.append(next(payload))
+                    last.setdefault(op.session_id, [0, -1])[0] = op.seq
                     continue
                 if events:
                     writer.executemany(_INSERT_EVENT, events)
@@ -307,10 +327,15 @@ class SQLiteStore(Store):
                         "INSERT INTO entries (session_id, idx, data) VALUES (?, ?, ?)",
                         (op.session_id, op.index, next(payload)),
                     )
-                else:
-                    self._apply(writer, op)
+                    written = last.setdefault(op.session_id, [0, -1])
+                    written[1] = max(written[1], op.index)
+                    continue
+                if isinstance(op, PruneRow) and last:  # it reads the last seq
+                    _record_last(writer, last)
+                self._apply(writer, op)
             if events:
                 writer.executemany(_INSERT_EVENT, events)
+            _record_last(writer, last)
             writer.execute("COMMIT")
         except BaseException:
             if writer.in_transaction:  # SQLite may have rolled back already (a full disk)
@@ -379,13 +404,13 @@ class SQLiteStore(Store):
                 (op.session_id, op.key, op.turn_id, op.fingerprint),
             )
         elif isinstance(op, SessionRow):
-            owner, until = None, None
+            lease: tuple[Any, ...] = (None,) * 5
             if op.lease is not None:
-                owner, until = op.lease[0], self._clock() + op.lease[1]
+                lease = _lease(op.lease[0], self._clock() + op.lease[1], this_process())
             db.execute(
                 "INSERT INTO sessions (session_id, agent, parent_id, parent_turn_id,"
-                " idempotency_key, inputs, terminated, lease_owner, lease_until)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " idempotency_key, inputs, terminated, lease_owner, lease_until, lease_host,"
+                " lease_pid, lease_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (session_id) DO UPDATE SET terminated = excluded.terminated",
                 (
                     op.session_id,
@@ -395,8 +420,7 @@ class SQLiteStore(Store):
                     op.idempotency_key,
                     json.dumps(op.inputs),
                     int(op.terminated),
-                    owner,
-                    until,
+                    *lease,
                 ),
             )
         elif isinstance(op, PruneRow):
@@ -405,7 +429,8 @@ class SQLiteStore(Store):
                 (op.session_id, op.before_seq),
             )
             db.execute(
-                "UPDATE sessions SET first_seq = max(first_seq, ?) WHERE session_id = ?",
+                "UPDATE sessions SET first_seq = max(first_seq, min(?, last_seq + 1))"
+                " WHERE session_id = ?",
                 (op.before_seq, op.session_id),
             )
 
@@ -560,9 +585,8 @@ class SQLiteStore(Store):
                     ).fetchone()
                     if row is not None and row[0] not in (None, owner) and row[1] > now:
                         raise LeaseRefused(session_id, row[0], row[1])
-                db.executemany(
-                    _LEASE, [(owner, now + seconds, session_id) for session_id in session_ids]
-                )
+                lease = _lease(owner, now + seconds, this_process())
+                db.executemany(_LEASE, [(*lease, session_id) for session_id in session_ids])
             for session_id in session_ids:
                 self._held[session_id] = owner
 
@@ -578,14 +602,11 @@ class SQLiteStore(Store):
                     for session_id, holder in _owners(db, session_ids)
                     if holder != owner  # taken over, and maybe let go since
                 ]
-                gone = set(lost)
+                taken = set(lost)
+                lease = _lease(owner, now + seconds, this_process())
                 db.executemany(
                     _LEASE,
-                    [
-                        (owner, now + seconds, session_id)
-                        for session_id in session_ids
-                        if session_id not in gone
-                    ],
+                    [(*lease, session_id) for session_id in session_ids if session_id not in taken],
                 )
             return lost  # still in _held, under this owner: the fence refuses their writes
 
@@ -615,7 +636,8 @@ class SQLiteStore(Store):
             db = self._connect()
             try:
                 db.executemany(
-                    "UPDATE sessions SET lease_owner = NULL, lease_until = NULL"
+                    "UPDATE sessions SET lease_owner = NULL, lease_until = NULL,"
+                    " lease_host = NULL, lease_pid = NULL, lease_started = NULL"
                     " WHERE session_id = ? AND lease_owner = ?",
                     [(session_id, owner) for session_id in session_ids],
                 )
@@ -641,7 +663,39 @@ def _events_from_version_1(db: sqlite3.Connection) -> None:
         ),
     )
     db.execute("DROP TABLE events_1")
-    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _sessions_from_version_2(db: sqlite3.Connection) -> None:
+    """Version 3 records each session's last event and history entry, and who holds its
+    lease: add the columns, and record what the file holds. Runs in the opening
+    transaction."""
+    for column in (
+        "last_seq INTEGER NOT NULL DEFAULT 0",
+        "last_idx INTEGER NOT NULL DEFAULT -1",
+        "lease_host TEXT",
+        "lease_pid INTEGER",
+        "lease_started INTEGER",
+    ):
+        db.execute(f"ALTER TABLE sessions ADD COLUMN {column}")
+    db.execute(
+        "UPDATE sessions SET"
+        " last_seq = coalesce((SELECT max(seq) FROM events"
+        " WHERE events.session_id = sessions.session_id), first_seq - 1),"
+        " last_idx = coalesce((SELECT max(idx) FROM entries"
+        " WHERE entries.session_id = sessions.session_id), -1)"
+    )
+
+
+def _record_last(db: sqlite3.Connection, last: dict[str, list[int]]) -> None:
+    """Record the last seq and idx written of each session (and forget them)."""
+    if last:
+        db.executemany(_RECORD_LAST, [(seq, idx, session) for session, (seq, idx) in last.items()])
+        last.clear()
+
+
+def _lease(owner: str, until: float, holder: Holder) -> tuple[Any, ...]:
+    """The lease columns, from lease_owner to lease_started."""
+    return (owner, until, holder.host, holder.pid, holder.started)
 
 
 def _owners(db: sqlite3.Connection, session_ids: Sequence[str]) -> list[tuple[str, str | None]]:
