@@ -13,27 +13,99 @@ still unexpired when it was taken. Deadlines only catch hangs.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import selectors
 import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
 import trio
+from _lease_worker import approver
 
-from agentlib import SQLiteStore, Store
+import agentlib
+from agentlib import (
+    AllowApproval,
+    Blocked,
+    Completed,
+    SessionBusyError,
+    SQLiteStore,
+    Store,
+)
 from agentlib._store._base import SessionRow
 from agentlib._store._holder import Holder, gone, host_identity, this_process
 
 LINUX = sys.platform.startswith("linux")
 
-#: The longest a child may take to say what the test waits for: only a hang reaches it.
+WORKER = Path(__file__).with_name("_lease_worker.py")
+
+#: The longest a child, or a wait here, may take: only a hang reaches it.
 CHILD_TIMEOUT = 60.0
+WAIT = 60.0
+
+
+class Child:
+    """A worker process (``_lease_worker.py``), whose JSON lines are read with a deadline."""
+
+    def __init__(self, tmp_path: Path, scenario: str, *args: str, **env: str) -> None:
+        self.path = tmp_path / "s.db"
+        self.runs = tmp_path / "runs.txt"
+        self.runs.touch()
+        self._errors = tmp_path / f"{scenario}.err"
+        with self._errors.open("wb") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, str(WORKER), scenario, str(self.path), str(self.runs), *args],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **env},
+            )
+        self.pid = self.process.pid
+        self._buffer = b""
+
+    def line(self) -> Any:
+        """The next line the child prints, as JSON."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + CHILD_TIMEOUT
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                ready = selector.select(max(0.0, deadline - time.monotonic()))
+                assert ready, f"the child hung: {self.stderr()}"
+                chunk = os.read(fd, 65536)
+                assert chunk, f"the child ended: {self.stderr()}"
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def stderr(self) -> str:
+        return self._errors.read_text()
+
+    def kill(self) -> None:
+        """SIGKILL it (no cleanup: its leases stay in the file), and reap it."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(CHILD_TIMEOUT)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+
+@contextlib.contextmanager
+def child(tmp_path: Path, scenario: str, *args: str, **env: str) -> Iterator[Child]:
+    """A worker, killed after the block if still alive."""
+    worker = Child(tmp_path, scenario, *args, **env)
+    try:
+        yield worker
+    finally:
+        worker.kill()
 
 
 @contextlib.contextmanager
@@ -168,3 +240,86 @@ async def test_each_lease_records_its_holder_and_a_release_forgets_it(tmp_path: 
         assert lease_of(path, made)[::2] == ("A", me)
         await store.release([made, taken], "A")
         assert lease_of(path, made) == lease_of(path, taken) == (None, None, None)
+
+
+# --- a crashed process, and a live one --------------------------------------------------------
+
+
+def store_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+async def test_a_session_whose_process_was_killed_is_taken_at_once(tmp_path: Path) -> None:
+    """A script blocked on an approval is killed; run again (a runtime with the default
+    ``lease_seconds``), it gets the session while the dead process's lease still runs,
+    and the approval resumes the turn."""
+    with child(tmp_path, "blocked") as worker:
+        ids = await trio.to_thread.run_sync(worker.line)
+        owner, until, holder = lease_of(worker.path, ids["session"])
+        assert holder is not None
+        assert holder.pid == worker.pid
+    assert owner is not None
+    assert until is not None
+
+    async with agentlib.open_runtime(store_url(worker.path)) as runtime:
+        turn = approver(str(worker.runs)).session(ids["session"]).turn(ids["turn"])
+        assert isinstance(await turn.get(), Blocked)
+        taken_at = time.time()
+        assert taken_at < until, "the lease was taken once it expired, not at once"
+        assert lease_of(worker.path, ids["session"])[::2] == (runtime.owner, this_process())
+        await turn.answer(ids["callback"], AllowApproval())
+        with trio.fail_after(WAIT):
+            record = await turn.result()
+    assert isinstance(record, Completed), record
+    assert record.text == "done: deleted /tmp/x"
+    assert worker.runs.read_text() == "/tmp/x\n"
+
+
+async def test_a_session_a_live_process_holds_is_never_taken(tmp_path: Path) -> None:
+    with child(tmp_path, "blocked") as worker:
+        ids = await trio.to_thread.run_sync(worker.line)
+        held = lease_of(worker.path, ids["session"])
+        async with agentlib.open_runtime(store_url(worker.path)):
+            turn = approver(str(worker.runs)).session(ids["session"]).turn(ids["turn"])
+            with pytest.raises(SessionBusyError):
+                await turn.get()
+            with pytest.raises(SessionBusyError):
+                await turn.answer(ids["callback"], AllowApproval())
+        assert lease_of(worker.path, ids["session"])[::2] == held[::2]
+    assert worker.runs.read_text() == ""
+
+
+async def test_a_second_runtime_of_this_live_process_never_takes_the_first_ones_session(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    runs = tmp_path / "runs.txt"
+    async with agentlib.open_runtime(store_url(path)):
+        session = await approver(str(runs)).start_session()
+        blocked = await session.run("clean up")
+        async with agentlib.open_runtime(store_url(path)):
+            with pytest.raises(SessionBusyError):
+                await approver(str(runs)).session(session.id).turn(blocked.turn_id).get()
+
+
+def test_a_blocking_script_killed_while_its_turn_waits_resumes_it_when_run_again(
+    tmp_path: Path,
+) -> None:
+    """agentlib_sync with AGENTLIB_STORE: the script is killed while its turn waits for an
+    approval; run again, it answers at once (the dead run's lease still runs) and the turn
+    completes."""
+    store = store_url(tmp_path / "s.db")
+    with child(tmp_path, "sync_blocked", AGENTLIB_STORE=store) as first:
+        ids = first.line()
+    _, until, holder = lease_of(first.path, ids["session"])
+    assert holder is not None
+    assert holder.pid == first.pid
+    assert until is not None
+
+    with child(tmp_path, "sync_answer", json.dumps(ids), AGENTLIB_STORE=store) as again:
+        done = again.line()
+    assert done["found"] == "Blocked"
+    assert done["free_at"] < until, "the lease was taken once it expired, not at once"
+    assert done["record"]["type"] == "completed"
+    assert done["record"]["text"] == "done: deleted /tmp/x"
+    assert first.runs.read_text() == "/tmp/x\n"

@@ -223,8 +223,12 @@ class Store(abc.ABC):
     async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
         """Lease the sessions to ``owner`` for ``seconds``, or renew its lease.
 
+        A store that can tell that another owner died (the SQLite store: its process, on
+        this host, has ended) takes its leases at once; it never takes a live owner's.
+
         Raises:
-            LeaseRefused: Another owner's lease on one of them has not expired.
+            LeaseRefused: Another owner's lease on one of them has not expired, and that
+                owner is not known to have died. None of the sessions is taken.
         """
 
     async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:

@@ -41,7 +41,7 @@ from ._base import (
     StoreError,
     TurnRow,
 )
-from ._holder import Holder, this_process
+from ._holder import Holder, gone, this_process
 from ._rows import EventRows
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "StoreError", "StoreSchemaError"]
@@ -580,11 +580,17 @@ class SQLiteStore(Store):
             with self._leasing() as db:
                 for session_id in session_ids:
                     row = db.execute(
-                        "SELECT lease_owner, lease_until FROM sessions WHERE session_id = ?",
+                        "SELECT lease_owner, lease_until, lease_host, lease_pid, lease_started"
+                        " FROM sessions WHERE session_id = ?",
                         (session_id,),
                     ).fetchone()
-                    if row is not None and row[0] not in (None, owner) and row[1] > now:
-                        raise LeaseRefused(session_id, row[0], row[1])
+                    if row is None or row[0] in (None, owner) or row[1] <= now:
+                        continue
+                    holder, until, host, pid, started = row
+                    # A process of this host that died (a crash, SIGKILL) renews nothing:
+                    # its lease is taken at once, rather than once it expires.
+                    if pid is None or not gone(Holder(host=host, pid=pid, started=started)):
+                        raise LeaseRefused(session_id, holder, until)
                 lease = _lease(owner, now + seconds, this_process())
                 db.executemany(_LEASE, [(*lease, session_id) for session_id in session_ids])
             for session_id in session_ids:
