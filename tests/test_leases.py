@@ -29,16 +29,19 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from _lease_worker import approver
+from _lease_worker import TOO_BIG, approver
 
 import agentlib
 from agentlib import (
     AllowApproval,
     Blocked,
     Completed,
+    LeaseLost,
+    MemoryStore,
     SessionBusyError,
     SQLiteStore,
     Store,
+    StoreError,
 )
 from agentlib._store._base import SessionRow
 from agentlib._store._holder import Holder, gone, host_identity, this_process
@@ -323,3 +326,107 @@ def test_a_blocking_script_killed_while_its_turn_waits_resumes_it_when_run_again
     assert done["record"]["type"] == "completed"
     assert done["record"]["text"] == "done: deleted /tmp/x"
     assert first.runs.read_text() == "/tmp/x\n"
+
+
+# --- a store that fails lets its sessions go ----------------------------------------------
+
+
+def fill_the_disk(store: SQLiteStore) -> None:
+    """No more pages for the store's writer (PRAGMA max_page_count): the disk is full."""
+    writer = store._writer
+    assert writer is not None
+    pages = writer.execute("PRAGMA page_count").fetchone()[0]
+    writer.execute(f"PRAGMA max_page_count = {pages}")
+
+
+async def start_a_turn_the_disk_has_no_room_for(agent: agentlib.Agent) -> None:
+    session = await agent.start_session()
+    await session.start_turn(TOO_BIG)
+
+
+async def test_a_store_that_cannot_commit_lets_its_sessions_go_at_once(tmp_path: Path) -> None:
+    """The disk fills under a live runtime: its store writes nothing more, and lets its
+    sessions go, so that another runtime (here in the same, live, process) takes them at
+    once and goes on with their blocked turns."""
+    path, runs = tmp_path / "s.db", str(tmp_path / "runs.txt")
+    store = SQLiteStore(str(path))
+    async with agentlib.open_runtime(store):
+        session = await approver(runs).start_session()
+        blocked = await session.run("clean up")
+        assert isinstance(blocked, Blocked)
+        fill_the_disk(store)
+        with pytest.raises(StoreError, match="full"):
+            await start_a_turn_the_disk_has_no_room_for(approver(runs))
+        assert lease_of(path, session.id) == (None, None, None)
+
+        async with agentlib.open_runtime(store_url(path)):
+            turn = approver(runs).session(session.id).turn(blocked.turn_id)
+            assert await turn.get() == blocked
+            await turn.answer(blocked.callbacks[0].id, AllowApproval())
+            with trio.fail_after(WAIT):
+                record = await turn.result()
+        assert isinstance(record, Completed), record
+        # The failed runtime renews nothing: the session stays the one that took it.
+        with pytest.raises(StoreError, match="full"):
+            await store.renew([session.id], "anyone", 30)
+
+
+async def test_a_live_process_whose_disk_filled_lets_its_sessions_go(tmp_path: Path) -> None:
+    with child(tmp_path, "blocked_disk_full") as worker:
+        ids = await trio.to_thread.run_sync(worker.line)
+        failed = await trio.to_thread.run_sync(worker.line)
+        assert failed["failed"] is not None
+        assert "full" in failed["failed"]
+        assert lease_of(worker.path, ids["session"]) == (None, None, None)
+        async with agentlib.open_runtime(store_url(worker.path)):  # the worker still lives
+            turn = approver(str(worker.runs)).session(ids["session"]).turn(ids["turn"])
+            assert isinstance(await turn.get(), Blocked)
+            await turn.answer(ids["callback"], AllowApproval())
+            with trio.fail_after(WAIT):
+                record = await turn.result()
+        assert isinstance(record, Completed), record
+    assert worker.runs.read_text() == "/tmp/x\n"
+
+
+async def test_a_store_refused_a_write_lets_go_of_its_sessions_but_not_the_one_taken_over(
+    tmp_path: Path,
+) -> None:
+    """A runtime stalled past its lease, and another took one of its sessions over: its
+    store refuses the write and writes nothing more. It lets go of its other sessions, and
+    leaves the one taken over to its new owner."""
+    path = tmp_path / "s.db"
+    taken, mine = "taken-over", "still-mine"
+    stalled = SQLiteStore(str(path))
+    later = SQLiteStore(str(path), clock=lambda: time.time() + 3600)
+    async with opened(stalled), opened(later):
+        stalled.write(SessionRow(taken, "agent", lease=("A", 30)))
+        stalled.write(SessionRow(mine, "agent", lease=("A", 30)))
+        await stalled.flush()
+        await later.acquire([taken], "B", 30)  # A's lease expired an hour ago, says its clock
+        stalled.write(SessionRow(taken, "agent", terminated=True))
+        with pytest.raises(LeaseLost):
+            await stalled.flush()
+        assert lease_of(path, taken)[0] == "B"
+        assert lease_of(path, mine) == (None, None, None)
+
+
+class FailingFlush(MemoryStore):
+    """A shared memory store whose flush fails once ``failing`` is set."""
+
+    failing = False
+
+    async def flush(self) -> None:
+        if self.failing:
+            raise StoreError("the store failed")
+
+
+async def test_a_runtime_closing_on_a_failed_store_still_releases_its_sessions() -> None:
+    store = FailingFlush()
+    async with agentlib.open_runtime(store):
+        session = await approver(os.devnull).start_session()
+        blocked = await session.run("clean up")
+        store.failing = True
+    store.failing = False
+    async with agentlib.open_runtime(store):  # in the same live process
+        turn = approver(os.devnull).session(session.id).turn(blocked.turn_id)
+        assert await turn.get() == blocked

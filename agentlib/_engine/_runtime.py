@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import math
@@ -267,12 +268,13 @@ class Runtime:
         self._renewal.cancel()
         if self.store.durable:
             await self._renewed.wait()
-        try:
+        with contextlib.suppress(StoreError):  # a failed store: the callers were told
             await self.store.flush()
-            if self.store.durable:
+        if self.store.durable:
+            # Also once the store failed: a session it can still let go of, the next runtime
+            # takes at once; the others' leases expire by themselves.
+            with contextlib.suppress(StoreError):
                 await self.store.release(list(self.sessions), self.owner)
-        except StoreError:
-            pass  # a failed store: callers were told; its leases expire by themselves
 
 
 def not_found(session_id: str) -> SessionNotFoundError:

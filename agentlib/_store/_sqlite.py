@@ -177,11 +177,12 @@ class SQLiteStore(Store):
         self._progress = trio.Event()
         start_soon(self._write_loop)
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, *, wait: float = 30.0) -> sqlite3.Connection:
+        """A connection that waits up to ``wait`` seconds for another's lock."""
         connection = sqlite3.connect(
-            self.path, timeout=30, isolation_level=None, check_same_thread=False
+            self.path, timeout=wait, isolation_level=None, check_same_thread=False
         )
-        connection.execute("PRAGMA busy_timeout = 30000")
+        connection.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
         return connection
 
     def _open_files(self) -> None:
@@ -255,17 +256,20 @@ class SQLiteStore(Store):
         self._queued += 1
         self._wake.set()
 
+    def check(self) -> None:
+        lost = self.failure
+        if isinstance(lost, LeaseLost):  # a new one for each call that raises it
+            raise LeaseLost(lost.session_id, lost.owner, store=lost.store)
+        if self.failure is not None:
+            raise StoreError(
+                f"the store {self.path} could not commit ({self.failure}); what was not "
+                "acknowledged is lost: check the disk, then open a new runtime on the file"
+            ) from self.failure
+
     async def flush(self) -> None:
         target = self._queued
         while self._done < target:
-            lost = self.failure
-            if isinstance(lost, LeaseLost):  # a new one for each call that raises it
-                raise LeaseLost(lost.session_id, lost.owner, store=lost.store)
-            if self.failure is not None:
-                raise StoreError(
-                    f"the store {self.path} could not commit ({self.failure}); what was not "
-                    "acknowledged is lost: check the disk, then open a new runtime on the file"
-                ) from self.failure
+            self.check()
             if self._closing:
                 raise StoreError(f"the store {self.path} is closed; open a new runtime on it")
             await self._progress.wait()
@@ -286,8 +290,13 @@ class SQLiteStore(Store):
                     try:
                         await trio.to_thread.run_sync(self._commit, group, payloads)
                     except (sqlite3.Error, LeaseLost) as error:
-                        # Every wait for the store fails from now on, with this cause; the
-                        # runtime and its other tasks go on.
+                        # Nothing more is written here: the next runtime to open these
+                        # sessions (in this process or another) takes them at once. Then
+                        # every wait for the store fails, with this cause; the runtime and
+                        # its other tasks go on.
+                        held = list(self._held.items())
+                        with contextlib.suppress(sqlite3.Error):
+                            await trio.to_thread.run_sync(self._free, held, 1.0)
                         self.failure = error
                         self._progress.set()
                         self.committed(())
@@ -600,6 +609,8 @@ class SQLiteStore(Store):
         await self._in_thread(lease)
 
     async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
+        self.check()  # a store that writes nothing more let its leases go, and keeps none
+
         def lease() -> list[str]:
             now = self._clock()
             with self._leasing() as db:
@@ -619,17 +630,18 @@ class SQLiteStore(Store):
         return await self._in_thread(lease)
 
     @contextmanager
-    def _leasing(self) -> Iterator[sqlite3.Connection]:
+    def _leasing(self, *, wait: float = 30.0) -> Iterator[sqlite3.Connection]:
         """A connection of its own, in one immediate transaction, committed if the block
-        ends well: where leases are taken and renewed."""
-        db = self._connect()
+        ends well: where leases are taken, renewed and released."""
+        db = self._connect(wait=wait)
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:  # SQLite may have rolled back already (a full disk)
+                    db.execute("ROLLBACK")
                 raise
         finally:
             db.close()
@@ -637,20 +649,20 @@ class SQLiteStore(Store):
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
         for session_id in session_ids:
             self._held.pop(session_id, None)
+        await self._in_thread(self._free, [(session_id, owner) for session_id in session_ids])
 
-        def free() -> None:
-            db = self._connect()
-            try:
-                db.executemany(
-                    "UPDATE sessions SET lease_owner = NULL, lease_until = NULL,"
-                    " lease_host = NULL, lease_pid = NULL, lease_started = NULL"
-                    " WHERE session_id = ? AND lease_owner = ?",
-                    [(session_id, owner) for session_id in session_ids],
-                )
-            finally:
-                db.close()
-
-        await self._in_thread(free)
+    def _free(self, leases: Sequence[tuple[str, str]], wait: float = 30.0) -> None:
+        """End the leases (session id, owner), in one transaction on a connection of its
+        own; a session another owner holds now is left be."""
+        if not leases:
+            return
+        with self._leasing(wait=wait) as db:
+            db.executemany(
+                "UPDATE sessions SET lease_owner = NULL, lease_until = NULL,"
+                " lease_host = NULL, lease_pid = NULL, lease_started = NULL"
+                " WHERE session_id = ? AND lease_owner = ?",
+                leases,
+            )
 
 
 def _events_from_version_1(db: sqlite3.Connection) -> None:
