@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import attrs
+import cattrs
 import trio
 
 from .._callbacks import AllowApproval, Callback, DenyApproval
@@ -134,6 +136,36 @@ _RECORD_LAST = (
     " WHERE session_id = ?"
 )
 _SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM events WHERE session_id = ?"
+
+
+#: What reading rows this store did not write as they are raises: SQLite's errors (a damaged
+#: page), and the decoders' (a row that is not JSON, or not JSON of the shape written).
+_UNREADABLE = (
+    sqlite3.Error,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    RecursionError,
+    cattrs.BaseValidationError,
+)
+
+
+@attrs.define
+class _Place:
+    """Where a read is: what it reads (``"session X"``), and in which table."""
+
+    what: str
+    table: str = "sessions"
+
+
+def _damage(error: sqlite3.Error) -> bool:
+    """Whether SQLite says the file is damaged (or is no database), rather than that it
+    cannot do something now (a lock, a failing disk, a closed connection)."""
+    return isinstance(error, sqlite3.DatabaseError) and not isinstance(
+        error, (sqlite3.OperationalError, sqlite3.ProgrammingError)
+    )
 
 
 def _dump(value: Any) -> str:
@@ -295,7 +327,7 @@ class SQLiteStore(Store):
                         # every wait for the store fails, with this cause; the runtime and
                         # its other tasks go on.
                         held = list(self._held.items())
-                        with contextlib.suppress(sqlite3.Error):
+                        with contextlib.suppress(StoreError):  # they expire by themselves
                             await trio.to_thread.run_sync(self._free, held, 1.0)
                         self.failure = error
                         self._progress.set()
@@ -453,22 +485,55 @@ class SQLiteStore(Store):
             raise StoreError(f"the store {self.path} failed: {error}") from error
 
     @contextmanager
-    def _reading(self) -> Iterator[sqlite3.Connection]:
+    def _reading(self, what: str) -> Iterator[tuple[sqlite3.Connection, _Place]]:
+        """The reader, in one read transaction, for a read of ``what`` (``"session X"``);
+        the read says which table it is at in the place it gets. What the rows it reads
+        raise becomes a :class:`StoreError` saying where."""
+        place = _Place(what)
         with self._read_lock:
             reader = self._reader
             if reader is None:
                 raise StoreError(f"the store {self.path} is closed; open a new runtime on it")
-            reader.execute("BEGIN")
             try:
-                yield reader
-            finally:
+                reader.execute("BEGIN")
+                yield reader, place
                 reader.execute("COMMIT")
+            except BaseException as error:
+                if reader.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        reader.execute("ROLLBACK")
+                if isinstance(error, _UNREADABLE) and not isinstance(error, StoreError):
+                    raise self._unreadable(place, error) from error
+                raise
+
+    def _unreadable(self, place: _Place, error: BaseException) -> StoreError:
+        """The error saying that ``place`` could not be read, because of ``error``. It
+        never quotes the rows: they may hold a session's inputs."""
+        if isinstance(error, sqlite3.Error) and not _damage(error):
+            return StoreError(
+                f"the store {self.path} failed on {place.what}, in table {place.table} "
+                f"({error}); check the disk, then try again"
+            )
+        if isinstance(error, sqlite3.Error):
+            reason = str(error)  # SQLite's own words, which quote no row
+        elif isinstance(error, json.JSONDecodeError):
+            reason = f"a row is not JSON: {error.msg}, at character {error.pos}"
+        else:
+            reason = f"a row is not what agentlib writes ({type(error).__name__})"
+        return self._damaged(place, reason)
+
+    def _damaged(self, place: _Place, reason: str) -> StoreError:
+        return StoreError(
+            f"the store {self.path} is damaged: {place.what} cannot be read from table "
+            f"{place.table} ({reason}). Restore the file from a backup; `sqlite3 {self.path} "
+            "'PRAGMA integrity_check'` tells what SQLite finds wrong with it"
+        )
 
     async def load(self, session_id: str) -> StoredSession | None:
         return await self._in_thread(self._load, session_id)
 
     def _load(self, session_id: str) -> StoredSession | None:
-        with self._reading() as db:
+        with self._reading(f"session {session_id}") as (db, at):
             row = db.execute(
                 "SELECT agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,"
                 " first_seq FROM sessions WHERE session_id = ?",
@@ -477,9 +542,12 @@ class SQLiteStore(Store):
             if row is None:
                 return None
             agent, parent_id, parent_turn_id, key, inputs, terminated, first_seq = row
+            inputs = json.loads(inputs)
+            at.table = "events"
             (last_seq,) = db.execute(
                 "SELECT max(seq) FROM events WHERE session_id = ?", (session_id,)
             ).fetchone()
+            at.table = "entries"
             read_entry = EventRows().entry
             entries: list[Entry] = [
                 read_entry(data)
@@ -487,6 +555,7 @@ class SQLiteStore(Store):
                     "SELECT data FROM entries WHERE session_id = ? ORDER BY idx", (session_id,)
                 )
             ]
+            at.table = "turns"
             turns = []
             steps = {}
             for turn_id, turn_first, output_type, record, step in db.execute(
@@ -505,12 +574,14 @@ class SQLiteStore(Store):
                 )
                 if step is not None:
                     steps[turn_id] = json.loads(step)
+            at.table = "steers"
             steers: dict[str, list[Entry]] = {}
             for turn_id, data in db.execute(
                 "SELECT turn_id, data FROM steers WHERE session_id = ? ORDER BY rowid",
                 (session_id,),
             ):
                 steers.setdefault(turn_id, []).append(read_entry(data))
+            at.table = "callbacks"
             callbacks = [
                 CallbackRow(
                     session_id,
@@ -525,6 +596,7 @@ class SQLiteStore(Store):
                     (session_id,),
                 )
             ]
+            at.table = "keys"
             keys = [
                 KeyRow(session_id, key, turn_id, fingerprint)
                 for key, turn_id, fingerprint in db.execute(
@@ -532,6 +604,7 @@ class SQLiteStore(Store):
                     (session_id,),
                 )
             ]
+            at.table = "sessions"
             children = [
                 child
                 for (child,) in db.execute(
@@ -546,7 +619,7 @@ class SQLiteStore(Store):
                 parent_id,
                 parent_turn_id,
                 key,
-                json.loads(inputs),
+                inputs,
                 bool(terminated),
             ),
             first_seq=first_seq,
@@ -562,7 +635,7 @@ class SQLiteStore(Store):
 
     async def session_for_key(self, key: str) -> str | None:
         def read() -> str | None:
-            with self._reading() as db:
+            with self._reading("the session an idempotency key started") as (db, _):
                 row = db.execute(
                     "SELECT session_id FROM sessions WHERE idempotency_key = ?", (key,)
                 ).fetchone()
@@ -572,12 +645,13 @@ class SQLiteStore(Store):
 
     async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
         def read() -> list[Event]:
-            with self._reading() as db:
+            with self._reading(f"session {session_id}") as (db, at):
+                at.table = "events"
                 found = db.execute(
                     _SELECT_EVENTS + " AND seq > ? ORDER BY seq LIMIT ?",
                     (session_id, after, limit),
                 ).fetchall()
-            return EventRows().events(session_id, found)
+                return EventRows().events(session_id, found)
 
         return await self._in_thread(read)
 
@@ -586,7 +660,7 @@ class SQLiteStore(Store):
     async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
         def lease() -> None:
             now = self._clock()
-            with self._leasing() as db:
+            with self._leasing(session_ids) as db:
                 for session_id in session_ids:
                     row = db.execute(
                         "SELECT lease_owner, lease_until, lease_host, lease_pid, lease_started"
@@ -613,7 +687,7 @@ class SQLiteStore(Store):
 
         def lease() -> list[str]:
             now = self._clock()
-            with self._leasing() as db:
+            with self._leasing(session_ids) as db:
                 lost = [
                     session_id
                     for session_id, holder in _owners(db, session_ids)
@@ -630,21 +704,27 @@ class SQLiteStore(Store):
         return await self._in_thread(lease)
 
     @contextmanager
-    def _leasing(self, *, wait: float = 30.0) -> Iterator[sqlite3.Connection]:
+    def _leasing(
+        self, session_ids: Sequence[str], *, wait: float = 30.0
+    ) -> Iterator[sqlite3.Connection]:
         """A connection of its own, in one immediate transaction, committed if the block
-        ends well: where leases are taken, renewed and released."""
-        db = self._connect(wait=wait)
+        ends well: where the leases of ``session_ids`` are taken, renewed and released.
+        SQLite's errors become a :class:`StoreError` saying where."""
         try:
-            db.execute("BEGIN IMMEDIATE")
+            db = self._connect(wait=wait)
             try:
+                db.execute("BEGIN IMMEDIATE")
                 yield db
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:  # SQLite may have rolled back already (a full disk)
-                    db.execute("ROLLBACK")
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
                 raise
-        finally:
-            db.close()
+            finally:
+                db.close()
+        except sqlite3.Error as error:
+            raise self._unreadable(_Place(_naming(session_ids)), error) from error
 
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
         for session_id in session_ids:
@@ -656,7 +736,7 @@ class SQLiteStore(Store):
         own; a session another owner holds now is left be."""
         if not leases:
             return
-        with self._leasing(wait=wait) as db:
+        with self._leasing([session_id for session_id, _ in leases], wait=wait) as db:
             db.executemany(
                 "UPDATE sessions SET lease_owner = NULL, lease_until = NULL,"
                 " lease_host = NULL, lease_pid = NULL, lease_started = NULL"
@@ -714,6 +794,14 @@ def _record_last(db: sqlite3.Connection, last: dict[str, list[int]]) -> None:
 def _lease(owner: str, until: float, holder: Holder) -> tuple[Any, ...]:
     """The lease columns, from lease_owner to lease_started."""
     return (owner, until, holder.host, holder.pid, holder.started)
+
+
+def _naming(session_ids: Sequence[str]) -> str:
+    """``"session X"``, or ``"sessions X, Y and 3 more"``."""
+    if len(session_ids) == 1:
+        return f"session {session_ids[0]}"
+    more = f" and {len(session_ids) - 2} more" if len(session_ids) > 2 else ""
+    return f"sessions {', '.join(session_ids[:2])}{more}"
 
 
 def _owners(db: sqlite3.Connection, session_ids: Sequence[str]) -> list[tuple[str, str | None]]:

@@ -1,0 +1,250 @@
+"""A damaged store says so (issue 12, item 6).
+
+A session is stored whole in a real SQLite file: inputs, history, a turn that ended after an
+approval, a turn blocked on another (its tool step, its idempotency key, a message steered
+into it), and their events. The file is then damaged by hand, as a disk, a crash of
+something else, or a person could: a row's JSON overwritten, rows deleted, pages of the file
+zeroed. Read back through the public API (``agent.session(id)``, ``turn.get()``,
+``session.iter_events()``), every damage raises ``StoreError`` naming the file, the session
+and the table, saying what to do, with the original error as its cause, and never quoting a
+row (it may hold a session input). A damaged session never reads as empty, nor short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+import agentlib
+from agentlib import (
+    Agent,
+    AllowApproval,
+    Blocked,
+    Completed,
+    ModelReply,
+    ScriptedModel,
+    SessionInput,
+    StoreError,
+    ToolCallRequest,
+    ValidationError,
+)
+
+#: A session input's value: no message may quote it.
+SECRET = "s3cr3t-repo-name-5b1e0c"
+
+#: The longest any wait here may take: only a hang reaches it.
+WAIT = 60
+
+
+class Repo(SessionInput):
+    input_id = "repo"
+    name: str
+
+
+def make_agent() -> Agent:
+    @agentlib.tool(requires_approval=True)
+    def delete(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    def call(path: str) -> ModelReply:
+        return ModelReply(tool_calls=[ToolCallRequest(name="delete", arguments={"path": path})])
+
+    return Agent(
+        "cleaner",
+        model=ScriptedModel([call("/a"), "cleaned /a", call("/b"), "cleaned /b"]),
+        tools=[delete],
+    )
+
+
+@attrs.frozen
+class Stored:
+    """A session in a file no runtime has open."""
+
+    path: Path
+    session_id: str
+    ended: Completed  # its first turn, which ended after an approval
+    blocked: Blocked  # its second turn, blocked on another approval
+    events: int  # how many events it has
+
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self.path}"
+
+    def execute(self, sql: str, *parameters: Any) -> None:
+        with contextlib.closing(sqlite3.connect(self.path)) as db, db:
+            db.execute(sql, parameters)
+
+
+@pytest.fixture
+async def stored(tmp_path: Path) -> Stored:
+    path = tmp_path / "s.db"
+    async with agentlib.open_runtime(f"sqlite:///{path}"):
+        session = await make_agent().start_session(inputs=[Repo(name=SECRET)])
+        first = await session.run("clean /a")
+        assert isinstance(first, Blocked)
+        turn = session.turn(first.turn_id)
+        await turn.answer(first.callbacks[0].id, AllowApproval())
+        with trio.fail_after(WAIT):
+            ended = await turn.result()
+        assert isinstance(ended, Completed)
+        second = await session.start_turn("clean /b", idempotency_key="second")
+        assert isinstance(second, agentlib.Turn)
+        with trio.fail_after(WAIT):
+            blocked = await second.result()
+        assert isinstance(blocked, Blocked)
+        assert isinstance(await second.steer("and /c"), agentlib.Turn)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        (events,) = db.execute("SELECT count(*) FROM events").fetchone()
+    return Stored(path, session.id, ended, blocked, events)
+
+
+async def read_back(stored: Stored) -> None:
+    """Read the whole session back, as a new process would: its turns, then its events."""
+    session = make_agent().session(stored.session_id)
+    for record in (stored.blocked, stored.ended):
+        again = await session.turn(record.turn_id).get()
+        assert attrs.evolve(again, cursor=None) == attrs.evolve(record, cursor=None)
+    ids = []
+    with trio.fail_after(WAIT):
+        async with contextlib.aclosing(session.iter_events()) as events:
+            async for event in events:  # a blocked turn's session goes on: read what it has
+                ids.append(event.id)
+                if len(ids) == stored.events:
+                    break
+    assert ids == [f"{stored.session_id}:{seq:012d}" for seq in range(1, stored.events + 1)]
+
+
+async def refused(stored: Stored, table: str) -> StoreError:
+    """The StoreError reading the session back raises; it says where and what to do."""
+    async with agentlib.open_runtime(stored.url):
+        with pytest.raises(StoreError) as raised:
+            await read_back(stored)
+    error = raised.value
+    message = str(error)
+    assert str(stored.path) in message
+    assert f"session {stored.session_id}" in message
+    assert f"table {table}" in message
+    assert "damaged" in message
+    assert "backup" in message
+    assert "integrity_check" in message
+    assert SECRET not in message
+    assert error.__cause__ is not None or "missing" in message
+    return error
+
+
+async def test_an_undamaged_session_reads_back_whole(stored: Stored) -> None:
+    async with agentlib.open_runtime(stored.url):
+        await read_back(stored)
+
+
+# --- rows that are not what was written ---------------------------------------------------------
+
+#: (table, the SQL that damages the session's row or rows there). The values hold the
+#: secret: the error must not quote them.
+NOT_JSON = f'{{"name": "{SECRET}'
+ROWS = {
+    "inputs": ("sessions", "UPDATE sessions SET inputs = ? WHERE session_id = ?"),
+    "an entry": ("entries", "UPDATE entries SET data = ? WHERE session_id = ? AND idx = 1"),
+    "an ended turn's record": (
+        "turns",
+        "UPDATE turns SET record = ? WHERE session_id = ? AND record IS NOT NULL",
+    ),
+    "a blocked turn's step": (
+        "turns",
+        "UPDATE turns SET step = ? WHERE session_id = ? AND step IS NOT NULL",
+    ),
+    "a steered message": ("steers", "UPDATE steers SET data = ? WHERE session_id = ?"),
+    "a callback": (
+        "callbacks",
+        "UPDATE callbacks SET callback = ? WHERE session_id = ? AND state = 'open'",
+    ),
+    "an answer": (
+        "callbacks",
+        "UPDATE callbacks SET answer = ? WHERE session_id = ? AND state = 'answered'",
+    ),
+    "an event": ("events", "UPDATE events SET data = ? WHERE session_id = ? AND seq = 3"),
+    "an event carrying an entry": (
+        "events",
+        "UPDATE events SET data = ? WHERE session_id = ? AND type = 'entry_completed'",
+    ),
+}
+
+
+@pytest.mark.parametrize("row", sorted(ROWS))
+async def test_a_row_that_is_not_json_raises_a_store_error(stored: Stored, row: str) -> None:
+    table, damage = ROWS[row]
+    stored.execute(damage, NOT_JSON, stored.session_id)
+    error = await refused(stored, table)
+    assert isinstance(error.__cause__, json.JSONDecodeError)
+    assert "not JSON" in str(error)
+
+
+#: JSON of another shape than the row's: (table, the SQL, the JSON, what the decoder raises).
+SHAPES: dict[str, tuple[str, str, str, type[BaseException]]] = {
+    "an entry without its fields": (
+        "entries",
+        "UPDATE entries SET data = ? WHERE session_id = ? AND idx = 0",
+        json.dumps({"type": "message", "note": SECRET}),
+        ValidationError,
+    ),
+    "a record of no known shape": (
+        "turns",
+        "UPDATE turns SET record = ? WHERE session_id = ? AND record IS NOT NULL",
+        json.dumps([SECRET]),
+        ValidationError,
+    ),
+    "an event's fields as a list": (
+        "events",
+        "UPDATE events SET data = ? WHERE session_id = ? AND type = 'callback_opened'",
+        json.dumps([SECRET]),
+        TypeError,
+    ),
+}
+
+
+@pytest.mark.parametrize("row", sorted(SHAPES))
+async def test_a_row_of_another_shape_raises_a_store_error(stored: Stored, row: str) -> None:
+    table, damage, value, cause = SHAPES[row]
+    stored.execute(damage, value, stored.session_id)
+    error = await refused(stored, table)
+    assert isinstance(error.__cause__, cause)
+
+
+# --- damaged pages ------------------------------------------------------------------------------
+
+
+def rewrite_page(path: Path, table: str, page: Callable[[int], bytes]) -> None:
+    """Overwrite the root page of ``table``'s b-tree in the file with ``page(page_size)``,
+    as a disk could; every connection is closed, and the log checkpointed into the file."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (root,) = db.execute(
+            "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).fetchone()
+        (size,) = db.execute("PRAGMA page_size").fetchone()
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
+    with path.open("r+b") as file:
+        file.seek((root - 1) * size)
+        file.write(page(size))
+
+
+TABLES = ["sessions", "events", "entries", "turns", "steers", "callbacks", "keys"]
+
+
+@pytest.mark.parametrize("table", TABLES)
+async def test_a_zeroed_page_raises_a_store_error_naming_its_table(
+    stored: Stored, table: str
+) -> None:
+    rewrite_page(stored.path, table, bytes)
+    error = await refused(stored, table)
+    assert isinstance(error.__cause__, sqlite3.DatabaseError)
+    assert "malformed" in str(error)
