@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from agentlib import (
     AllowApproval,
     Blocked,
     Completed,
+    Event,
+    MemoryStore,
     ModelReply,
     ScriptedModel,
     SessionInput,
@@ -36,6 +38,7 @@ from agentlib import (
     ToolCallRequest,
     ValidationError,
 )
+from agentlib._store._base import SessionRow
 
 #: A session input's value: no message may quote it.
 SECRET = "s3cr3t-repo-name-5b1e0c"
@@ -248,3 +251,104 @@ async def test_a_zeroed_page_raises_a_store_error_naming_its_table(
     error = await refused(stored, table)
     assert isinstance(error.__cause__, sqlite3.DatabaseError)
     assert "malformed" in str(error)
+
+
+def empty_leaf(size: int) -> bytes:
+    """A b-tree page of a table without rowid, well formed, holding no row."""
+    header = bytes([0x0A, 0, 0, 0, 0]) + (size % 65536).to_bytes(2, "big") + bytes([0])
+    return header + bytes(size - len(header))
+
+
+@pytest.mark.parametrize("table", ["events", "entries"])
+async def test_a_page_emptied_of_its_rows_raises_a_store_error(stored: Stored, table: str) -> None:
+    """The table's page is well formed, but lost its rows: SQLite reads it as empty, with no
+    error. The session's recorded last event and history entry tell that rows are missing."""
+    rewrite_page(stored.path, table, empty_leaf)
+    await refused(stored, table)
+
+
+# --- missing rows -------------------------------------------------------------------------------
+
+#: (table, the SQL that deletes the session's rows there).
+MISSING = {
+    "its row": ("sessions", "DELETE FROM sessions WHERE session_id = ?"),
+    "every event": ("events", "DELETE FROM events WHERE session_id = ?"),
+    "its last events": ("events", "DELETE FROM events WHERE session_id = ? AND seq > 10"),
+    "an event": ("events", "DELETE FROM events WHERE session_id = ? AND seq = 5"),
+    "its first event": ("events", "DELETE FROM events WHERE session_id = ? AND seq = 1"),
+    "every entry": ("entries", "DELETE FROM entries WHERE session_id = ?"),
+    "an entry": ("entries", "DELETE FROM entries WHERE session_id = ? AND idx = 2"),
+    "its last entry": (
+        "entries",
+        "DELETE FROM entries WHERE session_id = ?1"
+        " AND idx = (SELECT max(idx) FROM entries WHERE session_id = ?1)",
+    ),
+    "its blocked turn": ("turns", "DELETE FROM turns WHERE session_id = ? AND record IS NULL"),
+}
+
+
+@pytest.mark.parametrize("rows", sorted(MISSING))
+async def test_a_session_whose_rows_are_missing_raises_a_store_error(
+    stored: Stored, rows: str
+) -> None:
+    """Never an empty session, nor a short one, nor SessionNotFoundError."""
+    table, damage = MISSING[rows]
+    stored.execute(damage, stored.session_id)
+    error = await refused(stored, table)
+    assert "missing" in str(error)
+
+
+async def test_a_subagents_session_whose_parents_row_is_missing_raises_a_store_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    store = agentlib.SQLiteStore(str(path))
+    async with trio.open_nursery() as nursery:
+        await store.open(nursery.start_soon)
+        store.write(SessionRow("child", "sub", parent_id="parent", parent_turn_id="t"))
+        await store.flush()
+        with pytest.raises(StoreError, match="parent session parent is missing") as raised:
+            await store.load("child")
+        assert "table sessions" in str(raised.value)
+        await store.aclose()
+
+
+class Forgetful(MemoryStore):
+    """A store that lost the events of seq ``lost`` (or every event, if None), though it
+    never pruned them."""
+
+    lost: int | None = None
+    forgetting = False
+
+    async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
+        events = await super().read_events(session_id, after, limit)
+        if not self.forgetting:
+            return events
+        if self.lost is None:
+            return []
+        return [event for event in events if not event.id.endswith(f":{self.lost:012d}")]
+
+
+@pytest.mark.parametrize("lost", [None, 1, 3])
+async def test_events_a_store_lost_without_pruning_raise_a_store_error_not_observation_lost(
+    lost: int | None,
+) -> None:
+    """The engine, too, checks what a store reads back: a store (here one of the user's)
+    that lost events it never pruned fails the reader with StoreError; ObservationLost is
+    for events pruned on purpose."""
+    store = Forgetful()
+    async with agentlib.open_runtime(store):
+        session = await make_agent().start_session()
+        assert isinstance(await session.run("clean /a"), Blocked)
+    store.lost, store.forgetting = lost, True
+    async with agentlib.open_runtime(store):
+        again = make_agent().session(session.id)
+        with pytest.raises(StoreError, match="never pruned"), trio.fail_after(WAIT):
+            await drain(again.iter_events())
+
+
+async def drain(events: AsyncIterator[Event]) -> None:
+    """Read ``events`` until they end, or raise."""
+    async with contextlib.aclosing(events) as iterator:
+        async for _ in iterator:
+            pass

@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 
-from .._errors import InvalidCursorError, ObservationLost
+from .._errors import InvalidCursorError, ObservationLost, StoreError
 from .._events import Event
 from .._records import TurnState
 
@@ -108,14 +108,25 @@ class EventLog:
 
         Raises:
             ObservationLost: ``seq`` was pruned, also while it was being read.
+            StoreError: The store lacks events that were never pruned: it is damaged.
         """
         event = self.held(seq)
         if event is not None:
             return self._events[seq - self.held_from : self.visible - self.held_from + 1]
         assert self._read is not None, "a log without a store holds every event"
         page = await self._read(seq - 1, min(_PAGE, self.held_from - seq))
-        if seq < self.first_seq or not page or page[0].id != format_cursor(self.session_id, seq):
-            raise self._lost(max(seq, self.first_seq))  # pruned meanwhile
+        if seq < self.first_seq:
+            raise self._lost(self.first_seq)  # pruned meanwhile
+        bounds = (
+            format_cursor(self.session_id, seq),
+            format_cursor(self.session_id, seq + len(page) - 1),
+        )
+        if not page or (page[0].id, page[-1].id) != bounds:
+            # This log prunes before its store does: the store lost events it should have.
+            raise StoreError(
+                f"the store lacks some events of session {self.session_id} from event {seq} "
+                "on, which were never pruned: it is damaged; restore it from a backup"
+            )
         return page
 
     def _lost(self, seq: int) -> ObservationLost:

@@ -209,15 +209,29 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def load(self, session_id: str) -> StoredSession | None:
-        """The session, or None if the store never had it."""
+        """The session, or None if the store never had it.
+
+        Raises:
+            StoreError: The store failed, or holds the session damaged: rows that cannot be
+                read, or rows missing. A damaged session never reads as empty, nor short.
+        """
 
     @abc.abstractmethod
     async def session_for_key(self, key: str) -> str | None:
-        """The session an idempotency key of ``start_session`` started."""
+        """The session an idempotency key of ``start_session`` started.
+
+        Raises:
+            StoreError: The store failed, or is damaged.
+        """
 
     @abc.abstractmethod
     async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
-        """Up to ``limit`` events of the session after seq ``after``."""
+        """Up to ``limit`` events of the session after seq ``after``: the first kept one
+        after it, and each after that, none skipped (the engine checks).
+
+        Raises:
+            StoreError: The store failed, or lost events it never pruned.
+        """
 
     @abc.abstractmethod
     async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:

@@ -536,25 +536,34 @@ class SQLiteStore(Store):
         with self._reading(f"session {session_id}") as (db, at):
             row = db.execute(
                 "SELECT agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,"
-                " first_seq FROM sessions WHERE session_id = ?",
+                " first_seq, last_seq, last_idx FROM sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
             if row is None:
+                self._check_none_left(db, at, session_id)
                 return None
-            agent, parent_id, parent_turn_id, key, inputs, terminated, first_seq = row
+            agent, parent_id, parent_turn_id, key, inputs, terminated, *numbers = row
+            first_seq, last_seq, last_idx = numbers
             inputs = json.loads(inputs)
+            if parent_id is not None and not _has(db, "sessions", parent_id):
+                raise self._damaged(at, f"the row of its parent session {parent_id} is missing")
             at.table = "events"
-            (last_seq,) = db.execute(
-                "SELECT max(seq) FROM events WHERE session_id = ?", (session_id,)
-            ).fetchone()
+            self._check_events(db, at, session_id, first_seq, last_seq)
             at.table = "entries"
             read_entry = EventRows().entry
-            entries: list[Entry] = [
-                read_entry(data)
-                for (data,) in db.execute(
-                    "SELECT data FROM entries WHERE session_id = ? ORDER BY idx", (session_id,)
+            entries: list[Entry] = []
+            for index, data in db.execute(
+                "SELECT idx, data FROM entries WHERE session_id = ? ORDER BY idx", (session_id,)
+            ):
+                if index != len(entries):
+                    break
+                entries.append(read_entry(data))
+            if len(entries) != last_idx + 1:
+                held = f"the first {len(entries)} only" if entries else "none"
+                raise self._damaged(
+                    at,
+                    f"entries are missing: its history has {last_idx + 1}, the table holds {held}",
                 )
-            ]
             at.table = "turns"
             turns = []
             steps = {}
@@ -596,6 +605,13 @@ class SQLiteStore(Store):
                     (session_id,),
                 )
             ]
+            at.table = "turns"
+            turn_ids = {turn.turn_id for turn in turns}
+            for row_callback in callbacks:
+                if row_callback.callback.turn_id not in turn_ids:
+                    raise self._damaged(
+                        at, f"the turn of callback {row_callback.callback.id} is missing"
+                    )
             at.table = "keys"
             keys = [
                 KeyRow(session_id, key, turn_id, fingerprint)
@@ -623,7 +639,7 @@ class SQLiteStore(Store):
                 bool(terminated),
             ),
             first_seq=first_seq,
-            last_seq=first_seq - 1 if last_seq is None else last_seq,
+            last_seq=last_seq,
             entries=entries,
             turns=turns,
             steps=steps,
@@ -632,6 +648,37 @@ class SQLiteStore(Store):
             keys=keys,
             children=children,
         )
+
+    def _check_none_left(self, db: sqlite3.Connection, at: _Place, session_id: str) -> None:
+        """Raises:
+        StoreError: The session has no row, yet rows of it are left in other tables: its
+            row is missing, not the session.
+        """
+        for table in ("events", "entries", "turns"):
+            at.table = table
+            if _has(db, table, session_id):
+                at.table = "sessions"
+                raise self._damaged(at, f"its row is missing, and table {table} has rows of it")
+
+    def _check_events(
+        self, db: sqlite3.Connection, at: _Place, session_id: str, first_seq: int, last_seq: int
+    ) -> None:
+        """Raises:
+        StoreError: The first or last of the session's events, as recorded, is missing.
+        """
+        # Each is one step down the table's b-tree; a gap between them shows once read.
+        (low,) = db.execute(
+            "SELECT min(seq) FROM events WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        (high,) = db.execute(
+            "SELECT max(seq) FROM events WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        recorded = "none" if last_seq < first_seq else f"{first_seq} to {last_seq}"
+        found = "none" if low is None else f"{low} to {high}"
+        if recorded != found:
+            raise self._damaged(
+                at, f"events are missing: {recorded} were written, and the table holds {found}"
+            )
 
     async def session_for_key(self, key: str) -> str | None:
         def read() -> str | None:
@@ -646,11 +693,32 @@ class SQLiteStore(Store):
     async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
         def read() -> list[Event]:
             with self._reading(f"session {session_id}") as (db, at):
+                recorded = db.execute(
+                    "SELECT first_seq, last_seq FROM sessions WHERE session_id = ?",
+                    (session_id,),
+                ).fetchone()
+                if recorded is None:
+                    self._check_none_left(db, at, session_id)
+                    return []
+                first_seq, last_seq = recorded
+                # Pruned events are gone; every later one up to the last is there.
+                start = max(after + 1, first_seq)
+                end = min(start + limit, last_seq + 1)  # the seq after the page's last
+                if end <= start:
+                    return []
                 at.table = "events"
                 found = db.execute(
-                    _SELECT_EVENTS + " AND seq > ? ORDER BY seq LIMIT ?",
-                    (session_id, after, limit),
+                    _SELECT_EVENTS + " AND seq >= ? AND seq < ? ORDER BY seq",
+                    (session_id, start, end),
                 ).fetchall()
+                if len(found) != end - start:  # seqs are unique: none is missing, or some
+                    missing = next(
+                        (seq for seq, event in enumerate(found, start) if event[0] != seq),
+                        start + len(found),
+                    )
+                    raise self._damaged(
+                        at, f"event {missing} is missing, and events up to {last_seq} were written"
+                    )
                 return EventRows().events(session_id, found)
 
         return await self._in_thread(read)
@@ -794,6 +862,12 @@ def _record_last(db: sqlite3.Connection, last: dict[str, list[int]]) -> None:
 def _lease(owner: str, until: float, holder: Holder) -> tuple[Any, ...]:
     """The lease columns, from lease_owner to lease_started."""
     return (owner, until, holder.host, holder.pid, holder.started)
+
+
+def _has(db: sqlite3.Connection, table: str, session_id: str) -> bool:
+    """Whether ``table`` has a row of the session."""
+    found = db.execute(f"SELECT 1 FROM {table} WHERE session_id = ? LIMIT 1", (session_id,))
+    return found.fetchone() is not None
 
 
 def _naming(session_ids: Sequence[str]) -> str:
