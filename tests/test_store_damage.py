@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,9 @@ class Stored:
 async def stored(tmp_path: Path) -> Stored:
     path = tmp_path / "s.db"
     async with agentlib.open_runtime(f"sqlite:///{path}"):
-        session = await make_agent().start_session(inputs=[Repo(name=SECRET)])
+        session = await make_agent().start_session(
+            inputs=[Repo(name=SECRET)], idempotency_key="job"
+        )
         first = await session.run("clean /a")
         assert isinstance(first, Blocked)
         turn = session.turn(first.turn_id)
@@ -352,3 +354,28 @@ async def drain(events: AsyncIterator[Event]) -> None:
     async with contextlib.aclosing(events) as iterator:
         async for _ in iterator:
             pass
+
+
+async def test_leases_and_keys_read_from_a_damaged_table_raise_a_store_error_saying_where(
+    stored: Stored,
+) -> None:
+    rewrite_page(stored.path, "sessions", bytes)
+    store = agentlib.SQLiteStore(str(stored.path))
+    three = [stored.session_id, "two", "three"]
+    async with trio.open_nursery() as nursery:
+        await store.open(nursery.start_soon)
+        reads: dict[str, Callable[[], Awaitable[object]]] = {
+            f"session {stored.session_id}": lambda: store.acquire([stored.session_id], "A", 30),
+            f"sessions {stored.session_id}, two and 1 more": lambda: store.renew(three, "A", 30),
+            "an idempotency key": lambda: store.session_for_key("job"),
+        }
+        for what, read in reads.items():
+            with pytest.raises(StoreError) as raised:
+                await read()
+            message = str(raised.value)
+            assert what in message
+            assert "table sessions" in message
+            assert "damaged" in message
+            assert str(stored.path) in message
+            assert isinstance(raised.value.__cause__, sqlite3.DatabaseError)
+        await store.aclose()
