@@ -3,6 +3,12 @@
 Writes queue up in the runtime's thread; the writer task commits everything queued in one
 transaction, in a worker thread, then acknowledges the group. Reads run in worker threads on
 their own connection, so the trio loop never waits on the disk.
+
+Each lease records the host and the process holding it (``_holder``): a lease whose process,
+on this host, has ended is taken at once. A store that can no longer commit lets its leases
+go. Each session's row records the seq of its last event and the index of its last history
+entry in the commit that writes them: a read that finds fewer rows raises :class:`StoreError`,
+as does any row that cannot be read, naming the file, the session and the table.
 """
 
 from __future__ import annotations
