@@ -193,6 +193,11 @@ def test_a_pid_reused_by_another_process_is_gone() -> None:
         assert gone(attrs.evolve(holder, started=holder.started - 1))
 
 
+def test_a_pid_naming_a_group_of_processes_is_never_gone() -> None:
+    for pid in (0, -1):
+        assert not gone(Holder(host=host_identity(), pid=pid))
+
+
 def test_a_process_of_another_host_is_never_gone() -> None:
     with sleeping_child() as child:
         holder = holder_of(child)

@@ -48,8 +48,8 @@ def gone(holder: Holder) -> bool:
     """Whether ``holder`` has surely ended: it ran on this very host, and no process has its
     pid now, or the one that has is another (it started at another time), or it has ended
     and only waits for its parent to reap it."""
-    if holder.host is None or holder.host != host_identity():
-        return False
+    if holder.host is None or holder.host != host_identity() or holder.pid <= 0:
+        return False  # kill(0) and kill(-1) reach groups of processes, not one
     stat = _stat(holder.pid)
     if stat is None:  # not on Linux, or /proc does not show it (another user's, hidden)
         return holder.pid != os.getpid() and _no_such_process(holder.pid)
@@ -67,8 +67,11 @@ def host_identity() -> str | None:
             with open("/proc/sys/kernel/random/boot_id") as file:
                 boot = file.read().strip()
             namespace = os.readlink("/proc/self/ns/pid")
+            mounted_here = os.readlink("/proc/self") == str(os.getpid())
         except OSError:
             return None  # /proc hidden: the pids seen here may not be the holder's
+        if not mounted_here:
+            return None  # a /proc of another pid namespace shows other processes
         return f"{name} boot {boot} {namespace}"
     if os.name == "posix":  # a WAL database is shared on one host only: its name tells it
         return name
