@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -25,7 +25,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from . import _callbacks, _content, _entries, _events, _history_items, _records
 from ._errors import ValidationError
-from ._json import InvalidValue
+from ._json import TOO_DEEP, InvalidValue, checked_class, nesting_problem
 
 __all__ = ["structure", "unstructure"]
 
@@ -289,6 +289,9 @@ def _register_family(conv: cattrs.Converter, family: _Family) -> None:
         try:
             return unknown(**kwargs, **{tag_field: tag}, raw=raw)
         except (ValueError, TypeError) as exc:
+            if isinstance(exc, InvalidValue) and exc.at.startswith(".raw"):
+                # raw's fields are the value's own on the wire: the path leaves raw out.
+                exc = InvalidValue(exc.reason, at=exc.at[len(".raw") :])
             raise cattrs.ClassValidationError(
                 f"invalid {unknown.__name__}", [exc], unknown
             ) from None
@@ -375,7 +378,14 @@ def unstructure(obj: Any) -> Any:
 
     Every data class becomes a dict tagged by ``type``; ``json.dumps`` writes the result and
     :func:`structure` reads it back into an equal object.
+
+    Raises:
+        ValidationError: ``obj`` nests lists, dicts or classes of yours deeper than the
+            nesting limit (100 levels); the message gives the path where it stopped.
     """
+    problem = nesting_problem(obj)
+    if problem is not None:
+        raise validation_error(_too_deep(problem.at), describe(type(obj)))
     return CONVERTER.unstructure(obj)
 
 
@@ -387,12 +397,50 @@ def structure(data: Any, cls: type[T] | Any) -> T:
 
     Raises:
         ValidationError: ``data`` does not fit ``cls``; its message lists each problem
-            with its path, e.g. ``required field missing @ $.content[0].text``.
+            with its path, e.g. ``required field missing @ $.content[0].text``. Data nested
+            deeper than the nesting limit (100 levels of arrays and objects) is refused so.
     """
+    if not reads_own_classes(cls):
+        # A class of yours may contain itself: the converter would recurse as deep as the
+        # data goes. agentlib's classes check the JSON they hold when they are built.
+        problem = nesting_problem(data)
+        if problem is not None:
+            raise validation_error(_too_deep(problem.at), describe(cls))
     try:
         return CONVERTER.structure(data, cls)  # type: ignore[no-any-return]
     except (cattrs.BaseValidationError, InvalidValue) as exc:
         raise validation_error(exc, describe(cls)) from exc
+
+
+def _too_deep(at: str) -> InvalidValue:
+    return InvalidValue(f"the value is {TOO_DEEP}; flatten it", at=at)
+
+
+_SCALARS = (str, int, float, bool, bytes, type(None))
+_CONTAINERS = (list, tuple, dict, set, frozenset, Mapping, Sequence, typing.Union)
+
+
+def reads_own_classes(tp: Any) -> bool:
+    """Whether structuring into ``tp`` meets no class but agentlib's: such a structure goes no
+    deeper than agentlib's classes nest, whatever the data, and each class checks the JSON
+    it holds. A class of yours may contain itself, and be as deep as its data."""
+    pending = [tp]
+    while pending:
+        current = pending.pop()
+        if current is Any or current in _SCALARS or isinstance(current, typing.TypeVar):
+            continue
+        origin = typing.get_origin(current)
+        if origin is typing.Literal:
+            continue
+        if origin is not None:
+            if origin in _CONTAINERS or origin is types.UnionType or checked_class(origin):
+                pending.extend(arg for arg in typing.get_args(current) if arg is not Ellipsis)
+                continue
+            return False
+        if current in _CONTAINERS or (isinstance(current, type) and checked_class(current)):
+            continue
+        return False
+    return True
 
 
 def describe(cls: Any) -> str:
@@ -406,7 +454,7 @@ def describe(cls: Any) -> str:
 def format_problem(exc: BaseException, tp: Any) -> str:
     """One problem, in words that never repeat the offending value."""
     if isinstance(exc, InvalidValue):
-        return str(exc)
+        return exc.reason
     if isinstance(exc, KeyError):
         return "required field missing"
     if tp is not None and typing.get_origin(tp) is typing.Literal:
@@ -422,7 +470,16 @@ def format_problem(exc: BaseException, tp: Any) -> str:
 def validation_error(exc: BaseException, what: str, path: str = "$") -> ValidationError:
     """``exc`` (a cattrs error or an ``InvalidValue``) as one :class:`ValidationError`."""
     if isinstance(exc, cattrs.BaseValidationError):
-        problems = tuple(cattrs.transform_error(exc, path=path, format_exception=format_problem))
+        # cattrs writes each problem as "<reason> @ <path>", one per reason it asks for, in
+        # order: the path below the value that an InvalidValue names goes at its end.
+        below: list[str] = []
+
+        def reason(leaf: BaseException, tp: Any) -> str:
+            below.append(leaf.at if isinstance(leaf, InvalidValue) else "")
+            return format_problem(leaf, tp)
+
+        found = cattrs.transform_error(exc, path=path, format_exception=reason)
+        problems = tuple(problem + at for problem, at in zip(found, below, strict=True))
     else:
-        problems = (f"{format_problem(exc, None)} @ {path}",)
+        problems = (f"{format_problem(exc, None)} @ {path}{getattr(exc, 'at', '')}",)
     return ValidationError(f"invalid {what}: " + "; ".join(problems), problems)

@@ -164,11 +164,11 @@ def stored_inputs(inputs: Sequence[Any]) -> dict[str, Any]:
         raw = CONVERTER.unstructure(value)
         for field, item in raw.items():
             # Only the field is named: deeper positions may be keys of the value's dicts.
-            problem = json_problem(item, positions=False)
+            problem = json_problem(item)
             if problem is not None:
                 raise ValidationError(
-                    f"invalid inputs: in field {field!r} of input {value.input_id!r}, {problem}; "
-                    f"inputs are stored as JSON @ $[{index}]"
+                    f"invalid inputs: in field {field!r} of input {value.input_id!r}, "
+                    f"{problem.reason}; inputs are stored as JSON @ $[{index}]"
                 )
         stored[value.input_id] = raw
     return stored

@@ -1,7 +1,9 @@
-"""JSON values: the type alias and the attrs validators that check them."""
+"""JSON values: the type alias, the nesting limit, and the checks every JSON input passes."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import typing
 from collections.abc import Callable, Mapping
@@ -11,50 +13,167 @@ import attrs
 
 from ._errors import ValidationError
 
+#: How deeply arrays and objects may nest in one JSON value that agentlib takes in
+#: (docs/data.md, "Nesting limit"). serde_json stops at 128; 100 keeps a value, with the
+#: classes around it, well inside Python's recursion limit wherever it is processed.
+MAX_DEPTH = 100
+
 #: A value that ``json.dumps`` writes and ``json.loads`` reads back unchanged.
 JsonValue = Union[None, bool, int, float, str, list[Any], dict[str, Any]]
+
+#: Why a value over the limit is refused ("meta is ..."); what to do and the path follow it.
+TOO_DEEP = f"nested deeper than the limit of {MAX_DEPTH} arrays and objects"
+
+#: How many steps of a long path an error shows; "..." stands for the rest.
+_PATH_STEPS = 10
+#: The longest object key an error shows whole.
+_KEY_CHARS = 24
 
 
 class InvalidValue(ValidationError):
     """A rule of a data class was broken; the message is safe to show (it never holds the
     value). Constructors raise it directly; :func:`agentlib.structure` folds it into one
-    ValidationError with the path of the offending value."""
+    ValidationError with the path of the offending value.
 
-
-def json_problem(value: object, *, positions: bool = True) -> str | None:
-    """Why ``value`` is not JSON, or None when it is.
-
-    Tuples count as arrays. The reason names a type and, with ``positions``, a position
-    (whose object keys may be data), never the value.
+    Attributes:
+        reason: The message without its path.
+        at: The path below the value the message is about (``".meta.a[0]"``), or ``""``.
     """
-    stack: list[tuple[object, str]] = [(value, "")]
+
+    def __init__(self, reason: str, *, at: str = "") -> None:
+        message = f"{reason} @ ${at}" if at else reason
+        super().__init__(message, (message,) if at else ())
+        self.reason = reason
+        self.at = at
+
+
+@attrs.frozen
+class Problem:
+    """Why a value is not JSON that agentlib takes.
+
+    Attributes:
+        reason: What is wrong, in words that never hold the value.
+        at: Where, as a path below the value (``".a[0][0]"``); ``""`` for the value itself
+            or a place that is not known.
+        too_deep: The value nests deeper than :data:`MAX_DEPTH`.
+    """
+
+    reason: str
+    at: str = ""
+    too_deep: bool = False
+
+
+# A path is built only for a value that is refused: while a value is walked, each item
+# keeps a link to its parent's link and its own key or index.
+_Link = Union[tuple["_Link", Union[str, int, None]], None]
+
+
+def _path(link: _Link) -> str:
+    steps: list[str] = []
+    while link is not None:
+        link, key = link
+        steps.append(_step(key))
+    steps.reverse()
+    if len(steps) > _PATH_STEPS:
+        steps = [*steps[:_PATH_STEPS], "..."]
+    return "".join(steps)
+
+
+def _step(key: str | int | None) -> str:
+    if isinstance(key, int):
+        return f"[{key}]"
+    if key is None:  # a key that is neither a string nor an integer
+        return "[...]"
+    if len(key) > _KEY_CHARS:
+        return f"[{key[:_KEY_CHARS]!r}...]"
+    return f".{key}" if key.isidentifier() else f"[{key!r}]"
+
+
+@functools.cache
+def checked_class(cls: Any) -> bool:
+    """Whether instances of ``cls`` checked their data when they were built, as agentlib's
+    data classes do (their ``__module__`` is ``agentlib``, or one of its modules)."""
+    module = getattr(cls, "__module__", "") or ""
+    return module == "agentlib" or module.startswith("agentlib.")
+
+
+def _walk(value: object, *, strict: bool) -> Problem | None:
+    """The first problem of ``value``, walked without recursion so that no depth breaks it.
+
+    ``strict`` asks for JSON (tuples count as arrays). Otherwise any Python value goes, as
+    :func:`agentlib.unstructure` takes it: sets count as arrays, and attrs classes and
+    dataclasses as objects, except agentlib's own, which checked their data when built.
+    """
+    stack: list[tuple[object, int, _Link]] = [(value, 0, None)]
     while stack:
-        item, where = stack.pop()
-        at = f" at {where}" if where and positions else ""
+        item, depth, link = stack.pop()
         if item is None or isinstance(item, (bool, int, str)):
             continue
         if isinstance(item, float):
-            if not math.isfinite(item):
-                return f"a non-finite number{at} is not JSON"
+            if strict and not math.isfinite(item):
+                return Problem("a non-finite number (NaN or infinity) is not JSON", _path(link))
             continue
-        if isinstance(item, (list, tuple)):
-            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
-            continue
-        if isinstance(item, Mapping):
-            for k, v in item.items():
-                if not isinstance(k, str):
-                    return f"a key of type {type(k).__name__}{at} is not a JSON object key"
-                stack.append((v, f"{where}.{k}"))
-            continue
-        return f"a value of type {type(item).__name__}{at} is not JSON"
+        children: list[tuple[object, str | int | None]]
+        if isinstance(item, (list, tuple)) or (not strict and isinstance(item, (set, frozenset))):
+            children = [(child, index) for index, child in enumerate(item)]
+        elif isinstance(item, Mapping):
+            children = []
+            for key, child in item.items():
+                if isinstance(key, str):
+                    children.append((child, key))
+                elif strict:
+                    return Problem(
+                        f"a key of type {type(key).__name__} is not a JSON object key",
+                        _path(link),
+                    )
+                else:
+                    children.append((child, key if isinstance(key, int) else None))
+        elif strict:
+            return Problem(f"a value of type {type(item).__name__} is not JSON", _path(link))
+        elif attrs.has(cls := type(item)) and not isinstance(item, type):
+            if checked_class(cls):
+                continue
+            children = [(getattr(item, f.name), f.name) for f in attrs.fields(cls)]
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            children = [(getattr(item, f.name), f.name) for f in dataclasses.fields(item)]
+        else:
+            continue  # an object the converter passes on as it is
+        if depth >= MAX_DEPTH:
+            return Problem(TOO_DEEP, _path(link), too_deep=True)
+        stack.extend((child, depth + 1, (link, key)) for child, key in reversed(children))
     return None
 
 
+def json_problem(value: object) -> Problem | None:
+    """Why ``value`` is not JSON within the nesting limit, or None when it is.
+
+    Tuples count as arrays. The reason names a type, never the value; the path's object
+    keys may be data.
+    """
+    return _walk(value, strict=True)
+
+
+def nesting_problem(value: object) -> Problem | None:
+    """Why ``value`` cannot be turned into JSON without going deeper than the nesting limit
+    (counting each of its lists, dicts, sets, attrs classes and dataclasses as a level), or
+    None. Checked before anything walks ``value`` recursively."""
+    return _walk(value, strict=False)
+
+
+def _field_error(name: str, problem: Problem) -> InvalidValue:
+    if problem.too_deep:
+        return InvalidValue(
+            f"{name} is {TOO_DEEP}; flatten it, or pass the deep part as a JSON string",
+            at=f".{name}{problem.at}",
+        )
+    return InvalidValue(f"{name} must be JSON: {problem.reason}", at=f".{name}{problem.at}")
+
+
 def check_json(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """attrs validator: ``value`` must be JSON."""
+    """attrs validator: ``value`` must be JSON within the nesting limit."""
     problem = json_problem(value)
     if problem is not None:
-        raise InvalidValue(f"{attribute.name} must be JSON: {problem}")
+        raise _field_error(attribute.name, problem)
 
 
 def check_json_object(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -68,20 +187,43 @@ def check_json_object(instance: object, attribute: attrs.Attribute[Any], value: 
     check_json(instance, attribute, value)
 
 
+def check_nesting(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """attrs validator for a field that holds any value: its JSON form must be within the
+    nesting limit."""
+    problem = nesting_problem(value)
+    if problem is not None:
+        raise _field_error(attribute.name, problem)
+
+
+class _TooDeep(Exception):
+    pass
+
+
 def as_json(value: Any) -> Any:
     """``value`` with every tuple made a list, as ``json.loads`` would give it back.
 
-    Returns ``value`` itself when it holds no tuple (the common case: no copy).
+    Returns ``value`` itself when it holds no tuple (the common case: no copy), or when it
+    nests deeper than the limit (the field's validator refuses it, saying where).
     """
+    try:
+        return _lists(value, 0)
+    except _TooDeep:
+        return value
+
+
+def _lists(value: Any, depth: int) -> Any:
+    # Recursive, but never past the nesting limit.
+    if not isinstance(value, (tuple, list, dict)):
+        return value
+    if depth >= MAX_DEPTH:
+        raise _TooDeep
     if isinstance(value, tuple):
-        return [as_json(item) for item in value]
+        return [_lists(item, depth + 1) for item in value]
     if isinstance(value, list):
-        items = [as_json(item) for item in value]
+        items = [_lists(item, depth + 1) for item in value]
         return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
-    if isinstance(value, dict):
-        pairs = {key: as_json(item) for key, item in value.items()}
-        return pairs if any(pairs[key] is not value[key] for key in value) else value
-    return value
+    pairs = {key: _lists(item, depth + 1) for key, item in value.items()}
+    return pairs if any(pairs[key] is not value[key] for key in value) else value
 
 
 def json_field(default: Any = None) -> Any:
@@ -98,7 +240,18 @@ def raw_field(*reserved: str) -> Any:
     names = frozenset(("type", *reserved, *camel))
 
     def check_raw(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        check_json_object(instance, attribute, value)
+        if not isinstance(value, Mapping):
+            raise InvalidValue(f"raw must be a JSON object (a dict), not {type(value).__name__}")
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidValue(
+                    f"raw must be JSON: a key of type {type(key).__name__} is not a JSON object key"
+                )
+            # Each is a field of the value as received, and counts from itself, as a known
+            # class's fields do.
+            problem = json_problem(item)
+            if problem is not None:
+                raise _field_error("raw", attrs.evolve(problem, at=_step(key) + problem.at))
         clashes = sorted(key for key in value if key in names)
         if clashes:
             raise InvalidValue(
@@ -106,7 +259,15 @@ def raw_field(*reserved: str) -> Any:
                 f"pass {', '.join(clashes)} as arguments, not in raw"
             )
 
-    return attrs.field(factory=dict, converter=as_json, validator=check_raw)
+    return attrs.field(factory=dict, converter=_as_json_fields, validator=check_raw)
+
+
+def _as_json_fields(value: Any) -> Any:
+    """:func:`as_json` of each value of a dict of fields."""
+    if not isinstance(value, dict):
+        return value
+    fields = {key: as_json(item) for key, item in value.items()}
+    return fields if any(fields[key] is not value[key] for key in value) else value
 
 
 def known_tag_refused(union: Callable[[], Any], family: str) -> Any:

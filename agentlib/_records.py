@@ -10,7 +10,7 @@ import attrs
 from ._callbacks import AllowApproval, Callback, DenyApproval
 from ._content import _to_tuple
 from ._entries import ToolCallEntry
-from ._json import known_tag_refused, raw_field
+from ._json import check_nesting, known_tag_refused, raw_field
 from ._usage import Usage
 
 __all__ = [
@@ -88,7 +88,7 @@ class Completed(_Record, Generic[OutputT]):
 
     type: ClassVar[str] = "completed"
     __match_args__ = ("output", "text", "tool_calls")
-    output: OutputT
+    output: OutputT = attrs.field(validator=check_nesting)
     text: str = ""
     tool_calls: tuple[ToolCallEntry, ...] = attrs.field(default=(), converter=_to_tuple)
     usage: Usage | None = None

@@ -78,7 +78,8 @@ def message_content(content: Content) -> tuple[ContentBlock, ...]:
 
     Raises:
         ValidationError: ``content`` is empty, not a str or a list of blocks, or holds a
-            malformed or unknown block.
+            malformed or unknown block (one nested deeper than the limit of 100 arrays and
+            objects, say).
     """
     if isinstance(content, str):
         if not content:

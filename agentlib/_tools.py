@@ -16,7 +16,7 @@ from ._callbacks import Credentials
 from ._convert import CONVERTER, validation_error
 from ._errors import ClientToolAnswerError
 from ._inputs import Dependency, dependencies_of
-from ._json import InvalidValue, json_problem
+from ._json import TOO_DEEP, InvalidValue, json_problem
 from ._models._base import ToolSchema
 from ._schema import docstring_parameters, json_schema
 
@@ -125,10 +125,11 @@ class Tool:
                 ) from None
         problem = json_problem(CONVERTER.unstructure(value))
         if problem is not None:
-            raise ClientToolAnswerError(
-                f"invalid answer for {self.name}: {problem}; answer with JSON values, "
-                "attrs classes or dataclasses"
-            )
+            if problem.too_deep:
+                what = f"it is {TOO_DEEP}; answer with a flatter value"
+            else:
+                what = f"{problem.reason}; answer with JSON values, attrs classes or dataclasses"
+            raise ClientToolAnswerError(f"invalid answer for {self.name}: {what} @ ${problem.at}")
         return value
 
     async def call(self, arguments: Mapping[str, Any]) -> Any:

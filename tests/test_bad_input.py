@@ -53,6 +53,14 @@ RAISES: dict[Any, type[Exception]] = {
 UNREADABLE = ("AttributeError", "KeyError", "TypeError", "Traceback", "<member", "<class", " at 0x")
 
 
+def deep(levels: int = 2_000) -> object:
+    """Arrays ``levels`` deep around the secret: past the nesting limit of 100."""
+    value: object = SECRET
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 def call(**fields: object) -> dict[str, object]:
     return {"type": "tool_call", "tool_call_id": "c1", "name": "get_alert", **fields}
 
@@ -196,6 +204,18 @@ CASES = [
     pytest.param(BLOCK, text(meta=SECRET), ["meta", "object"], id="meta-secret-str"),
     pytest.param(BLOCK, text(meta={"x": float("nan")}), ["meta", "non-finite"], id="meta-nan"),
     pytest.param(
+        BLOCK,
+        text(meta={"x": deep()}),
+        ["meta is nested deeper than the limit of 100", "@ $.meta.x[0][0][0]", "..."],
+        id="meta-too-deep",
+    ),
+    pytest.param(
+        BLOCK,
+        {"type": "video", "frames": deep()},
+        ["nested deeper than the limit of 100", "@ $.frames[0][0]", "..."],
+        id="unknown-block-too-deep",
+    ),
+    pytest.param(
         agentlib.TextContentBlock,
         {"type": "image", "uri": "u"},
         ["type must be 'text'"],
@@ -284,6 +304,18 @@ CASES = [
         [call(arguments={"token": SECRET, "n": float("inf")})],
         ["$[0]", "arguments must be JSON"],
         id="history-arguments-inf-with-secret",
+    ),
+    pytest.param(
+        HISTORY,
+        [call(arguments={"token": deep()})],
+        ["arguments is nested deeper than the limit of 100", "@ $[0].arguments.token[0]"],
+        id="history-arguments-too-deep",
+    ),
+    pytest.param(
+        HISTORY,
+        [message("user", text(meta={"x": deep()}))],
+        ["meta is nested deeper than the limit of 100", "@ $[0].content[0].meta.x[0]"],
+        id="history-block-meta-too-deep",
     ),
     pytest.param(
         HISTORY,

@@ -1,0 +1,275 @@
+"""Deep nesting is bad input, never a crash (docs/data.md, "Nesting limit"; SPEC 13).
+
+A JSON value agentlib takes may nest 100 levels of arrays and objects. One level more is
+refused on every input path with that path's documented error (``ValidationError``,
+``ClientToolAnswerError``, an error result to the model) naming where it stopped, and never
+the value; a value at the limit goes through every path, to a store and back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+import agentlib
+import agentlib_sync
+from agentlib import (
+    Agent,
+    Completed,
+    ModelReply,
+    ScriptedModel,
+    TextContentBlock,
+    ToolCallEntry,
+    ToolCallRequest,
+    ToolResultEntry,
+    ValidationError,
+)
+
+LIMIT = 100
+#: Deep enough to break anything that recurses once per level.
+DEEP = 2_000
+#: The innermost value of every nested value here: no message may show it.
+SECRET = "sk-live-SECRET123"
+
+
+def nested(levels: int, leaf: object = SECRET) -> Any:
+    """``levels`` objects and arrays around ``leaf``, from the outside in:
+    ``{"a": [{"a": [...]}]}``."""
+    value = leaf
+    for level in reversed(range(levels)):
+        value = {"a": value} if level % 2 == 0 else [value]
+    return value
+
+
+def nested_text(levels: int, leaf: str = f'"{SECRET}"') -> str:
+    """``nested(levels)`` as JSON text, written without recursion."""
+    opening = "".join('{"a": ' if level % 2 == 0 else "[" for level in range(levels))
+    closing = "".join("}" if level % 2 == 0 else "]" for level in reversed(range(levels)))
+    return opening + leaf + closing
+
+
+#: How the path into ``nested(DEEP)`` starts in an error; its end is cut, as "...".
+TOO_DEEP_AT = ".a[0].a[0]"
+
+
+def assert_refused_saying_where(error: BaseException, where: str) -> None:
+    message = str(error)
+    assert "nested deeper than the limit of 100 arrays and objects" in message
+    assert f"@ {where}" in message
+    assert "..." in message.partition(f"@ {where}")[2]
+    assert SECRET not in message
+    assert len(message) < 1000
+
+
+@attrs.frozen
+class Tree:
+    """A class that contains itself: structuring it recurses as deep as its data."""
+
+    children: list[Tree] = attrs.Factory(list)
+
+
+attrs.resolve_types(Tree)
+
+
+def tree(depth: int) -> Tree:
+    """A chain of ``depth`` trees: as JSON, an object and an array per tree."""
+    value = Tree()
+    for _ in range(depth - 1):
+        value = Tree(children=[value])
+    return value
+
+
+# --- data classes and the converter -------------------------------------------------------
+
+#: Each JSON field of a data class, as a function of the value it is given.
+FIELDS = {
+    "text-block-meta": lambda value: TextContentBlock(text="hi", meta=value),
+    "unknown-block-raw": lambda value: agentlib.UnknownContentBlock(
+        original_type="video", raw={"x": value}
+    ),
+    "tool-call-arguments": lambda value: ToolCallEntry(
+        id="e1", name="lookup", arguments=value, tool_call_id="c1"
+    ),
+    "tool-result-structured-content": lambda value: ToolResultEntry(
+        id="e1", structured_content=value, tool_call_id="c1"
+    ),
+    "tool-result-annotations": lambda value: ToolResultEntry(
+        id="e1", tool_call_id="c1", annotations=value
+    ),
+    "unknown-entry-raw": lambda value: agentlib.UnknownEntry(
+        id="e1", entry_type="reasoning", raw={"x": value}
+    ),
+    "history-tool-call-arguments": lambda value: agentlib.HistoryImportToolCall(
+        tool_call_id="c1", name="lookup", arguments=value
+    ),
+    "history-tool-result": lambda value: agentlib.HistoryImportToolResult(
+        tool_call_id="c1", result=value
+    ),
+    "history-snapshot-value": lambda value: agentlib.HistoryImportSnapshot(
+        task_name="t", snapshot_type="s", value=value
+    ),
+    "open-approval-arguments": lambda value: agentlib.OpenApproval(
+        id="cb", session_id="s", turn_id="t", tool_name="x", arguments=value
+    ),
+    "modified-arguments": lambda value: agentlib.ModifiedArguments(value),
+    "completed-output": lambda value: Completed(turn_id="t", session_id="s", output=value),
+}
+
+
+@pytest.mark.parametrize("build", FIELDS.values(), ids=FIELDS.keys())
+def test_a_json_field_nested_at_the_limit_is_taken(build: Any) -> None:
+    build({"x": nested(LIMIT - 1)})
+
+
+@pytest.mark.parametrize("build", FIELDS.values(), ids=FIELDS.keys())
+def test_a_json_field_nested_deeper_than_the_limit_is_a_validation_error(build: Any) -> None:
+    with pytest.raises(ValidationError) as raised:
+        build({"x": nested(DEEP)})
+    assert_refused_saying_where(raised.value, "$.")
+
+
+def test_a_constructor_error_gives_the_path_from_the_field() -> None:
+    with pytest.raises(ValidationError) as raised:
+        TextContentBlock(text="hi", meta={"x": nested(DEEP)})
+    assert_refused_saying_where(raised.value, f"$.meta.x{TOO_DEEP_AT}")
+
+
+def test_structure_gives_the_path_from_the_data_it_was_given() -> None:
+    blocks = [
+        {"type": "text", "text": "hi"},
+        {"type": "text", "text": "hi", "meta": {"x": nested(DEEP)}},
+    ]
+    data = {"type": "message", "id": "e1", "role": "user", "content": blocks}
+    with pytest.raises(ValidationError) as raised:
+        agentlib.structure(data, agentlib.Entry)
+    assert_refused_saying_where(raised.value, f"$.content[1].meta.x{TOO_DEEP_AT}")
+
+
+def test_an_unknown_block_too_deep_is_refused_at_its_own_field_not_at_raw() -> None:
+    with pytest.raises(ValidationError) as raised:
+        agentlib.structure({"type": "video", "frames": nested(DEEP)}, agentlib.ContentBlock)
+    assert_refused_saying_where(raised.value, f"$.frames{TOO_DEEP_AT}")
+
+
+def test_structure_into_a_class_of_yours_refuses_data_too_deep_before_recursing() -> None:
+    with pytest.raises(ValidationError) as raised:
+        agentlib.structure(agentlib.unstructure(tree(40)) | {"children": [nested(DEEP)]}, Tree)
+    assert_refused_saying_where(raised.value, f"$.children[0]{TOO_DEEP_AT}")
+
+
+def test_a_class_of_yours_at_the_limit_round_trips() -> None:
+    value = tree(LIMIT // 2)  # an object and an array each
+
+    assert agentlib.structure(agentlib.unstructure(value), Tree) == value
+
+
+@pytest.mark.parametrize(
+    "value", [nested(DEEP), tree(DEEP), {"x": nested(LIMIT)}], ids=["lists", "classes", "101"]
+)
+def test_unstructure_refuses_a_value_too_deep(value: object) -> None:
+    with pytest.raises(ValidationError) as raised:
+        agentlib.unstructure(value)
+    assert_refused_saying_where(raised.value, "$")
+
+
+def test_unstructure_refuses_a_value_that_contains_itself() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(ValidationError, match="nested deeper than the limit"):
+        agentlib.unstructure(loop)
+
+
+def test_unstructure_takes_a_data_class_whose_field_is_at_the_limit() -> None:
+    entry = ToolCallEntry(id="e1", name="lookup", arguments=nested(LIMIT), tool_call_id="c1")
+
+    assert agentlib.structure(agentlib.unstructure(entry), agentlib.Entry) == entry
+
+
+def test_a_long_path_is_cut_and_a_long_key_shortened() -> None:
+    with pytest.raises(ValidationError) as raised:
+        TextContentBlock(text="hi", meta={"k" * 500: nested(DEEP)})
+    message = str(raised.value)
+    assert f"@ $.meta['{'k' * 24}'...]{TOO_DEEP_AT}" in message
+    assert "k" * 25 not in message
+
+
+# --- history and messages -----------------------------------------------------------------
+
+
+def test_imported_history_too_deep_is_a_validation_error_with_the_items_path() -> None:
+    history = [
+        {"type": "message", "role": "user", "content": [{"type": "text", "text": "hi"}]},
+        {"type": "tool_call", "tool_call_id": "c1", "name": "lookup", "arguments": nested(DEEP)},
+    ]
+    with pytest.raises(ValidationError) as raised:
+        agentlib.parse_history(history)
+    assert_refused_saying_where(raised.value, f"$[1].arguments{TOO_DEEP_AT}")
+
+
+async def test_start_session_with_history_too_deep_starts_nothing() -> None:
+    history = [{"type": "snapshot", "task_name": "t", "snapshot_type": "s", "value": nested(DEEP)}]
+    async with agentlib.open_runtime() as runtime:
+        with pytest.raises(ValidationError) as raised:
+            await Agent("a", model=ScriptedModel([])).start_session(history=history)
+        assert runtime.sessions == {}
+    assert_refused_saying_where(raised.value, f"$[0].value{TOO_DEEP_AT}")
+
+
+@pytest.mark.parametrize("how", ["send_message", "start_turn", "run", "steer"])
+async def test_a_message_too_deep_is_a_validation_error_and_changes_nothing(how: str) -> None:
+    content = [{"type": "text", "text": "hi", "meta": nested(DEEP)}]
+    agent = Agent("a", model=ScriptedModel(["first", "second"]))
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        first = await session.run("hello")
+        send = session.turn(first.turn_id).steer if how == "steer" else getattr(session, how)
+        with pytest.raises(ValidationError) as raised:
+            await send(content)
+        record = await session.run("again")
+    assert_refused_saying_where(raised.value, f"$[0].meta{TOO_DEEP_AT}")
+    assert isinstance(record, Completed)
+    assert record.output == "second"
+
+
+def calling(name: str, arguments: Any = None) -> ModelReply:
+    return ModelReply(tool_calls=[ToolCallRequest(name=name, arguments=arguments or {})])
+
+
+def plant(trees: list[dict[str, Any]]) -> int:
+    """Plant trees; returns how many."""
+    return len(trees)
+
+
+# --- a store ------------------------------------------------------------------------------
+
+
+async def test_values_at_the_limit_are_stored_and_read_back(tmp_path: Any) -> None:
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    arguments = {"trees": [nested(LIMIT - 2)]}
+    agent = Agent("a", model=ScriptedModel([calling("plant", arguments), "done"]), tools=[plant])
+    async with agentlib.open_runtime(store):
+        session = await agent.start_session(
+            history=[
+                agentlib.HistoryImportSnapshot(
+                    task_name="t", snapshot_type="s", value=nested(LIMIT)
+                )
+            ]
+        )
+        record = await session.run("go")
+    async with agentlib.open_runtime(store):
+        again = await agent.session(session.id).turn(record.turn_id).get()
+    assert isinstance(record, Completed)
+    assert again == record
+    assert record.tool_calls[0].arguments == arguments
+
+
+# --- the blocking facade ------------------------------------------------------------------
+
+
+def test_the_facade_refuses_a_message_too_deep_with_a_validation_error() -> None:
+    session = agentlib_sync.Agent("a", model=agentlib_sync.ScriptedModel(["done"])).start_session()
+    with pytest.raises(ValidationError) as raised:
+        session.run([{"type": "text", "text": "hi", "meta": nested(DEEP)}])
+    assert_refused_saying_where(raised.value, f"$[0].meta{TOO_DEEP_AT}")
