@@ -103,14 +103,27 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(float, strict_float)
     conv.register_structure_hook(bool, strict_bool)
 
-    def is_tuple(tp: Any) -> bool:
-        return typing.get_origin(tp) is tuple
+    # Tuples, lists and sets are read from a list: cattrs' own hooks take any iterable (a
+    # str, a dict) and raise a TypeError for None.
+    collections: dict[Any, Callable[[list[Any]], Any]] = {
+        tuple: tuple,
+        list: list,
+        set: set,
+        frozenset: frozenset,
+    }
 
-    def tuple_structure_factory(tp: Any) -> Callable[[Any, Any], tuple[Any, ...]]:
+    def is_collection(tp: Any) -> bool:
+        return (typing.get_origin(tp) or tp) in collections
+
+    def is_tuple(tp: Any) -> bool:
+        return (typing.get_origin(tp) or tp) is tuple
+
+    def collection_structure_factory(tp: Any) -> Callable[[Any, Any], Any]:
         (element, *_rest) = typing.get_args(tp) or (Any,)
         element_hook = conv.get_structure_hook(element)
+        make = collections[typing.get_origin(tp) or tp]
 
-        def structure_tuple(value: Any, _: Any) -> tuple[Any, ...]:
+        def structure_collection(value: Any, _: Any) -> Any:
             if not isinstance(value, (list, tuple)):
                 raise InvalidValue(f"expected a list, got {_type_name(value)}")
             items, errors = [], []
@@ -124,14 +137,17 @@ def make_converter() -> cattrs.Converter:
                     errors.append(exc)
             if errors:
                 raise cattrs.IterableValidationError(f"invalid items of {tp!r}", errors, tp)
-            return tuple(items)
+            try:
+                return make(items)
+            except TypeError:  # a list in a set, say
+                raise InvalidValue("the items of a set must be strings, numbers or None") from None
 
-        return structure_tuple
+        return structure_collection
 
     def tuple_unstructure_factory(tp: Any) -> Callable[[tuple[Any, ...]], list[Any]]:
         return lambda value: [conv.unstructure(item) for item in value]
 
-    conv.register_structure_hook_factory(is_tuple, tuple_structure_factory)
+    conv.register_structure_hook_factory(is_collection, collection_structure_factory)
     conv.register_unstructure_hook_factory(is_tuple, tuple_unstructure_factory)
 
     def is_mapping_type(tp: Any) -> bool:

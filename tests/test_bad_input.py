@@ -396,6 +396,11 @@ CASES = [
         ["type must be 'reasoning'"],
         id="item-class-wrong-tag",
     ),
+    # --- lists and sets, through structure(data, list[...]) ---
+    pytest.param(list[int], None, ["$", "expected a list, got null"], id="list-null"),
+    pytest.param(list[str], SECRET, ["$", "expected a list, got str"], id="list-str-secret"),
+    pytest.param(list[int], {"a": 1}, ["$", "expected a list, got dict"], id="list-dict"),
+    pytest.param(set[Any], [[SECRET]], ["$", "items of a set must be"], id="set-of-lists"),
     # --- approval answers ---
     pytest.param(
         APPROVAL, True, ["$", "expected an object with a 'type'", "got bool"], id="approval-bool"
