@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
+import re
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Union
@@ -61,6 +63,14 @@ class Problem:
     reason: str
     at: str = ""
     too_deep: bool = False
+
+
+class NotJson(ValueError):
+    """:func:`read_json` was given text it does not take; ``problem`` says why."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.reason)
+        self.problem = problem
 
 
 # A path is built only for a value that is refused: while a value is walked, each item
@@ -158,6 +168,80 @@ def nesting_problem(value: object) -> Problem | None:
     (counting each of its lists, dicts, sets, attrs classes and dataclasses as a level), or
     None. Checked before anything walks ``value`` recursively."""
     return _walk(value, strict=False)
+
+
+# Strings whole (their brackets are text), and the characters that shape the value.
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]', re.DOTALL)
+
+
+def _text_nesting_problem(text: str) -> Problem | None:
+    """Whether JSON ``text`` nests deeper than the limit, found without parsing it (the
+    parser recurses once per level)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return None
+    # Per open array or object: whether it is an object, its current index, its current key.
+    open_: list[list[Any]] = []
+    for match in _TOKENS.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            if len(open_) >= MAX_DEPTH:
+                link: _Link = None
+                for is_object, index, key in open_:
+                    link = (link, _key_of(key) if is_object else index)
+                return Problem(TOO_DEEP, _path(link), too_deep=True)
+            open_.append([token == "{", 0, None])
+        elif token in ("]", "}"):
+            if open_:
+                open_.pop()
+        elif token == ",":
+            if open_:
+                open_[-1][1] += 1
+                open_[-1][2] = None
+        elif open_ and open_[-1][0] and open_[-1][2] is None:
+            open_[-1][2] = token  # the first string of an object's member is its key
+    return None
+
+
+def _key_of(token: str | None) -> str | None:
+    if token is None:
+        return None
+    try:
+        key = json.loads(token)
+    except ValueError:
+        return token[1:-1]
+    return key if isinstance(key, str) else None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise NotJson(Problem(f"{name} is not a JSON number"))
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise NotJson(Problem("a number is too large to be read as a float"))
+    return number
+
+
+def read_json(text: str) -> Any:
+    """``text`` parsed as JSON, strictly: no NaN or Infinity, at most :data:`MAX_DEPTH`
+    levels deep (checked before parsing).
+
+    Raises:
+        NotJson: Why the text is not such JSON: the parser's reason and position, or where
+            it nests too deeply; never the text itself.
+    """
+    problem = _text_nesting_problem(text)
+    if problem is not None:
+        raise NotJson(problem)
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as error:
+        raise NotJson(Problem(f"{error.msg} at line {error.lineno} column {error.colno}")) from None
+    except NotJson:
+        raise
+    except ValueError:  # an integer longer than Python converts
+        raise NotJson(Problem("a number has too many digits to be read")) from None
 
 
 def _field_error(name: str, problem: Problem) -> InvalidValue:

@@ -8,6 +8,7 @@ the value; a value at the limit goes through every path, to a store and back.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -18,6 +19,7 @@ import agentlib_sync
 from agentlib import (
     Agent,
     Completed,
+    Failed,
     ModelReply,
     ScriptedModel,
     TextContentBlock,
@@ -240,6 +242,59 @@ def calling(name: str, arguments: Any = None) -> ModelReply:
 def plant(trees: list[dict[str, Any]]) -> int:
     """Plant trees; returns how many."""
     return len(trees)
+
+
+@attrs.frozen
+class Box:
+    items: list[Any]
+
+
+@pytest.mark.parametrize(
+    ("answer", "told"),
+    [
+        (nested_text(DEEP), "the answer is nested deeper than the limit of 100"),
+        ('{"items": [NaN]}', "the answer is not JSON (NaN is not a JSON number)"),
+    ],
+    ids=["deep", "nan"],
+)
+async def test_an_answer_for_an_output_type_that_is_not_json_fails_the_turn(
+    answer: str, told: str
+) -> None:
+    agent = Agent("a", model=ScriptedModel([answer]), output_type=Box)
+    async with agentlib.open_runtime():
+        record = await (await agent.start_session()).run("go")
+    assert isinstance(record, Failed)
+    assert record.error.type == "ValidationError"
+    assert told in record.error.message
+    assert SECRET not in record.error.message
+
+
+async def test_an_answer_at_the_limit_is_read_into_its_output_type() -> None:
+    text = json.dumps({"items": [nested(LIMIT - 2)]})
+    agent = Agent("a", model=ScriptedModel([text]), output_type=Box)
+    async with agentlib.open_runtime():
+        record = await (await agent.start_session()).run("go")
+    assert isinstance(record, Completed)
+    assert record.output == Box(items=[nested(LIMIT - 2)])
+
+
+async def test_text_too_deep_is_refused_with_the_path_its_keys_make() -> None:
+    agent = Agent(
+        "a", model=ScriptedModel(['{"items": ' + nested_text(DEEP) + "}"]), output_type=Box
+    )
+    async with agentlib.open_runtime():
+        record = await (await agent.start_session()).run("go")
+    assert isinstance(record, Failed)
+    assert "@ $.items.a[0].a[0].a[0]" in record.error.message
+
+
+async def test_brackets_and_quotes_inside_strings_are_text_not_levels() -> None:
+    items = ["[" * 500, '"[' * 200, "\\" + "{" * 300]
+    agent = Agent("a", model=ScriptedModel([json.dumps({"items": items})]), output_type=Box)
+    async with agentlib.open_runtime():
+        record = await (await agent.start_session()).run("go")
+    assert isinstance(record, Completed)
+    assert record.output == Box(items=items)
 
 
 # --- a store ------------------------------------------------------------------------------
