@@ -9,7 +9,7 @@ import math
 import re
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Union
+from typing import Any, TypeVar, Union
 
 import attrs
 
@@ -19,6 +19,8 @@ from ._errors import ValidationError
 #: (docs/data.md, "Nesting limit"). serde_json stops at 128; 100 keeps a value, with the
 #: classes around it, well inside Python's recursion limit wherever it is processed.
 MAX_DEPTH = 100
+
+T = TypeVar("T")
 
 #: A value that ``json.dumps`` writes and ``json.loads`` reads back unchanged.
 JsonValue = Union[None, bool, int, float, str, list[Any], dict[str, Any]]
@@ -99,12 +101,22 @@ def _step(key: str | int | None) -> str:
     return f".{key}" if key.isidentifier() else f"[{key!r}]"
 
 
+_UNCHECKED: set[type[Any]] = set()
+
+
+def unchecked(cls: type[T]) -> type[T]:
+    """Mark one of agentlib's classes as holding data it does not check (what a model gave):
+    the nesting checks walk into it as into a class of yours."""
+    _UNCHECKED.add(cls)
+    return cls
+
+
 @functools.cache
 def checked_class(cls: Any) -> bool:
     """Whether instances of ``cls`` checked their data when they were built, as agentlib's
     data classes do (their ``__module__`` is ``agentlib``, or one of its modules)."""
     module = getattr(cls, "__module__", "") or ""
-    return module == "agentlib" or module.startswith("agentlib.")
+    return (module == "agentlib" or module.startswith("agentlib.")) and cls not in _UNCHECKED
 
 
 def _walk(value: object, *, strict: bool) -> Problem | None:

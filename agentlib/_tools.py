@@ -16,11 +16,11 @@ from ._callbacks import Credentials
 from ._convert import CONVERTER, validation_error
 from ._errors import ClientToolAnswerError
 from ._inputs import Dependency, dependencies_of
-from ._json import TOO_DEEP, InvalidValue, json_problem
+from ._json import TOO_DEEP, InvalidValue, NotJson, json_problem, read_json
 from ._models._base import ToolSchema
 from ._schema import docstring_parameters, json_schema
 
-__all__ = ["Tool", "ToolSource", "client_tool", "tool"]
+__all__ = ["Tool", "ToolSource", "arguments_problem", "client_tool", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -141,6 +141,36 @@ class Tool:
         return await trio.to_thread.run_sync(
             functools.partial(self.function, **arguments), abandon_on_cancel=True
         )
+
+
+def arguments_problem(arguments: object) -> str | None:
+    """Why a model's arguments are not JSON, told to the model in words that never repeat
+    them; None when they are JSON (whether they fit the tool is checked when it is called).
+
+    A ``str`` is the text of arguments the model could not read: it says why.
+    """
+    if isinstance(arguments, str):
+        try:
+            read_json(arguments)
+        except NotJson as error:
+            problem = error.problem
+        else:
+            return None
+    else:
+        found = json_problem(arguments)
+        if found is None:
+            return None
+        problem = found
+    if problem.too_deep:
+        return (
+            f"the arguments are {TOO_DEEP}; call the tool again with flatter arguments "
+            f"@ ${problem.at}"
+        )
+    at = f" @ ${problem.at}" if problem.at else ""
+    return (
+        f"the arguments are not JSON: {problem.reason}; call the tool again with its arguments "
+        f"as a JSON object{at}"
+    )
 
 
 def _make_tool(

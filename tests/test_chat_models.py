@@ -163,6 +163,35 @@ def without_ids(entry: Entry) -> Entry:
     return attrs.evolve(entry, id="-", turn_id=None)
 
 
+#: Deep enough to break anything that recurses once per level.
+DEEP = 2_000
+
+
+def nested_text(levels: int) -> str:
+    """JSON text of arrays ``levels`` deep, written without recursion."""
+    return "[" * levels + '"sk-live-SECRET"' + "]" * levels
+
+
+def reply_calling(arguments: str) -> Reply:
+    """A whole reply calling get_weather with ``arguments``, the text of its arguments."""
+    body = json.loads(recording("mistral/chat_tool_calls.json").body)
+    body["choices"][0]["message"]["tool_calls"] = [
+        {"id": "Q7kd2Rw9a", "function": {"name": "get_weather", "arguments": arguments}}
+    ]
+    return Reply(body=json.dumps(body).encode())
+
+
+def stream_calling(arguments: str) -> Reply:
+    """A stream calling get_weather, its arguments' text in fragments of 500 characters."""
+    pieces = [arguments[start : start + 500] for start in range(0, len(arguments), 500)]
+    first = {"id": "Q7kd2Rw9a", "index": 0, "function": {"name": "get_weather", "arguments": ""}}
+    return sse(
+        delta(role="assistant", tool_calls=[first]),
+        *(delta(tool_calls=[{"index": 0, "function": {"arguments": p}}]) for p in pieces),
+        delta("tool_calls"),
+    )
+
+
 # --- the wire format ------------------------------------------------------------------------
 
 
@@ -966,7 +995,46 @@ async def test_arguments_that_are_not_json_go_back_to_the_model_as_a_tool_error(
     assert isinstance(record, Completed)
     (result,) = [entry for entry in completed(events) if isinstance(entry, ToolResultEntry)]
     assert result.is_error
+    assert result.text.startswith("the arguments are not JSON: Unterminated string")
+    assert "Par" not in result.text
     assert server.requests[1].json()["messages"][-1]["tool_call_id"] == "Q7kd2Rw9a"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize(
+    ("arguments", "told"),
+    [
+        ('{"city": NaN}', "the arguments are not JSON: NaN is not a JSON number"),
+        ('{"city": -Infinity}', "the arguments are not JSON: -Infinity is not a JSON number"),
+        ('{"city": 1e999}', "the arguments are not JSON: a number is too large"),
+        (nested_text(DEEP), "the arguments are nested deeper than the limit of 100 arrays"),
+    ],
+    ids=["nan", "infinity", "overflow", "deep"],
+)
+async def test_arguments_that_are_not_json_are_bad_arguments_and_the_turn_goes_on(
+    server: Server, stream: bool, arguments: str, told: str
+) -> None:
+    then = recording("mistral/stream_text.sse" if stream else "mistral/chat_text.json")
+    server.play((stream_calling if stream else reply_calling)(arguments), then)
+    agent = Agent("w", model=mistral(server, stream=stream), tools=[get_weather])
+    record, events = await run_with_events(agent, "Paris?")
+    assert isinstance(record, Completed)
+    (result,) = [entry for entry in completed(events) if isinstance(entry, ToolResultEntry)]
+    assert result.is_error
+    assert told in result.text
+    assert "SECRET" not in result.text
+    told_model = server.requests[1].json()["messages"][-1]
+    assert (told_model["tool_call_id"], told_model["content"]) == ("Q7kd2Rw9a", result.text)
+
+
+async def test_arguments_sent_as_an_object_too_deep_are_bad_arguments(server: Server) -> None:
+    body = reply_calling("@").body.decode().replace('"@"', "[" * 150 + "]" * 150)
+    server.play(Reply(body=body.encode()), recording("mistral/chat_text.json"))
+    agent = Agent("w", model=mistral(server, stream=False), tools=[get_weather])
+    record, events = await run_with_events(agent, "Paris?")
+    assert isinstance(record, Completed)
+    (result,) = [entry for entry in completed(events) if isinstance(entry, ToolResultEntry)]
+    assert "the arguments are nested deeper than the limit of 100" in result.text
 
 
 async def test_a_call_left_without_a_result_gets_one_in_the_request(server: Server) -> None:

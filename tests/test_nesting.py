@@ -9,10 +9,12 @@ the value; a value at the limit goes through every path, to a store and back.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import attrs
 import pytest
+from _support import Recorder
 
 import agentlib
 import agentlib_sync
@@ -20,6 +22,7 @@ from agentlib import (
     Agent,
     Completed,
     Failed,
+    FunctionModel,
     ModelReply,
     ScriptedModel,
     TextContentBlock,
@@ -239,9 +242,113 @@ def calling(name: str, arguments: Any = None) -> ModelReply:
     return ModelReply(tool_calls=[ToolCallRequest(name=name, arguments=arguments or {})])
 
 
+# --- what models and tools give -----------------------------------------------------------
+
+
+def lookup(query: str) -> str:
+    """Look something up."""
+    raise AssertionError("a call with bad arguments never runs")
+
+
 def plant(trees: list[dict[str, Any]]) -> int:
     """Plant trees; returns how many."""
     return len(trees)
+
+
+async def run_turn(agent: Agent) -> tuple[agentlib.TurnState[Any], Recorder]:
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        return await session.run("go"), agent.model.steps[-1]  # type: ignore[attr-defined]
+
+
+def tool_result(recorder: Recorder) -> ToolResultEntry:
+    (request,) = recorder.requests
+    result = request.entries[-1]
+    assert isinstance(result, ToolResultEntry)
+    return result
+
+
+@pytest.mark.parametrize(
+    ("arguments", "told"),
+    [
+        ({"query": nested(DEEP)}, "the arguments are nested deeper than the limit of 100"),
+        ({"query": math.nan}, "the arguments are not JSON: a non-finite number"),
+        ({"query": {1, 2}}, "the arguments are not JSON: a value of type set is not JSON"),
+        (nested_text(DEEP), "the arguments are nested deeper than the limit of 100"),
+        ('{"query": NaN}', "the arguments are not JSON: NaN is not a JSON number"),
+    ],
+    ids=["deep", "nan", "set", "deep-text", "nan-text"],
+)
+async def test_a_models_arguments_that_are_not_json_go_back_to_it_and_the_turn_goes_on(
+    arguments: Any, told: str
+) -> None:
+    recorder = Recorder()
+    agent = Agent(
+        "a", model=ScriptedModel([calling("lookup", arguments), recorder]), tools=[lookup]
+    )
+
+    record, _ = await run_turn(agent)
+
+    assert isinstance(record, Completed)
+    result = tool_result(recorder)
+    assert result.is_error
+    assert told in result.text
+    assert SECRET not in result.text
+
+
+async def test_a_function_models_arguments_too_deep_are_an_error_result() -> None:
+    def model(request: agentlib.ModelRequest) -> Any:
+        if len(request.entries) == 1:
+            return calling("lookup", {"query": nested(DEEP)})
+        return "done"
+
+    async with agentlib.open_runtime():
+        session = await Agent("a", model=FunctionModel(model), tools=[lookup]).start_session()
+        record = await session.run("go")
+    assert isinstance(record, Completed)
+    (call,) = record.tool_calls
+    assert call.arguments is None  # what was not JSON is not kept
+
+
+async def test_a_call_whose_arguments_are_not_json_never_reaches_a_hook() -> None:
+    seen: list[str] = []
+
+    @agentlib.pre_tool_call
+    def watch(call: ToolCallEntry) -> None:
+        seen.append(call.name)
+
+    calls = [
+        ToolCallRequest(name="lookup", arguments='{"query": NaN}'),
+        ToolCallRequest(name="plant", arguments={"trees": []}),
+    ]
+    recorder = Recorder()
+    agent = Agent(
+        "a",
+        model=ScriptedModel([ModelReply(tool_calls=calls), recorder]),
+        tools=[lookup, plant],
+        hooks=[watch],
+    )
+
+    record, _ = await run_turn(agent)
+
+    assert isinstance(record, Completed)
+    assert seen == ["plant"]
+    refused, planted = recorder.requests[0].entries[-2:]
+    assert isinstance(refused, ToolResultEntry)
+    assert refused.is_error
+    assert isinstance(planted, ToolResultEntry)
+    assert planted.structured_content == 0
+
+
+async def test_arguments_at_the_limit_reach_the_tool() -> None:
+    recorder = Recorder()
+    arguments = {"trees": [nested(LIMIT - 2)]}
+    agent = Agent("a", model=ScriptedModel([calling("plant", arguments), recorder]), tools=[plant])
+
+    record, _ = await run_turn(agent)
+
+    assert isinstance(record, Completed)
+    assert tool_result(recorder).structured_content == 1
 
 
 @attrs.frozen
@@ -328,3 +435,15 @@ def test_the_facade_refuses_a_message_too_deep_with_a_validation_error() -> None
     with pytest.raises(ValidationError) as raised:
         session.run([{"type": "text", "text": "hi", "meta": nested(DEEP)}])
     assert_refused_saying_where(raised.value, f"$[0].meta{TOO_DEEP_AT}")
+
+
+def test_the_facade_reports_arguments_too_deep_to_the_model() -> None:
+    recorder = Recorder()
+    agent = agentlib_sync.Agent(
+        "a",
+        model=agentlib_sync.ScriptedModel([calling("lookup", nested_text(DEEP)), recorder]),
+        tools=[lookup],
+    )
+    record = agent.start_session().run("go")
+    assert isinstance(record, Completed)
+    assert tool_result(recorder).is_error

@@ -26,7 +26,7 @@ from .._models._base import ModelRequest, ToolCallRequest
 from .._output import output_schema, parse_output
 from .._records import Completed, ErrorInfo, Failed, Interrupted, TurnState, UnknownOutcome
 from .._store._base import StepRow
-from .._tools import Tool
+from .._tools import Tool, arguments_problem
 from .._usage import Usage
 from ._core import PendingCallback, SessionCore, TurnCore, hidden_from_model, interrupted
 from ._handlers import invoke
@@ -301,23 +301,27 @@ async def _run_tools(
     the first call's entry."""
     session = turn.session
     agent = session.agent
-    calls = [
-        _Call(
-            entry=ToolCallEntry(
-                id=new_id(),
-                turn_id=turn.id,
-                name=request.name,
-                arguments=request.arguments,
-                tool_call_id=request.id or new_call_id(),
-                tool_kind=_kind(agent.tools_by_name.get(request.name)),
-                usage=usage if index == 0 else None,
-            ),
-            tool=agent.tools_by_name.get(request.name),
+    calls = []
+    for index, request in enumerate(requests):
+        # Arguments that are not JSON go back to the model, which may call again. The entry
+        # keeps text the model sent, but no other value that is not JSON.
+        problem = arguments_problem(request.arguments)
+        unread = problem is not None and not isinstance(request.arguments, str)
+        entry = ToolCallEntry(
+            id=new_id(),
+            turn_id=turn.id,
+            name=request.name,
+            arguments=None if unread else request.arguments,
+            tool_call_id=request.id or new_call_id(),
+            tool_kind=_kind(agent.tools_by_name.get(request.name)),
+            usage=usage if index == 0 else None,
         )
-        for index, request in enumerate(requests)
-    ]
-    if agent.hooks:
-        await _each(calls, functools.partial(_run_hooks, turn))
+        calls.append(
+            _Call(entry=entry, tool=agent.tools_by_name.get(request.name), refusal=problem)
+        )
+    hooked = [call for call in calls if call.refusal is None]  # a refused call never runs
+    if agent.hooks and hooked:
+        await _each(hooked, functools.partial(_run_hooks, turn))
     for call in calls:
         session.add_entry(call.entry)
         turn.tool_calls.append(call.entry)

@@ -9,7 +9,7 @@ import attrs
 
 from .._content import _to_tuple
 from .._entries import Entry
-from .._json import check_json
+from .._json import TOO_DEEP, nesting_problem, unchecked
 from .._usage import Usage
 
 __all__ = ["Model", "ModelReply", "ModelRequest", "TextSink", "ToolCallRequest", "ToolSchema"]
@@ -18,6 +18,7 @@ __all__ = ["Model", "ModelReply", "ModelRequest", "TextSink", "ToolCallRequest",
 TextSink = Callable[[str], Awaitable[None]]
 
 
+@unchecked
 @attrs.frozen(kw_only=True)
 class ToolSchema:
     """A tool as the model sees it: the ``function`` object of a chat-completions request.
@@ -33,6 +34,7 @@ class ToolSchema:
     parameters: Mapping[str, Any] = attrs.field(factory=dict)
 
 
+@unchecked
 @attrs.frozen(kw_only=True)
 class ModelRequest:
     """What the engine asks a model for: the next reply of the conversation.
@@ -59,22 +61,35 @@ class ModelRequest:
     )
 
 
+def _arguments_repr(arguments: Any) -> str:
+    # A repr recurses as deep as the value goes.
+    if nesting_problem(arguments) is not None:
+        return f"<{type(arguments).__name__} {TOO_DEEP}>"
+    return repr(arguments)
+
+
+@unchecked
 @attrs.frozen(kw_only=True)
 class ToolCallRequest:
     """A tool call the model asks for.
 
+    Arguments that are not a JSON object are not refused here: the engine tells the model
+    what is wrong with them, in the call's error result, and the turn goes on.
+
     Attributes:
         name: The tool's full id.
-        arguments: The arguments, a JSON object.
+        arguments: The arguments, a JSON object. A model that received text it could not
+            read as JSON passes the text (a ``str``): the model is then told why.
         id: The call's id; None lets the engine make one.
     """
 
     __match_args__ = ("name", "arguments")
     name: str
-    arguments: Any = attrs.field(factory=dict, validator=check_json)
+    arguments: Any = attrs.field(factory=dict, repr=_arguments_repr)
     id: str | None = None
 
 
+@unchecked
 @attrs.frozen(kw_only=True)
 class ModelReply:
     """A model's reply: text, tool calls, or both.

@@ -42,6 +42,7 @@ from .._content import (
 )
 from .._entries import ContextMessage, Entry, MessageEntry, ToolCallEntry, ToolResultEntry
 from .._errors import ModelError
+from .._json import NotJson, read_json
 from .._usage import Usage
 from ._base import ModelReply, ModelRequest, TextSink, ToolCallRequest, ToolSchema
 
@@ -835,8 +836,8 @@ class _CallParts:
         arguments: Any = self.whole
         if arguments is None:
             try:
-                arguments = json.loads(self.arguments) if self.arguments.strip() else {}
-            except ValueError:  # the tool's checks tell the model its arguments are not JSON
+                arguments = read_json(self.arguments) if self.arguments.strip() else {}
+            except NotJson:  # the engine tells the model why its text is not JSON
                 arguments = self.arguments
         return ToolCallRequest(name=names.id_of(self.name), arguments=arguments, id=self.id)
 
