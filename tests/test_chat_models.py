@@ -1037,6 +1037,24 @@ async def test_arguments_sent_as_an_object_too_deep_are_bad_arguments(server: Se
     assert "the arguments are nested deeper than the limit of 100" in result.text
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_reply_nested_too_deeply_to_read_is_a_clear_model_error(
+    server: Server, stream: bool
+) -> None:
+    deep = ("[" * 100_000 + "]" * 100_000).encode()
+    if stream:
+        first = sse(delta(role="assistant", content="Let me check."), done=False).chunks or ()
+        event = b'data: {"id": "s1", "choices": ' + deep + b"}\n\n"
+        server.play(attrs.evolve(sse(), chunks=(*first, event, b"data: [DONE]\n\n")))
+    else:
+        server.play(Reply(body=reply_calling("@").body.replace(b'"@"', deep)))
+    agent = Agent("w", model=mistral(server, stream=stream), tools=[get_weather])
+    (record,) = await run(agent, "Paris?")
+    assert isinstance(record, Failed)
+    assert record.error.type == "ModelError"
+    assert "nested too deeply to read" in record.error.message
+
+
 async def test_a_call_left_without_a_result_gets_one_in_the_request(server: Server) -> None:
     """Chat endpoints refuse an assistant's tool call with no tool message after it: a call
     whose turn stopped before it finished is sent with a result that says so."""

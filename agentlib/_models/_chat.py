@@ -420,6 +420,12 @@ class ChatCompletionsModel:
                 status=status,
                 body=self._excerpt(text),
             ) from None
+        except RecursionError:  # the parser recurses once per level of the text
+            raise ModelError(
+                f"{self.provider} answered with a body nested too deeply to read",
+                status=status,
+                body=self._excerpt(text),
+            ) from None
 
     async def _streamed(
         self,
@@ -494,6 +500,11 @@ class ChatCompletionsModel:
                 f"{self.provider} streamed an event that is not JSON",
                 body=self._excerpt(data),
             ) from None
+        except RecursionError:  # the parser recurses once per level of the text
+            raise ModelError(
+                f"{self.provider} streamed an event nested too deeply to read",
+                body=self._excerpt(data),
+            ) from None
         if not isinstance(chunk, dict):
             raise ModelError(
                 f"{self.provider} streamed an event that is not a JSON object",
@@ -520,7 +531,7 @@ class ChatCompletionsModel:
             raise ModelError(
                 f"{self.provider} answered without a choice holding a message",
                 status=200,
-                body=self._excerpt(json.dumps(data)),
+                body=self._excerpt(_dumps_or_empty(data)),
             ) from None
         if choice.get("finish_reason") == "error":
             raise ModelError(f"{self.provider} stopped the reply with an error", status=200)
@@ -978,8 +989,15 @@ def _schema_name(schema: Mapping[str, Any]) -> str:
 def _json_or_none(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # the parser recurses once per level of the text
         return None
+
+
+def _dumps_or_empty(data: Any) -> str:
+    try:
+        return json.dumps(data)
+    except (ValueError, TypeError, RecursionError):  # as deep as the body it was read from
+        return ""
 
 
 def _error_details(data: Any) -> tuple[str | None, str | None]:
