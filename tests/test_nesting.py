@@ -255,6 +255,16 @@ def plant(trees: list[dict[str, Any]]) -> int:
     return len(trees)
 
 
+def grow(depth: int) -> Any:
+    """Grow a value ``depth`` levels deep."""
+    return tree(depth // 2) if depth <= LIMIT else nested(depth)
+
+
+def measure() -> Any:
+    """Measure something that cannot be measured."""
+    return {"value": math.nan}
+
+
 async def run_turn(agent: Agent) -> tuple[agentlib.TurnState[Any], Recorder]:
     async with agentlib.open_runtime():
         session = await agent.start_session()
@@ -349,6 +359,55 @@ async def test_arguments_at_the_limit_reach_the_tool() -> None:
 
     assert isinstance(record, Completed)
     assert tool_result(recorder).structured_content == 1
+
+
+@pytest.mark.parametrize(
+    ("depth", "told"),
+    [
+        (DEEP, "the tool returned a dict that is nested deeper than the limit of 100"),
+        (LIMIT + 2, "the tool returned a dict that is nested deeper than the limit of 100"),
+    ],
+)
+async def test_a_tool_value_too_deep_is_an_error_result_and_the_turn_goes_on(
+    depth: int, told: str
+) -> None:
+    recorder = Recorder()
+    agent = Agent(
+        "a", model=ScriptedModel([calling("grow", {"depth": depth}), recorder]), tools=[grow]
+    )
+
+    record, _ = await run_turn(agent)
+
+    assert isinstance(record, Completed)
+    result = tool_result(recorder)
+    assert result.is_error
+    assert told in result.text
+    assert SECRET not in result.text
+
+
+async def test_a_tool_value_at_the_limit_is_its_result() -> None:
+    recorder = Recorder()
+    agent = Agent(
+        "a", model=ScriptedModel([calling("grow", {"depth": LIMIT}), recorder]), tools=[grow]
+    )
+
+    record, _ = await run_turn(agent)
+
+    assert isinstance(record, Completed)
+    assert agentlib.structure(tool_result(recorder).structured_content, Tree) == tree(LIMIT // 2)
+
+
+async def test_a_tool_value_that_is_not_json_is_an_error_result_and_the_turn_goes_on() -> None:
+    recorder = Recorder()
+    agent = Agent("a", model=ScriptedModel([calling("measure"), recorder]), tools=[measure])
+
+    record, _ = await run_turn(agent)
+
+    assert isinstance(record, Completed)
+    result = tool_result(recorder)
+    assert result.is_error
+    assert "is not JSON: a non-finite number (NaN or infinity) is not JSON" in result.text
+    assert "@ $.value" in result.text
 
 
 @attrs.frozen

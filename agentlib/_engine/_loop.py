@@ -22,6 +22,7 @@ from .._events import EntryAdded, EntryDelta
 from .._history import new_id
 from .._hooks import DenyToolCall, ModifiedArguments, RequestApproval
 from .._inputs import read_input
+from .._json import TOO_DEEP, json_problem, nesting_problem
 from .._models._base import ModelRequest, ToolCallRequest
 from .._output import output_schema, parse_output
 from .._records import Completed, ErrorInfo, Failed, Interrupted, TurnState, UnknownOutcome
@@ -652,16 +653,23 @@ def _result_entry(call: ToolCallEntry, value: Any) -> ToolResultEntry:
     ):
         content = tuple(value)
     else:
-        try:
-            structured = unstructure(value)
-            text = json.dumps(structured)
-        except (TypeError, ValueError):
+        # What goes back to the model is JSON within the nesting limit, or an error saying why
+        # not; checked before the converter walks the value, recursively.
+        problem = nesting_problem(value)
+        if problem is None:
+            try:
+                structured = unstructure(value)
+            except (TypeError, ValueError):
+                structured = value  # what is not JSON in it is named below
+            problem = json_problem(structured)
+        if problem is not None:
+            what = f"is {TOO_DEEP}" if problem.too_deep else f"is not JSON: {problem.reason}"
             return _error_result(
                 call,
-                f"the tool returned a {type(value).__name__}, which has no JSON form; "
-                "return JSON values, attrs classes, dataclasses or content blocks",
+                f"the tool returned a {type(value).__name__} that {what}; return JSON values, "
+                f"attrs classes, dataclasses or content blocks @ ${problem.at}",
             )
-        content = (TextContentBlock(text=text),)
+        content = (TextContentBlock(text=json.dumps(structured)),)
     return attrs.evolve(
         _error_result(call, ""), content=content, structured_content=structured, is_error=False
     )
