@@ -16,7 +16,7 @@ from ._callbacks import Credentials
 from ._convert import CONVERTER, validation_error
 from ._errors import ClientToolAnswerError
 from ._inputs import Dependency, dependencies_of
-from ._json import TOO_DEEP, InvalidValue, NotJson, json_problem, read_json
+from ._json import TOO_DEEP, InvalidValue, NotJson, json_problem, nesting_problem, read_json
 from ._models._base import ToolSchema
 from ._schema import docstring_parameters, json_schema
 
@@ -107,10 +107,18 @@ class Tool:
         """A client tool's answer, checked against the stub's return type.
 
         Raises:
-            ClientToolAnswerError: The answer does not fit; the message names the type and
-                the field, never the value.
+            ClientToolAnswerError: The answer does not fit, or nests deeper than the limit
+                of 100 arrays and objects; the message names the type and the field, never
+                the value.
         """
         wanted = self.return_type
+        # Before anything walks the answer recursively (the converter does).
+        deep = nesting_problem(answer)
+        if deep is not None:
+            raise ClientToolAnswerError(
+                f"invalid answer for {self.name}: it is {TOO_DEEP}; answer with a flatter "
+                f"value @ ${deep.at}"
+            )
         if wanted is Any:
             value = answer
         else:

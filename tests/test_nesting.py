@@ -20,6 +20,8 @@ import agentlib
 import agentlib_sync
 from agentlib import (
     Agent,
+    Blocked,
+    ClientToolAnswerError,
     Completed,
     Failed,
     FunctionModel,
@@ -238,8 +240,77 @@ async def test_a_message_too_deep_is_a_validation_error_and_changes_nothing(how:
     assert record.output == "second"
 
 
+@agentlib.client_tool
+def pick() -> Any:
+    """Let the user pick."""
+    ...
+
+
+@agentlib.client_tool
+def pick_tree() -> Tree:
+    """Let the user draw a tree."""
+    ...
+
+
+def asking(name: str, then: Any = "done") -> Agent:
+    tools = [pick, pick_tree]
+    return Agent("a", model=ScriptedModel([calling(name), then]), tools=tools)
+
+
 def calling(name: str, arguments: Any = None) -> ModelReply:
     return ModelReply(tool_calls=[ToolCallRequest(name=name, arguments=arguments or {})])
+
+
+@pytest.mark.parametrize(
+    ("tool_name", "answer", "where"),
+    [
+        ("client.pick", nested(DEEP), f"${TOO_DEEP_AT}"),
+        ("client.pick_tree", tree(DEEP), "$.children[0].children[0]"),
+    ],
+    ids=["json", "class"],
+)
+async def test_a_client_tool_answer_too_deep_is_refused_and_the_call_stays_open(
+    tool_name: str, answer: object, where: str
+) -> None:
+    async with agentlib.open_runtime():
+        session = await asking(tool_name).start_session()
+        blocked = await session.run("go")
+        assert isinstance(blocked, Blocked)
+        turn = session.turn(blocked.turn_id)
+        with pytest.raises(ClientToolAnswerError) as raised:
+            await turn.answer(blocked.callbacks[0].id, answer)
+        still = await turn.get()
+        await session.cancel()
+    assert_refused_saying_where(raised.value, where)
+    assert isinstance(still, Blocked)
+    assert still.callbacks == blocked.callbacks
+
+
+async def test_a_client_tool_answer_at_the_limit_reaches_the_model() -> None:
+    recorder = Recorder()
+    async with agentlib.open_runtime():
+        session = await asking("client.pick_tree", recorder).start_session()
+        blocked = await session.run("go")
+        assert isinstance(blocked, Blocked)
+        await session.turn(blocked.turn_id).answer(blocked.callbacks[0].id, tree(LIMIT // 2))
+        record = await session.turn(blocked.turn_id).result()
+    assert isinstance(record, Completed)
+    result = recorder.requests[0].entries[-1]
+    assert isinstance(result, ToolResultEntry)
+    assert not result.is_error
+    assert agentlib.structure(result.structured_content, Tree) == tree(LIMIT // 2)
+
+
+async def test_an_on_client_tool_handler_answering_too_deep_raises_from_run() -> None:
+    async with agentlib.open_runtime():
+        session = await asking("client.pick").start_session(
+            on_client_tool=lambda call: nested(DEEP)
+        )
+        with pytest.raises(ClientToolAnswerError) as raised:
+            await session.run("go")
+        await session.cancel()
+    assert_refused_saying_where(raised.value, "$")
+    assert "the call stays open" in str(raised.value)
 
 
 # --- what models and tools give -----------------------------------------------------------
@@ -494,6 +565,18 @@ def test_the_facade_refuses_a_message_too_deep_with_a_validation_error() -> None
     with pytest.raises(ValidationError) as raised:
         session.run([{"type": "text", "text": "hi", "meta": nested(DEEP)}])
     assert_refused_saying_where(raised.value, f"$[0].meta{TOO_DEEP_AT}")
+
+
+def test_the_facade_refuses_a_client_tool_answer_too_deep() -> None:
+    agent = agentlib_sync.Agent(
+        "a", model=agentlib_sync.ScriptedModel([calling("client.pick"), "done"]), tools=[pick]
+    )
+    session = agent.start_session()
+    blocked = session.run("go")
+    assert isinstance(blocked, Blocked)
+    with pytest.raises(ClientToolAnswerError):
+        session.turn(blocked.turn_id).answer(blocked.callbacks[0].id, nested(DEEP))
+    session.cancel()
 
 
 def test_the_facade_reports_arguments_too_deep_to_the_model() -> None:
