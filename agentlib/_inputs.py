@@ -13,7 +13,7 @@ import cattrs
 from ._callbacks import Credentials
 from ._convert import CONVERTER, validation_error
 from ._errors import ValidationError
-from ._json import InvalidValue, json_problem
+from ._json import TOO_DEEP, InvalidValue, json_problem, nesting_problem
 
 if TYPE_CHECKING:
     from typing_extensions import dataclass_transform
@@ -161,9 +161,16 @@ def stored_inputs(inputs: Sequence[Any]) -> dict[str, Any]:
                 f"invalid inputs: two inputs have input_id {value.input_id!r} @ $[{index}]; "
                 "a session takes one value per input"
             )
+        # Only the field is named: deeper positions may be keys of the value's dicts.
+        for field in attrs.fields(typing.cast(Any, type(value))):
+            # Each field is one JSON value; checked before the converter walks it, recursively.
+            if nesting_problem(getattr(value, field.name)) is not None:
+                raise ValidationError(
+                    f"invalid inputs: field {field.name!r} of input {value.input_id!r} is "
+                    f"{TOO_DEEP}; inputs are stored as JSON: flatten it @ $[{index}]"
+                )
         raw = CONVERTER.unstructure(value)
         for field, item in raw.items():
-            # Only the field is named: deeper positions may be keys of the value's dicts.
             problem = json_problem(item)
             if problem is not None:
                 raise ValidationError(

@@ -595,6 +595,12 @@ CASES = [
     ),
     pytest.param(
         INPUTS,
+        [Tagged(tags={SECRET: deep()})],
+        ["invalid inputs", "field 'tags' of input 'tagged' is nested deeper", "$[0]"],
+        id="inputs-too-deep-under-secret-key",
+    ),
+    pytest.param(
+        INPUTS,
         [Tagged(tags={"blob": SECRET.encode()})],
         ["invalid inputs", "bytes", "not JSON", "$[0]"],
         id="inputs-bytes-secret",

@@ -27,6 +27,7 @@ from agentlib import (
     FunctionModel,
     ModelReply,
     ScriptedModel,
+    SessionInput,
     TextContentBlock,
     ToolCallEntry,
     ToolCallRequest,
@@ -238,6 +239,26 @@ async def test_a_message_too_deep_is_a_validation_error_and_changes_nothing(how:
     assert_refused_saying_where(raised.value, f"$[0].meta{TOO_DEEP_AT}")
     assert isinstance(record, Completed)
     assert record.output == "second"
+
+
+# --- session inputs and answers -----------------------------------------------------------
+
+
+class Notes(SessionInput):
+    input_id = "notes"
+    tags: Any
+
+
+async def test_a_session_input_too_deep_is_a_validation_error_naming_only_its_field() -> None:
+    async with agentlib.open_runtime() as runtime:
+        with pytest.raises(ValidationError) as raised:
+            await Agent("a", model=ScriptedModel([])).start_session(
+                inputs=[Notes(tags={SECRET: nested(DEEP)})]
+            )
+        assert runtime.sessions == {}
+    message = str(raised.value)
+    assert "field 'tags' of input 'notes' is nested deeper than the limit" in message
+    assert SECRET not in message
 
 
 @agentlib.client_tool
