@@ -123,7 +123,12 @@ class AllowApproval:
     """
 
     type: ClassVar[str] = "allow"
-    scope: Literal["once", "session"] = "once"
+    scope: Literal["once", "session"] = attrs.field(default="once")
+
+    @scope.validator
+    def _check_scope(self, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value not in ("once", "session"):  # an answer is stored: it must have a JSON form
+            raise InvalidValue('scope must be "once" or "session"')
 
 
 @attrs.frozen(kw_only=True)
@@ -135,7 +140,12 @@ class DenyApproval:
     """
 
     type: ClassVar[str] = "deny"
-    reason: str | None = None
+    reason: str | None = attrs.field(default=None)
+
+    @reason.validator
+    def _check_reason(self, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value is not None and not isinstance(value, str):  # the model reads it as text
+            raise InvalidValue(f"reason must be a string or None, not {type(value).__name__}")
 
 
 ApprovalAnswer = Union[AllowApproval, DenyApproval]

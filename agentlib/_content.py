@@ -46,6 +46,13 @@ def _check_timestamp(instance: object, attribute: attrs.Attribute[Any], value: s
         ) from None
 
 
+def _check_audience(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, tuple) or not all(isinstance(role, str) for role in value):
+        raise InvalidValue('audience must be a list of roles, such as ["user", "assistant"]')
+
+
 def _to_tuple(value: object) -> object:
     if isinstance(value, list):
         return tuple(value)
@@ -65,7 +72,9 @@ class ContentAnnotations:
         last_modified: When the block's content last changed, as an ISO 8601 timestamp.
     """
 
-    audience: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple)
+    audience: tuple[str, ...] | None = attrs.field(
+        default=None, converter=_to_tuple, validator=_check_audience
+    )
     priority: float | None = attrs.field(default=None, validator=_check_priority)
     last_modified: str | None = attrs.field(default=None, validator=_check_timestamp)
 

@@ -261,6 +261,22 @@ async def test_a_session_input_too_deep_is_a_validation_error_naming_only_its_fi
     assert SECRET not in message
 
 
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda value: agentlib.DenyApproval(reason=value),
+        lambda value: agentlib.AllowApproval(scope=value),
+        lambda value: agentlib.SignInAnswer(credentials={"notion": value}),
+        lambda value: agentlib.ContentAnnotations(audience=[value]),
+    ],
+    ids=["deny-reason", "allow-scope", "sign-in-credential", "annotations-audience"],
+)
+def test_an_answer_or_annotation_holding_a_nested_value_is_a_validation_error(build: Any) -> None:
+    with pytest.raises(ValidationError) as raised:
+        build(nested(DEEP))
+    assert SECRET not in str(raised.value)
+
+
 @agentlib.client_tool
 def pick() -> Any:
     """Let the user pick."""
