@@ -938,6 +938,8 @@ def test_a_model_string_naming_no_model_says_what_to_write(spec: str) -> None:
         ({"max_retries": -1}, "max_retries must be an int >= 0"),
         ({"api_key": ""}, "api_key must be a non-empty string"),
         ({"reset_tool_choice": "no"}, "reset_tool_choice must be True or False"),
+        ({"extra_body": {"seed": float("nan")}}, "extra_body must be a JSON object: a non-finite"),
+        ({"extra_body": {"a": json.loads(nested_text(150))}}, "it is nested deeper than the"),
     ],
 )
 def test_bad_arguments_are_refused(

@@ -42,7 +42,7 @@ from .._content import (
 )
 from .._entries import ContextMessage, Entry, MessageEntry, ToolCallEntry, ToolResultEntry
 from .._errors import ModelError
-from .._json import NotJson, read_json
+from .._json import TOO_DEEP, NotJson, json_problem, read_json
 from .._usage import Usage
 from ._base import ModelReply, ModelRequest, TextSink, ToolCallRequest, ToolSchema
 
@@ -130,10 +130,7 @@ class ChatCompletionsModel:
         if not isinstance(reset_tool_choice, bool):
             raise ValueError("reset_tool_choice must be True or False")
         if extra_body is not None:
-            try:
-                json.dumps(dict(extra_body))
-            except (TypeError, ValueError) as error:
-                raise ValueError(f"extra_body must be a JSON object: {error}") from None
+            _check_extra_body(extra_body)
         self.model = model
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
@@ -998,6 +995,19 @@ def _dumps_or_empty(data: Any) -> str:
         return json.dumps(data)
     except (ValueError, TypeError, RecursionError):  # as deep as the body it was read from
         return ""
+
+
+def _check_extra_body(extra_body: Mapping[str, Any]) -> None:
+    try:
+        body = dict(extra_body)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"extra_body must be a JSON object, not {type(extra_body).__name__}"
+        ) from None
+    problem = json_problem(body)
+    if problem is not None:
+        reason = f"it is {TOO_DEEP}" if problem.too_deep else problem.reason
+        raise ValueError(f"extra_body must be a JSON object: {reason} @ ${problem.at}")
 
 
 def _error_details(data: Any) -> tuple[str | None, str | None]:
