@@ -8,13 +8,20 @@ the value; a value at the limit goes through every path, to a store and back.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
+import httpx
 import pytest
+import trio
 from _support import Recorder
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 import agentlib
 import agentlib_sync
@@ -626,3 +633,361 @@ def test_the_facade_reports_arguments_too_deep_to_the_model() -> None:
     record = agent.start_session().run("go")
     assert isinstance(record, Completed)
     assert tool_result(recorder).is_error
+
+
+# --- any value, anywhere ------------------------------------------------------------------
+#
+# Random values, wide and deep, with leaves that are not JSON, go into every entry point, in
+# both APIs: each call succeeds or raises its documented error; a model's or a tool's value
+# becomes an error result and the turn goes on. Never a RecursionError.
+
+FUZZ = settings(
+    max_examples=12,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+keys = st.text(max_size=4)
+json_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6)
+)
+odd_leaves = (
+    st.sampled_from([math.nan, math.inf, -math.inf])
+    | st.binary(max_size=3)
+    | st.frozensets(st.integers(), max_size=2)
+    | st.builds(object)
+)
+wide = st.recursive(
+    json_leaves | odd_leaves,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(keys, children, max_size=4)
+        | st.tuples(children, children)
+    ),
+    max_leaves=16,
+)
+depths = st.sampled_from([0, LIMIT, LIMIT + 1, DEEP]) | st.integers(0, 2 * LIMIT)
+
+
+class Drawn:
+    """A drawn value, shown by its shape: printing a deep value recurses, and hypothesis
+    prints its examples (an attrs class, field by field)."""
+
+    def __init__(self, value: Any, shape: str) -> None:
+        self.value = value
+        self.shape = shape
+
+    def __repr__(self) -> str:
+        return self.shape
+
+
+@st.composite
+def values(draw: st.DrawFn) -> Drawn:
+    """A wide value in a random number of lists, tuples and dicts, maybe beside another."""
+    value = inner = draw(wide)
+    shapes = draw(st.lists(st.sampled_from(["list", "tuple", "dict"]), min_size=1, max_size=3))
+    key = draw(keys)
+    levels = draw(depths)
+    for level in range(levels):
+        shape = shapes[level % len(shapes)]
+        value = {key: value} if shape == "dict" else [value] if shape == "list" else (value,)
+    shape = f"{levels} levels of {'/'.join(shapes)} (key {key!r}) around {inner!r:.200}"
+    if draw(st.booleans()):
+        beside = draw(wide)
+        value = {key: value, "beside": beside}
+        shape = f"{{{key!r}: {shape}, 'beside': {beside!r:.200}}}"
+    return Drawn(value, shape)
+
+
+@st.composite
+def texts(draw: st.DrawFn) -> str:
+    """JSON text, or nearly: it may hold NaN and Infinity, be cut short, and nest as deep as
+    :func:`values` do."""
+    inner = draw(
+        st.recursive(
+            json_leaves | st.floats(),
+            lambda children: (
+                st.lists(children, max_size=4) | st.dictionaries(keys, children, max_size=4)
+            ),
+            max_leaves=16,
+        )
+    )
+    levels = draw(depths)
+    text = "[" * levels + json.dumps(inner) + "]" * levels
+    if draw(st.booleans()):
+        text = text[: draw(st.integers(0, len(text)))]
+    return text
+
+
+def accepted(call: Callable[[], Any], *documented: type[Exception]) -> Any:
+    """``call()``, or None when it raised one of the ``documented`` errors."""
+    try:
+        return call()
+    except documented as error:
+        refusal = error
+    assert "Traceback" not in str(refusal)
+    return None
+
+
+@agentlib.tool
+def echo(value: Any) -> Any:
+    """Return a value."""
+    return value
+
+
+@agentlib.client_tool
+def ask_anything() -> Any:
+    """Ask the user for anything."""
+    ...
+
+
+class Anything(SessionInput):
+    input_id = "anything"
+    value: Any
+
+
+def fuzz_agent(*steps: Any, **options: Any) -> Agent:
+    return Agent("fuzz", model=ScriptedModel(steps), tools=[echo, ask_anything], **options)
+
+
+def in_a_session(
+    agent: Agent, then: Callable[[agentlib.Session], Awaitable[None]], **start: Any
+) -> None:
+    """Start a session (a refused start ends here), then ``then`` with it."""
+
+    async def main() -> None:
+        async with agentlib.open_runtime():
+            try:
+                session = await agent.start_session(**start)
+            except ValidationError:
+                return
+            await then(session)
+            await session.cancel()
+
+    trio.run(main)
+
+
+async def goes_on(session: agentlib.Session) -> None:
+    record = await session.run("go")
+    assert isinstance(record, Completed), record
+
+
+async def starts(session: agentlib.Session) -> None:
+    pass
+
+
+def history_items(value: Any) -> list[Any]:
+    text = {"type": "text", "text": "hi", "meta": value}
+    return [
+        {"type": "message", "role": "user", "content": [text]},
+        {"type": "tool_call", "tool_call_id": "c1", "name": "echo", "arguments": value},
+        {"type": "tool_result", "tool_call_id": "c1", "result": value, "annotations": value},
+        {"type": "snapshot", "task_name": "t", "snapshot_type": "s", "value": value},
+    ]
+
+
+def send_messages(content: Any) -> None:
+    """Each way to send a message: each refuses it, or takes it."""
+
+    async def send(session: agentlib.Session) -> None:
+        first = await session.run("hi")
+        steer = session.turn(first.turn_id).steer
+        for how in (steer, session.send_message, session.start_turn, session.run):
+            with contextlib.suppress(ValidationError):
+                await how(content)
+
+    in_a_session(fuzz_agent(*"abcde"), send)
+
+
+def answer_client_tool(value: Any) -> None:
+    async def answer(session: agentlib.Session) -> None:
+        blocked = await session.run("go")
+        assert isinstance(blocked, Blocked)
+        turn = session.turn(blocked.turn_id)
+        try:
+            await turn.answer(blocked.callbacks[0].id, value)
+        except ClientToolAnswerError:
+            return
+        assert isinstance(await turn.result(), Completed)
+
+    in_a_session(fuzz_agent(calling("client.ask_anything"), "done"), answer)
+
+
+def handle_client_tool(value: Any) -> None:
+    async def run(session: agentlib.Session) -> None:
+        with contextlib.suppress(ClientToolAnswerError):
+            await goes_on(session)
+
+    agent = fuzz_agent(calling("client.ask_anything"), "done")
+    in_a_session(agent, run, on_client_tool=lambda call: value)
+
+
+def rewrite_arguments(value: Any) -> None:
+    @agentlib.pre_tool_call
+    def rewrite(call: ToolCallEntry) -> agentlib.ModifiedArguments:
+        return agentlib.ModifiedArguments({"value": value})
+
+    in_a_session(fuzz_agent(calling("echo", {"value": 1}), "done", hooks=[rewrite]), goes_on)
+
+
+def return_from_a_tool(value: Any) -> None:
+    give = agentlib.tool(lambda: value, name="give", description="Give a value.")
+    agent = Agent("fuzz", model=ScriptedModel([calling("give"), "done"]), tools=[give])
+    in_a_session(agent, goes_on)
+
+
+def chat_model_calls_echo(text: str, *, stream: bool) -> None:
+    """A chat endpoint calls echo with ``text`` as the arguments' text, then answers."""
+    messages = [
+        {
+            "content": None,
+            "tool_calls": [{"id": "c1", "function": {"name": "echo", "arguments": text}}],
+        },
+        {"content": "done"},
+    ]
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        message = messages.pop(0)
+        finish = "tool_calls" if "tool_calls" in message else "stop"
+        if not stream:
+            body = {"choices": [{"message": message, "finish_reason": finish}]}
+            return httpx.Response(200, json=body)
+        chunk = {"choices": [{"index": 0, "delta": message, "finish_reason": finish}]}
+        events = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n"
+        return httpx.Response(200, text=events, headers={"content-type": "text/event-stream"})
+
+    async def main() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(respond)) as client:
+            model = agentlib.MistralModel("m", api_key="k", http_client=client, stream=stream)
+            async with agentlib.open_runtime():
+                session = await Agent("fuzz", model=model, tools=[echo]).start_session()
+                await goes_on(session)
+
+    trio.run(main)
+
+
+def answer_for_an_output_type(text: str) -> None:
+    async def run(session: agentlib.Session) -> None:
+        record = await session.run("go")
+        assert isinstance(record, Completed | Failed), record
+        assert isinstance(record, Completed) or record.error.type == "ValidationError"
+
+    in_a_session(fuzz_agent(text, output_type=Box), run)
+
+
+def through_the_facade(value: Any) -> None:
+    """The blocking facade's entry points, one after the other."""
+    model = agentlib_sync.ScriptedModel([calling("echo", value), calling("client.ask_anything")])
+    agent = agentlib_sync.Agent("fuzz", model=model, tools=[echo, ask_anything])
+    accepted(lambda: agent.start_session(history=history_items(value)), ValidationError)
+    accepted(lambda: agent.start_session(inputs=[Anything(value=value)]), ValidationError)
+    session = agent.start_session()
+    blocked = session.run("go")
+    assert isinstance(blocked, Blocked), blocked
+    turn = session.turn(blocked.turn_id)
+    accepted(lambda: turn.answer(blocked.callbacks[0].id, value), ClientToolAnswerError)
+    content = [{"type": "text", "text": "hi", "meta": value}]
+    accepted(lambda: turn.steer(content), ValidationError)
+    accepted(lambda: agentlib_sync.structure(value, Tree), ValidationError)
+    accepted(lambda: agentlib_sync.unstructure(value), ValidationError)
+    session.cancel()
+
+
+def refused(build: Callable[[Any], Any], *documented: type[Exception]) -> Callable[[Any], Any]:
+    return lambda value: accepted(lambda: build(value), *documented)
+
+
+#: Each entry point, as a function of the value it is given; it raises nothing but what is
+#: documented for it.
+VALUE_ENTRY_POINTS: dict[str, Callable[[Any], Any]] = {
+    **{f"new-{name}": refused(build, ValidationError) for name, build in FIELDS.items()},
+    "deny-approval": refused(lambda value: agentlib.DenyApproval(reason=value), ValidationError),
+    "sign-in-answer": refused(
+        lambda value: agentlib.SignInAnswer(credentials={"notion": value}), ValidationError
+    ),
+    "structure-block": refused(
+        lambda value: agentlib.structure(value, agentlib.ContentBlock), ValidationError
+    ),
+    "structure-block-meta": refused(
+        lambda value: agentlib.structure(
+            {"type": "text", "text": "hi", "meta": value}, agentlib.ContentBlock
+        ),
+        ValidationError,
+    ),
+    "structure-unknown-block": refused(
+        lambda value: agentlib.structure({"type": "video", "frames": value}, agentlib.ContentBlock),
+        ValidationError,
+    ),
+    "structure-entry": refused(
+        lambda value: agentlib.structure(value, agentlib.Entry), ValidationError
+    ),
+    "structure-your-class": refused(lambda value: agentlib.structure(value, Tree), ValidationError),
+    "structure-list": refused(lambda value: agentlib.structure(value, list[Any]), ValidationError),
+    "unstructure": refused(agentlib.unstructure, ValidationError),
+    "parse-history": refused(
+        lambda value: agentlib.parse_history(history_items(value)), ValidationError
+    ),
+    "start-session-history": lambda value: in_a_session(
+        fuzz_agent(), starts, history=history_items(value)
+    ),
+    "start-session-inputs": lambda value: in_a_session(
+        fuzz_agent(), starts, inputs=[Anything(value=value)]
+    ),
+    "send-a-block-dict": lambda value: send_messages(
+        [{"type": "text", "text": "hi", "meta": value}]
+    ),
+    "send-anything": send_messages,
+    "model-arguments": lambda value: in_a_session(
+        fuzz_agent(calling("echo", value), "done"), goes_on
+    ),
+    "model-argument": lambda value: in_a_session(
+        fuzz_agent(calling("echo", {"value": value}), "done"), goes_on
+    ),
+    "tool-value": return_from_a_tool,
+    "client-tool-answer": answer_client_tool,
+    "client-tool-handler": handle_client_tool,
+    "hook-modified-arguments": rewrite_arguments,
+    "facade": through_the_facade,
+}
+
+#: The same for entry points that take text.
+TEXT_ENTRY_POINTS: dict[str, Callable[[str], Any]] = {
+    "model-arguments-text": lambda text: in_a_session(
+        fuzz_agent(calling("echo", text), "done"), goes_on
+    ),
+    "chat-model-whole": functools.partial(chat_model_calls_echo, stream=False),
+    "chat-model-streamed": functools.partial(chat_model_calls_echo, stream=True),
+    "output-type-answer": answer_for_an_output_type,
+}
+
+
+@pytest.mark.parametrize("enter", VALUE_ENTRY_POINTS.values(), ids=VALUE_ENTRY_POINTS.keys())
+@FUZZ
+@given(drawn=values())
+@example(drawn=Drawn(nested(DEEP), "nested(DEEP)"))
+@example(drawn=Drawn(nested(LIMIT + 1), "nested(LIMIT + 1)"))
+@example(drawn=Drawn(tree(DEEP), "tree(DEEP)"))
+@example(drawn=Drawn({"value": [math.nan, math.inf]}, "NaN and infinity"))
+def test_any_value_anywhere_raises_only_the_documented_error(
+    enter: Callable[[Any], Any], drawn: Drawn
+) -> None:
+    enter(drawn.value)
+
+
+@pytest.mark.parametrize("enter", TEXT_ENTRY_POINTS.values(), ids=TEXT_ENTRY_POINTS.keys())
+@FUZZ
+@given(text=texts())
+@example(text=nested_text(DEEP))
+@example(text=nested_text(DEEP)[:-10])
+@example(text=nested_text(LIMIT + 1))
+@example(text='{"value": [NaN, -Infinity, 1e999]}')
+def test_any_text_a_model_gives_is_an_error_result_or_a_failed_turn_never_a_crash(
+    enter: Callable[[str], Any], text: str
+) -> None:
+    enter(text)
