@@ -18,9 +18,9 @@ The tests import the agents and :func:`message_for` from here to check the file.
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,12 +37,9 @@ from agentlib import (
     Running,
     ScriptedModel,
     ToolCallRequest,
+    ToolResultEntry,
 )
 from agentlib._store._base import Op, SessionRow, StoredSession, TurnRow
-
-#: How long a worker's leases last. The next process takes them over with a clock hours
-#: ahead (``offset``), so nobody waits for them to expire.
-LEASE_SECONDS = 2.0
 
 #: Set in the worker process only: there, ``hold`` says "ready" and never returns.
 _IN_WORKER = False
@@ -111,8 +108,67 @@ DELEGATOR = Agent(
     subagents=[HELPER],
 )
 
+
+def _note_run(name: str) -> None:
+    """Append ``name`` to the file of tool runs (``RUNS``), on disk before the tool goes on."""
+    with open(RUNS, "a") as runs:
+        runs.write(name + "\n")
+        runs.flush()
+        os.fsync(runs.fileno())
+
+
+#: The file where ``erase`` and ``index`` note each of their runs (set by the scenario).
+RUNS = ""
+#: Set once ``index`` runs, in the worker.
+_INDEXING: list[trio.Event] = []
+
+
+@agentlib.tool(requires_approval=True)
+def erase(path: str) -> str:
+    """Erase a file (once approved)."""
+    _note_run("erase")
+    return f"erased {path}"
+
+
+async def index(path: str) -> str:
+    """Index a folder (slowly: in the worker, until the process dies)."""
+    _note_run("index")
+    if _IN_WORKER:
+        _INDEXING[0].set()
+        await trio.sleep_forever()
+    return f"indexed {path}"
+
+
+def _report(request: ModelRequest) -> str:
+    """The answer: each result the model saw, one a line."""
+    return "\n".join(
+        f"{entry.name}: {'error: ' if entry.is_error else ''}{entry.text}"
+        for entry in request.entries
+        if isinstance(entry, ToolResultEntry)
+    )
+
+
+#: One model reply calls ``erase`` (which needs an approval) and ``index`` at once; then the
+#: agent reports the results it saw.
+SIBLINGS = Agent(
+    "siblings",
+    instructions="Erase and index.",
+    model=ScriptedModel(
+        [
+            ModelReply(
+                tool_calls=[
+                    ToolCallRequest(name="erase", arguments={"path": "/old"}),
+                    ToolCallRequest(name="index", arguments={"path": "/docs"}),
+                ]
+            ),
+            _report,
+        ]
+    ),
+    tools=[erase, index],
+)
+
 #: The root agents, by name.
-AGENTS = {agent.name: agent for agent in (AGENT, DELEGATOR)}
+AGENTS = {agent.name: agent for agent in (AGENT, DELEGATOR, SIBLINGS)}
 
 
 def message_for(key: str) -> str:
@@ -221,7 +277,7 @@ async def random_work(config: dict[str, Any], store: agentlib.Store) -> None:
     for session_id, key in config["retry_turns"]:
         retry_turns.setdefault(session_id, []).append(key)
     async with (
-        agentlib.open_runtime(store, lease_seconds=LEASE_SECONDS),
+        agentlib.open_runtime(store),
         trio.open_nursery() as nursery,
     ):
 
@@ -259,7 +315,7 @@ def _ends_a_turn(op: Op) -> bool:
 async def turn_read_while_its_end_commits(path: str) -> None:
     """A turn's end is being committed (forever) when its record is read with get()."""
     store = HangingStore(agentlib.SQLiteStore(path), _ends_a_turn)
-    async with agentlib.open_runtime(store, lease_seconds=LEASE_SECONDS):
+    async with agentlib.open_runtime(store):
         session = await AGENT.start_session()
         say("ack", "session", session.id, "-")
         turn = await session.start_turn(message_for("k"), idempotency_key="k")
@@ -277,7 +333,7 @@ async def session_key_retried_while_it_commits(path: str) -> None:
     """start_session(idempotency_key=K) is retried while the first call's session is being
     committed (forever)."""
     store = HangingStore(agentlib.SQLiteStore(path), lambda op: isinstance(op, SessionRow))
-    async with agentlib.open_runtime(store, lease_seconds=LEASE_SECONDS):
+    async with agentlib.open_runtime(store):
 
         async def start() -> None:
             say("try", "session", "only-once")
@@ -295,7 +351,7 @@ async def session_key_retried_while_it_commits(path: str) -> None:
 
 async def subagent_running_a_tool(path: str) -> None:
     """A turn delegates to a subagent, whose turn runs a tool (``hold`` says "ready")."""
-    async with agentlib.open_runtime(f"sqlite:///{path}", lease_seconds=LEASE_SECONDS):
+    async with agentlib.open_runtime(f"sqlite:///{path}"):
         session = await DELEGATOR.start_session()
         say("ack", "session", session.id, "-")
         turn = await session.start_turn(message_for("k"), idempotency_key="k")
@@ -304,10 +360,31 @@ async def subagent_running_a_tool(path: str) -> None:
         await trio.sleep_forever()
 
 
+async def blocked_beside_a_running_sibling(path: str) -> None:
+    """A model reply calls ``erase``, which waits on an approval, and ``index``, which runs
+    until the process dies: the turn's Blocked record is acknowledged while ``index`` runs."""
+    global RUNS
+    RUNS = path + ".runs"
+    _INDEXING.append(trio.Event())
+    async with agentlib.open_runtime(f"sqlite:///{path}"):
+        session = await SIBLINGS.start_session()
+        say("ack", "session", session.id, "-")
+        turn = await session.start_turn(message_for("k"), idempotency_key="k")
+        assert not isinstance(turn, Busy)
+        say("ack", "turn", session.id, turn.id, "k")
+        record = await turn.result()
+        assert isinstance(record, agentlib.Blocked), record
+        ack_record(turn, record)
+        await _INDEXING[0].wait()
+        say("ready")
+        await trio.sleep_forever()
+
+
 SCENARIOS = {
     "turn_read_while_its_end_commits": turn_read_while_its_end_commits,
     "session_key_retried_while_it_commits": session_key_retried_while_it_commits,
     "subagent_running_a_tool": subagent_running_a_tool,
+    "blocked_beside_a_running_sibling": blocked_beside_a_running_sibling,
 }
 
 
@@ -315,10 +392,9 @@ def main() -> None:
     """Run until killed.
 
     CONFIG holds ``path`` (the SQLite file) and either ``scenario`` (a name in
-    :data:`SCENARIOS`) or, for random work: ``offset`` (seconds added to the lease clock),
-    ``seed``, ``round``, ``resume`` (session ids to go on with), ``retry_turns`` ([session
-    id, key] pairs to retry first), ``retry_sessions`` (session keys to retry) and
-    ``new_sessions`` (how many to start).
+    :data:`SCENARIOS`) or, for random work: ``seed``, ``round``, ``resume`` (session ids to
+    go on with), ``retry_turns`` ([session id, key] pairs to retry first),
+    ``retry_sessions`` (session keys to retry) and ``new_sessions`` (how many to start).
     """
     global _IN_WORKER
     _IN_WORKER = True
@@ -326,9 +402,7 @@ def main() -> None:
     if "scenario" in config:
         trio.run(SCENARIOS[config["scenario"]], config["path"])
         return
-    offset = config["offset"]
-    store = agentlib.SQLiteStore(config["path"], clock=lambda: time.time() + offset)
-    trio.run(random_work, config, store)
+    trio.run(random_work, config, agentlib.SQLiteStore(config["path"]))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ survives.
 The worker (``_crash_worker.py``) prints a line for every operation acknowledged to it: a
 started session, a started turn, an event a reader saw, a turn's record. After each kill the
 file is read as the worker left it; at the end a runtime in this process reopens every
-session. Leases need no waiting: each process reads the lease clock an hour further on.
+session. Leases need no waiting: each process (this one included) takes the leases of the
+killed one at once, as they are held by a process of this host that no longer exists.
 
 ``CRASH_SEED=<n>`` replays the kill points of a run (each run prints its seed).
 """
@@ -27,7 +28,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import _crash_worker
 import attrs
+import pytest
 import trio
 from _crash_worker import AGENTS, message_for
 
@@ -36,7 +39,6 @@ from agentlib import Completed, Turn, TurnEnded, TurnNotFoundError, UnknownOutco
 
 WORKER = Path(__file__).with_name("_crash_worker.py")
 ROUNDS = 15
-HOUR = 3600.0
 #: The longest a worker may take to print what the test waits for (real seconds): only a
 #: worker that hangs reaches it, even on a busy machine.
 WORKER_TIMEOUT = 60.0
@@ -63,6 +65,8 @@ class Acks:
     turn_keys: dict[tuple[str, str], str] = attrs.field(factory=dict)  # (session, key) -> turn
     events: dict[tuple[str, int], str] = attrs.field(factory=dict)  # (session, seq) -> type
     records: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
+    #: Turns acknowledged as Blocked (their last such record), which must stay so.
+    blocked: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
     tried_turns: dict[tuple[str, str], None] = attrs.field(factory=dict)  # in order
     tried_sessions: set[str] = attrs.field(factory=set)
     #: Keys tried but unacknowledged, whose turn was in the file after the crash.
@@ -107,7 +111,11 @@ class Acks:
                 assert event_id.rpartition(":")[0] == session_id
                 self.events[session_id, int(event_id.rpartition(":")[2])] = kind
             case ["ack", "record", session_id, turn_id, data]:
-                self.records[session_id, turn_id] = without_cursor(json.loads(data))
+                record = without_cursor(json.loads(data))
+                if record["type"] == "blocked":
+                    self.blocked[session_id, turn_id] = record
+                else:
+                    self.records[session_id, turn_id] = record
             case _:
                 raise AssertionError(f"the worker printed an unexpected line: {line!r}")
         if words[0] == "ack":
@@ -213,6 +221,12 @@ def check_file(path: Path, acks: Acks, *, all_ended: bool = False) -> dict[tuple
     steps: dict[tuple[str, str], str | None] = {}
     with contextlib.closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        still_open = {
+            callback_id
+            for (callback_id,) in db.execute(
+                "SELECT callback_id FROM callbacks WHERE state = 'open'"
+            )
+        }
         sessions = dict(db.execute("SELECT session_id, idempotency_key FROM sessions"))
         keys = {
             (session_id, key): turn_id
@@ -251,7 +265,17 @@ def check_file(path: Path, acks: Acks, *, all_ended: bool = False) -> dict[tuple
                 )
             ]
             assert indexes == list(range(len(indexes))), f"session {session_id}'s history is torn"
-    return {turn: _expected_after_crash(turn, steps) for turn in steps}
+    expected = {turn: _expected_after_crash(turn, steps, still_open) for turn in steps}
+    for turn, record in acks.blocked.items():
+        if turn in acks.records:
+            continue  # it ended since, as acknowledged
+        assert expected.get(turn) == "resumable", (
+            f"turn {turn[1]} of session {turn[0]} was acknowledged as Blocked, yet the file "
+            f"left it {expected.get(turn, 'ended')}"
+        )
+        for callback in record["callbacks"]:
+            assert callback["id"] in still_open, f"{turn}: callback {callback['id']} closed"
+    return expected
 
 
 _CARRIED = {"turn_started": "message", "entry_added": "entry", "entry_completed": "entry"}
@@ -333,22 +357,44 @@ def _check_log(
     return unended
 
 
-def _expected_after_crash(turn: tuple[str, str], steps: dict[tuple[str, str], str | None]) -> str:
-    """What an unended turn must read once reopened: UnknownOutcome if something ran when
-    its process died (a model step, a tool, a subagent's turn that did); else it may go on
-    from its tool step, which waits on nothing that ran."""
+def _expected_after_crash(
+    turn: tuple[str, str], steps: dict[tuple[str, str], str | None], still_open: set[str]
+) -> str:
+    """What an unended turn must read once reopened: it goes on from its tool step if a
+    call waits on an open callback (at any depth: then it was Blocked, and stays so), or if
+    nothing of the step ran when its process died; else UnknownOutcome (a model step, a
+    tool, a subagent's turn that did)."""
     step = steps[turn]
     if step is None:
         return "unknown"  # a model step, or the turn's start
+    ran = waits = False
     for call in json.loads(step)["calls"]:
-        if call["state"] == "running" or (call["state"] == "done" and call["result"] is None):
-            return "unknown"
         child = (call["child"][0], call["child"][1]) if call["child"] else None
-        if call["state"] == "delegated" and child in steps:
+        if call["state"] == "waiting" and call["callback"] in still_open:
+            waits = True
+        elif call["state"] == "running" or (call["state"] == "done" and call["result"] is None):
+            ran = True
+        elif call["state"] == "delegated" and child in steps:
             assert child is not None
-            if _expected_after_crash(child, steps) == "unknown":
-                return "unknown"
-    return "resumable"
+            ran |= _expected_after_crash(child, steps, still_open) == "unknown"
+            waits |= _waits(child, steps, still_open)
+    return "unknown" if ran and not waits else "resumable"
+
+
+def _waits(
+    turn: tuple[str, str], steps: dict[tuple[str, str], str | None], still_open: set[str]
+) -> bool:
+    """Whether the turn's step waits on an open callback, at any depth below."""
+    step = steps.get(turn)
+    if step is None:
+        return False
+    for call in json.loads(step)["calls"]:
+        child = (call["child"][0], call["child"][1]) if call["child"] else None
+        if call["state"] == "waiting" and call["callback"] in still_open:
+            return True
+        if call["state"] == "delegated" and child in steps and _waits(child, steps, still_open):
+            return True
+    return False
 
 
 # -- the sessions reopened in a new runtime ----------------------------------------------------
@@ -366,13 +412,11 @@ async def _tree(session: agentlib.Session) -> dict[str, agentlib.Session]:
     return tree
 
 
-async def reopen_and_check(
-    path: Path, acks: Acks, crashed: dict[tuple[str, str], str], offset: float
-) -> int:
+async def reopen_and_check(path: Path, acks: Acks, crashed: dict[tuple[str, str], str]) -> int:
     """Reopen every session in a new runtime and check it; return how many of the turns cut
     by a crash read UnknownOutcome."""
     unknown = 0
-    store = agentlib.SQLiteStore(str(path), clock=lambda: time.time() + offset)
+    store = agentlib.SQLiteStore(str(path))
     with contextlib.closing(sqlite3.connect(path)) as db:
         roots = db.execute(
             "SELECT session_id, agent FROM sessions WHERE parent_id IS NULL"
@@ -471,7 +515,6 @@ def _round_config(number: int, rng: random.Random, acks: Acks, path: Path) -> di
     resume.update(rng.sample(known, min(len(known), rng.randint(0, 3))))
     return {
         "path": str(path),
-        "offset": number * HOUR,  # past the leases of every worker before
         "seed": rng.randrange(2**32),
         "round": number,
         "resume": sorted(resume),
@@ -518,7 +561,7 @@ def test_acknowledged_work_survives_sigkill_at_random_points(tmp_path: Path) -> 
         )
     assert acks.turns, "no worker acknowledged a turn"
     assert "unknown" in crashed.values(), "no turn was running when a worker was killed"
-    unknown = trio.run(reopen_and_check, path, acks, crashed, (ROUNDS + 1) * HOUR)
+    unknown = trio.run(reopen_and_check, path, acks, crashed)
     assert unknown >= 1
     check_file(path, acks, all_ended=True)
 
@@ -545,7 +588,7 @@ def test_a_record_read_with_get_survives_a_crash(tmp_path: Path) -> None:
     path, acks = crash_scenario(tmp_path, "turn_read_while_its_end_commits")
     crashed = check_file(path, acks)
     assert list(crashed.values()) == ["unknown"]
-    assert trio.run(reopen_and_check, path, acks, crashed, HOUR) == 1
+    assert trio.run(reopen_and_check, path, acks, crashed) == 1
 
 
 def test_a_session_a_retried_key_returned_survives_a_crash(tmp_path: Path) -> None:
@@ -553,7 +596,7 @@ def test_a_session_a_retried_key_returned_survives_a_crash(tmp_path: Path) -> No
     # session to be committed: the retry must not return that session before it is stored.
     path, acks = crash_scenario(tmp_path, "session_key_retried_while_it_commits")
     check_file(path, acks)
-    trio.run(reopen_and_check, path, acks, {}, HOUR)
+    trio.run(reopen_and_check, path, acks, {})
 
 
 def test_a_turn_whose_subagent_ran_a_tool_reads_unknown_outcome_after_a_crash(
@@ -566,4 +609,38 @@ def test_a_turn_whose_subagent_ran_a_tool_reads_unknown_outcome_after_a_crash(
     [root_turn] = [turn for session, turn in acks.turns]
     assert sorted(crashed.values()) == ["unknown", "unknown"]
     assert [turn for _, turn in crashed].count(root_turn) == 1
-    assert trio.run(reopen_and_check, path, acks, crashed, HOUR) == 2
+    assert trio.run(reopen_and_check, path, acks, crashed) == 2
+
+
+def test_a_turn_blocked_beside_a_running_sibling_stays_blocked_after_sigkill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 12: a model reply calls ``erase`` (approval) and ``index`` (runs until the
+    # kill). The worker acknowledged Blocked while ``index`` ran; after the SIGKILL, a new
+    # runtime (real clock: the dead process's lease is taken at once) still reads Blocked,
+    # the approval is answered, and the turn completes; ``index`` ran once, ``erase`` once.
+    path, acks = crash_scenario(tmp_path, "blocked_beside_a_running_sibling")
+    [(session_id, turn_id)] = acks.turns
+    acknowledged = acks.blocked[session_id, turn_id]
+    assert check_file(path, acks) == {(session_id, turn_id): "resumable"}
+    runs = Path(f"{path}.runs")
+    assert runs.read_text().split() == ["index"]
+    monkeypatch.setattr(_crash_worker, "RUNS", str(runs))  # where this process notes runs
+
+    async def reopen() -> agentlib.TurnState[Any]:
+        async with agentlib.open_runtime(f"sqlite:///{path}"):
+            turn = AGENTS["siblings"].session(session_id).turn(turn_id)
+            with trio.fail_after(WAIT):
+                blocked = await turn.get()
+                assert without_cursor(agentlib.unstructure(blocked)) == acknowledged
+                assert isinstance(blocked, agentlib.Blocked)
+                answered = await turn.answer(blocked.callbacks[0].id, agentlib.AllowApproval())
+                assert isinstance(answered, agentlib.Answered)
+                return await turn.result(after=blocked)
+
+    record = trio.run(reopen)
+    assert isinstance(record, Completed), record
+    assert sorted(runs.read_text().split()) == ["erase", "index"]  # index never ran again
+    erased, indexed = record.text.splitlines()
+    assert erased == "erase: erased /old"
+    assert indexed.startswith("index: error: this call's outcome is unknown")
