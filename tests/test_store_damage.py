@@ -282,8 +282,8 @@ MISSING = {
     "an entry": ("entries", "DELETE FROM entries WHERE session_id = ? AND idx = 2"),
     "its last entry": (
         "entries",
-        "DELETE FROM entries WHERE session_id = ?1"
-        " AND idx = (SELECT max(idx) FROM entries WHERE session_id = ?1)",
+        "DELETE FROM entries WHERE session_id = ? AND idx = (SELECT max(idx) FROM entries"
+        " AS other WHERE other.session_id = entries.session_id)",
     ),
     "its blocked turn": ("turns", "DELETE FROM turns WHERE session_id = ? AND record IS NULL"),
 }
