@@ -10,6 +10,8 @@ flushed, for each operation acknowledged to it:
     ack turn SESSION TURN KEY            start_turn returned TURN
     ack event SESSION EVENT_ID TYPE      a reader (iter_events, on_event) saw the event
     ack record SESSION TURN JSON         result() or get() returned this record of the turn
+    try answer SESSION CALLBACK          turn.answer(CALLBACK, ...) is called
+    ack answer SESSION CALLBACK          it returned Answered
     ready                                a scenario got where the test kills it
 
 The tests import the agents and :func:`message_for` from here to check the file.
@@ -17,11 +19,12 @@ The tests import the agents and :func:`message_for` from here to check the file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
@@ -46,8 +49,9 @@ _IN_WORKER = False
 
 
 async def lookup(key: str) -> str:
-    """Look a key up (an async tool that takes a moment)."""
-    await trio.sleep(0.002)
+    """Look a key up (an async tool that takes a moment: long enough for a turn to be
+    killed while it runs beside an approval)."""
+    await trio.sleep(0.01)
     return f"the value of {key}"
 
 
@@ -64,30 +68,63 @@ async def hold() -> str:
     return "held"
 
 
-async def _look_first(request: ModelRequest) -> ModelReply:
-    await trio.sleep(0.002)  # the model thinks: a turn can be killed in a model step
-    return ModelReply(
-        text="Let me look that up.",
-        tool_calls=[
-            ToolCallRequest(name="lookup", arguments={"key": "answer"}),
-            ToolCallRequest(name="add", arguments={"a": 1, "b": 2}),
-        ],
+#: The file where the tools that must never run twice note each run (set by the worker).
+RUNS = ""
+
+
+def _note_run(name: str) -> None:
+    """Append ``name`` to the file of tool runs (``RUNS``), on disk before the tool goes on."""
+    with open(RUNS, "a") as runs:
+        runs.write(name + "\n")
+        runs.flush()
+        os.fsync(runs.fileno())
+
+
+@agentlib.tool(requires_approval=True)
+def confirm(turn: str) -> str:
+    """Confirm the work of a turn (once approved)."""
+    _note_run(f"confirm {turn}")
+    return "confirmed"
+
+
+def _look_first(calls: tuple[str, ...]) -> Callable[[ModelRequest], Awaitable[ModelReply]]:
+    async def step(request: ModelRequest) -> ModelReply:
+        await trio.sleep(0.002)  # the model thinks: a turn can be killed in a model step
+        requests = {
+            "lookup": ToolCallRequest(name="lookup", arguments={"key": "answer"}),
+            "add": ToolCallRequest(name="add", arguments={"a": 1, "b": 2}),
+            "confirm": ToolCallRequest(name="confirm", arguments={"turn": request.turn_id}),
+        }
+        return ModelReply(text="Let me look that up.", tool_calls=[requests[c] for c in calls])
+
+    return step
+
+
+def _turn(*calls: str) -> tuple[Any, ...]:
+    """One turn, when nothing interrupts it: a model step with text and ``calls`` at once, a
+    step with one more call, then the answer."""
+    return (
+        _look_first(calls),
+        ModelReply(tool_calls=[ToolCallRequest(name="add", arguments={"a": 3, "b": 4})]),
+        "The answer is 10.",
     )
 
 
-#: One turn, when nothing interrupts it: a model step with text and two tool calls at once,
-#: a step with one more call, then the answer.
-_TURN = (
-    _look_first,
-    ModelReply(tool_calls=[ToolCallRequest(name="add", arguments={"a": 3, "b": 4})]),
-    "The answer is 10.",
-)
-
-#: The agent of the random crashes; its script is long enough for every turn they run.
+#: The agent of the random crashes. Each turn's first step asks for an approval to
+#: ``confirm`` while ``lookup`` still runs, so that the turn is Blocked beside a running
+#: call; its script is long enough for every turn they run.
 AGENT = Agent(
     "crash_worker",
     instructions="Answer with the tools.",
-    model=ScriptedModel(_TURN * 5000),
+    model=ScriptedModel(_turn("lookup", "add", "confirm") * 5000),
+    tools=[lookup, add, confirm],
+)
+
+#: The same turns without an approval: they run to their end unattended.
+PLAIN = Agent(
+    "plain",
+    instructions="Answer with the tools.",
+    model=ScriptedModel(_turn("lookup", "add") * 50),
     tools=[lookup, add],
 )
 
@@ -108,17 +145,6 @@ DELEGATOR = Agent(
     subagents=[HELPER],
 )
 
-
-def _note_run(name: str) -> None:
-    """Append ``name`` to the file of tool runs (``RUNS``), on disk before the tool goes on."""
-    with open(RUNS, "a") as runs:
-        runs.write(name + "\n")
-        runs.flush()
-        os.fsync(runs.fileno())
-
-
-#: The file where ``erase`` and ``index`` note each of their runs (set by the scenario).
-RUNS = ""
 #: Set once ``index`` runs, in the worker.
 _INDEXING: list[trio.Event] = []
 
@@ -168,7 +194,7 @@ SIBLINGS = Agent(
 )
 
 #: The root agents, by name.
-AGENTS = {agent.name: agent for agent in (AGENT, DELEGATOR, SIBLINGS)}
+AGENTS = {agent.name: agent for agent in (AGENT, PLAIN, DELEGATOR, SIBLINGS)}
 
 
 def message_for(key: str) -> str:
@@ -243,6 +269,22 @@ async def follow(session: agentlib.Session) -> None:
         ack_event(event)
 
 
+async def settle(
+    turn: agentlib.Turn, record: agentlib.TurnState[Any], rng: random.Random
+) -> agentlib.TurnState[Any]:
+    """Answer the approvals of a Blocked turn (most are allowed) until it ends."""
+    while isinstance(record, agentlib.Blocked):
+        for callback in record.callbacks:
+            say("try", "answer", turn.session_id, callback.id)
+            answer: agentlib.ApprovalAnswer = (
+                agentlib.AllowApproval() if rng.random() < 0.8 else agentlib.DenyApproval()
+            )
+            if isinstance(await turn.answer(callback.id, answer), agentlib.Answered):
+                say("ack", "answer", turn.session_id, callback.id)
+        record = await turn.result(after=record)
+    return record
+
+
 async def drive(session: agentlib.Session, rng: random.Random, tag: str, retry: list[str]) -> None:
     """Run turns of ``session`` one after another, first retrying the keys in ``retry``."""
     count = 0
@@ -254,7 +296,7 @@ async def drive(session: agentlib.Session, rng: random.Random, tag: str, retry: 
         say("try", "turn", session.id, key)
         started = await session.start_turn(message_for(key), idempotency_key=key)
         while isinstance(started, Busy):  # a turn resumed from the store still runs
-            await started.turn.result()
+            await settle(started.turn, await started.turn.result(), rng)
             started = await session.start_turn(message_for(key), idempotency_key=key)
         say("ack", "turn", session.id, started.id, key)
         how = rng.randrange(3)
@@ -263,14 +305,24 @@ async def drive(session: agentlib.Session, rng: random.Random, tag: str, retry: 
         elif how == 1:
             record = await started.result(on_event=ack_event)
         else:
-            async for event in started.iter_events():
-                ack_event(event)
+            async with contextlib.aclosing(started.iter_events()) as events:
+                async for event in events:
+                    ack_event(event)
+                    if isinstance(event, agentlib.CallbackOpened):
+                        break  # the turn waits for its approval
             record = await started.result()
+        if isinstance(record, agentlib.Blocked):
+            ack_record(started, record)
+            # The client thinks, or comes back later (a kill may come first).
+            await trio.sleep(rng.uniform(0, 0.02) if rng.random() < 0.8 else 0.5)
+            record = await settle(started, record, rng)
         ack_record(started, record)
 
 
 async def random_work(config: dict[str, Any], store: agentlib.Store) -> None:
     """Start and go on with sessions of AGENT, each running turn after turn."""
+    global RUNS
+    RUNS = config["path"] + ".runs"
     rng = random.Random(config["seed"])
     round_ = config["round"]
     retry_turns: dict[str, list[str]] = {}
@@ -316,7 +368,7 @@ async def turn_read_while_its_end_commits(path: str) -> None:
     """A turn's end is being committed (forever) when its record is read with get()."""
     store = HangingStore(agentlib.SQLiteStore(path), _ends_a_turn)
     async with agentlib.open_runtime(store):
-        session = await AGENT.start_session()
+        session = await PLAIN.start_session()
         say("ack", "session", session.id, "-")
         turn = await session.start_turn(message_for("k"), idempotency_key="k")
         assert not isinstance(turn, Busy)
@@ -337,7 +389,7 @@ async def session_key_retried_while_it_commits(path: str) -> None:
 
         async def start() -> None:
             say("try", "session", "only-once")
-            session = await AGENT.start_session(idempotency_key="only-once")
+            session = await PLAIN.start_session(idempotency_key="only-once")
             say("ack", "session", session.id, "only-once")
 
         async with trio.open_nursery() as nursery:

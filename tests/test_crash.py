@@ -67,6 +67,8 @@ class Acks:
     records: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
     #: Turns acknowledged as Blocked (their last such record), which must stay so.
     blocked: dict[tuple[str, str], dict[str, Any]] = attrs.field(factory=dict)
+    tried_answers: set[str] = attrs.field(factory=set)  # callback ids
+    answers: set[str] = attrs.field(factory=set)  # callback ids answered: Answered
     tried_turns: dict[tuple[str, str], None] = attrs.field(factory=dict)  # in order
     tried_sessions: set[str] = attrs.field(factory=set)
     #: Keys tried but unacknowledged, whose turn was in the file after the crash.
@@ -110,6 +112,10 @@ class Acks:
             case ["ack", "event", session_id, event_id, kind]:
                 assert event_id.rpartition(":")[0] == session_id
                 self.events[session_id, int(event_id.rpartition(":")[2])] = kind
+            case ["try", "answer", _, callback_id]:
+                self.tried_answers.add(callback_id)
+            case ["ack", "answer", _, callback_id]:
+                self.answers.add(callback_id)
             case ["ack", "record", session_id, turn_id, data]:
                 record = without_cursor(json.loads(data))
                 if record["type"] == "blocked":
@@ -120,6 +126,14 @@ class Acks:
                 raise AssertionError(f"the worker printed an unexpected line: {line!r}")
         if words[0] == "ack":
             self.count += 1
+
+    def untouched(self, session_id: str, turn_id: str) -> bool:
+        """Whether a turn acknowledged as Blocked was left so: it did not end (as far as a
+        worker was told) and no answer to its callbacks was tried."""
+        record = self.blocked[session_id, turn_id]
+        return (session_id, turn_id) not in self.records and not any(
+            callback["id"] in self.tried_answers for callback in record["callbacks"]
+        )
 
     def pending_turns(self) -> list[tuple[str, str]]:
         """Turn keys tried but never acknowledged, of acknowledged sessions."""
@@ -221,12 +235,13 @@ def check_file(path: Path, acks: Acks, *, all_ended: bool = False) -> dict[tuple
     steps: dict[tuple[str, str], str | None] = {}
     with contextlib.closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-        still_open = {
-            callback_id
-            for (callback_id,) in db.execute(
-                "SELECT callback_id FROM callbacks WHERE state = 'open'"
+        callbacks = {
+            callback_id: (state, json.loads(callback), answer)
+            for callback_id, state, callback, answer in db.execute(
+                "SELECT callback_id, state, callback, answer FROM callbacks"
             )
         }
+        still_open = {id_ for id_, (state, _, _) in callbacks.items() if state == "open"}
         sessions = dict(db.execute("SELECT session_id, idempotency_key FROM sessions"))
         keys = {
             (session_id, key): turn_id
@@ -266,9 +281,14 @@ def check_file(path: Path, acks: Acks, *, all_ended: bool = False) -> dict[tuple
             ]
             assert indexes == list(range(len(indexes))), f"session {session_id}'s history is torn"
     expected = {turn: _expected_after_crash(turn, steps, still_open) for turn in steps}
+    for callback_id in acks.answers:
+        assert callbacks[callback_id][0] == "answered", f"acknowledged answer {callback_id} lost"
+    _check_runs(path, callbacks)
     for turn, record in acks.blocked.items():
-        if turn in acks.records:
-            continue  # it ended since, as acknowledged
+        if all_ended or not acks.untouched(*turn):
+            # It ended since, as acknowledged, or an answer may have been taken (the last
+            # runtime, here, answered them all).
+            continue
         assert expected.get(turn) == "resumable", (
             f"turn {turn[1]} of session {turn[0]} was acknowledged as Blocked, yet the file "
             f"left it {expected.get(turn, 'ended')}"
@@ -276,6 +296,25 @@ def check_file(path: Path, acks: Acks, *, all_ended: bool = False) -> dict[tuple
         for callback in record["callbacks"]:
             assert callback["id"] in still_open, f"{turn}: callback {callback['id']} closed"
     return expected
+
+
+def _check_runs(path: Path, callbacks: dict[str, tuple[str, Any, Any]]) -> None:
+    """Every run of ``confirm`` the file of runs notes was approved, and ran once."""
+    runs = Path(f"{path}.runs")
+    noted = collections.Counter(runs.read_text().splitlines() if runs.exists() else ())
+    allowed = {
+        callback["turn_id"]
+        for state, callback, answer in callbacks.values()
+        if callback["tool_name"] == "confirm"
+        and state == "answered"
+        and json.loads(answer)["type"] == "allow"
+    }
+    for run, times in noted.items():
+        kind, _, turn_id = run.partition(" ")
+        if kind != "confirm":
+            continue
+        assert times == 1, f"the approved call of turn {turn_id} ran {times} times"
+        assert turn_id in allowed, f"confirm ran in turn {turn_id}, which no approval allowed"
 
 
 _CARRIED = {"turn_started": "message", "entry_added": "entry", "entry_completed": "entry"}
@@ -417,6 +456,7 @@ async def reopen_and_check(path: Path, acks: Acks, crashed: dict[tuple[str, str]
     by a crash read UnknownOutcome."""
     unknown = 0
     store = agentlib.SQLiteStore(str(path))
+    _crash_worker.RUNS = f"{path}.runs"  # where the tools that run here note their runs
     with contextlib.closing(sqlite3.connect(path)) as db:
         roots = db.execute(
             "SELECT session_id, agent FROM sessions WHERE parent_id IS NULL"
@@ -436,6 +476,17 @@ async def reopen_and_check(path: Path, acks: Acks, crashed: dict[tuple[str, str]
     return unknown
 
 
+async def allow_all(
+    turn: agentlib.Turn, record: agentlib.TurnState[Any]
+) -> agentlib.TurnState[Any]:
+    """Allow the approvals a turn waits on, until it ends."""
+    while isinstance(record, agentlib.Blocked):
+        for callback in record.callbacks:
+            await turn.answer(callback.id, agentlib.AllowApproval())
+        record = await turn.result(after=record)
+    return record
+
+
 async def _check_session(
     db: sqlite3.Connection,
     session: agentlib.Session,
@@ -449,8 +500,16 @@ async def _check_session(
     for (session_id, turn_id), expected in crashed.items():
         if session_id not in tree:
             continue
+        turn = tree[session_id].turn(turn_id)
         with trio.fail_after(WAIT):  # a turn that goes on from its tool step ends here
-            record = await tree[session_id].turn(turn_id).result()
+            record = await turn.result()
+            acked = acks.blocked.get((session_id, turn_id))
+            if acked is not None and acks.untouched(session_id, turn_id):
+                assert without_cursor(agentlib.unstructure(record)) == acked, (
+                    f"turn {turn_id} of session {session_id} was acknowledged as Blocked, and "
+                    f"reads {record!r}"
+                )
+            record = await allow_all(turn, record)
         if expected == "unknown":
             assert isinstance(record, UnknownOutcome), (
                 f"turn {turn_id} of session {session_id} was running when its process was "
@@ -501,6 +560,8 @@ async def _check_session(
     # The session takes new turns.
     with trio.fail_after(WAIT):
         record = await session.run("One more question.")
+        assert not isinstance(record, agentlib.Busy)
+        record = await allow_all(session.turn(record.turn_id), record)
     assert isinstance(record, Completed), record
     return unknown
 
@@ -556,7 +617,8 @@ def test_acknowledged_work_survives_sigkill_at_random_points(tmp_path: Path) -> 
         print(
             f"round {number}: {acks.count} acknowledgements, {len(acks.sessions)} sessions, "
             f"{len(acks.turns)} turns, {len(crashed)} cut by a crash "
-            f"({list(crashed.values()).count('resumable')} between tool calls), "
+            f"({list(crashed.values()).count('resumable')} between tool calls, "
+            f"{sum(acks.untouched(*turn) for turn in acks.blocked)} of them left Blocked), "
             f"{acks.retried_stored_keys} keys retried after a crash"
         )
     assert acks.turns, "no worker acknowledged a turn"
