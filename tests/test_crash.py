@@ -46,6 +46,13 @@ WORKER_TIMEOUT = 60.0
 WAIT = 30.0
 
 
+@pytest.fixture(autouse=True)
+def runs_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tools that note their runs (``_crash_worker.RUNS``) note them, in this process,
+    beside the test's SQLite file, where its workers note theirs."""
+    monkeypatch.setattr(_crash_worker, "RUNS", f"{tmp_path / 'sessions.db'}.runs")
+
+
 def cursor(session_id: str, seq: int) -> str:
     return f"{session_id}:{seq:012d}"
 
@@ -242,6 +249,11 @@ def check_file(path: Path, acks: Acks, *, all_ended: bool = False) -> dict[tuple
             )
         }
         still_open = {id_ for id_, (state, _, _) in callbacks.items() if state == "open"}
+        waiting = {
+            (callback["session_id"], callback["turn_id"])
+            for state, callback, _ in callbacks.values()
+            if state == "open"
+        }
         sessions = dict(db.execute("SELECT session_id, idempotency_key FROM sessions"))
         keys = {
             (session_id, key): turn_id
@@ -280,7 +292,7 @@ def check_file(path: Path, acks: Acks, *, all_ended: bool = False) -> dict[tuple
                 )
             ]
             assert indexes == list(range(len(indexes))), f"session {session_id}'s history is torn"
-    expected = {turn: _expected_after_crash(turn, steps, still_open) for turn in steps}
+    expected = {turn: _expected_after_crash(turn, steps, waiting) for turn in steps}
     for callback_id in acks.answers:
         assert callbacks[callback_id][0] == "answered", f"acknowledged answer {callback_id} lost"
     _check_runs(path, callbacks)
@@ -397,41 +409,43 @@ def _check_log(
 
 
 def _expected_after_crash(
-    turn: tuple[str, str], steps: dict[tuple[str, str], str | None], still_open: set[str]
+    turn: tuple[str, str],
+    steps: dict[tuple[str, str], str | None],
+    waiting: set[tuple[str, str]],
 ) -> str:
     """What an unended turn must read once reopened: it goes on from its tool step if a
-    call waits on an open callback (at any depth: then it was Blocked, and stays so), or if
-    nothing of the step ran when its process died; else UnknownOutcome (a model step, a
-    tool, a subagent's turn that did)."""
+    callback of it, or of a subagent turn below it, is open (then it was Blocked, and stays
+    so), or if nothing of the step ran when its process died; else UnknownOutcome (a model
+    step, a tool, a subagent's turn that did). ``waiting`` holds the turns with an open
+    callback."""
     step = steps[turn]
     if step is None:
         return "unknown"  # a model step, or the turn's start
-    ran = waits = False
+    if _waits(turn, steps, waiting):
+        return "resumable"
     for call in json.loads(step)["calls"]:
         child = (call["child"][0], call["child"][1]) if call["child"] else None
-        if call["state"] == "waiting" and call["callback"] in still_open:
-            waits = True
-        elif call["state"] == "running" or (call["state"] == "done" and call["result"] is None):
-            ran = True
-        elif call["state"] == "delegated" and child in steps:
+        if call["state"] == "running" or (call["state"] == "done" and call["result"] is None):
+            return "unknown"
+        if call["state"] == "delegated" and child in steps:
             assert child is not None
-            ran |= _expected_after_crash(child, steps, still_open) == "unknown"
-            waits |= _waits(child, steps, still_open)
-    return "unknown" if ran and not waits else "resumable"
+            if _expected_after_crash(child, steps, waiting) == "unknown":
+                return "unknown"
+    return "resumable"
 
 
 def _waits(
-    turn: tuple[str, str], steps: dict[tuple[str, str], str | None], still_open: set[str]
+    turn: tuple[str, str],
+    steps: dict[tuple[str, str], str | None],
+    waiting: set[tuple[str, str]],
 ) -> bool:
-    """Whether the turn's step waits on an open callback, at any depth below."""
+    """Whether the turn, or a subagent turn below it, has an open callback."""
+    if turn in waiting:
+        return True
     step = steps.get(turn)
-    if step is None:
-        return False
-    for call in json.loads(step)["calls"]:
+    for call in json.loads(step)["calls"] if step else ():
         child = (call["child"][0], call["child"][1]) if call["child"] else None
-        if call["state"] == "waiting" and call["callback"] in still_open:
-            return True
-        if call["state"] == "delegated" and child in steps and _waits(child, steps, still_open):
+        if call["state"] == "delegated" and child in steps and _waits(child, steps, waiting):
             return True
     return False
 
@@ -456,7 +470,6 @@ async def reopen_and_check(path: Path, acks: Acks, crashed: dict[tuple[str, str]
     by a crash read UnknownOutcome."""
     unknown = 0
     store = agentlib.SQLiteStore(str(path))
-    _crash_worker.RUNS = f"{path}.runs"  # where the tools that run here note their runs
     with contextlib.closing(sqlite3.connect(path)) as db:
         roots = db.execute(
             "SELECT session_id, agent FROM sessions WHERE parent_id IS NULL"
@@ -675,7 +688,7 @@ def test_a_turn_whose_subagent_ran_a_tool_reads_unknown_outcome_after_a_crash(
 
 
 def test_a_turn_blocked_beside_a_running_sibling_stays_blocked_after_sigkill(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     # Issue 12: a model reply calls ``erase`` (approval) and ``index`` (runs until the
     # kill). The worker acknowledged Blocked while ``index`` ran; after the SIGKILL, a new
@@ -687,7 +700,6 @@ def test_a_turn_blocked_beside_a_running_sibling_stays_blocked_after_sigkill(
     assert check_file(path, acks) == {(session_id, turn_id): "resumable"}
     runs = Path(f"{path}.runs")
     assert runs.read_text().split() == ["index"]
-    monkeypatch.setattr(_crash_worker, "RUNS", str(runs))  # where this process notes runs
 
     async def reopen() -> agentlib.TurnState[Any]:
         async with agentlib.open_runtime(f"sqlite:///{path}"):

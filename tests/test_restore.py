@@ -14,7 +14,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 import trio
@@ -344,3 +344,64 @@ async def test_a_turns_step_count_and_limit_survive_a_restart(kind: str, tmp_pat
     assert isinstance(last, agentlib.Failed), last
     assert last.error.type == "MaxStepsExceeded"
     assert "2 model steps" in last.error.message
+
+
+def signing_tree(gate: Gate, searched: list[str]) -> Agent:
+    """``boss`` calls, in one step, its subagent ``helper`` (whose tool needs a sign-in to
+    ``notion``) and ``hold``, which runs until ``gate`` opens."""
+
+    def search(query: str, credentials: Annotated[agentlib.Credentials, agentlib.Depends()]) -> str:
+        """Search the notes."""
+        searched.append(query)
+        return f"found {query}"
+
+    notion = agentlib.ToolSource(name="notion", tools=[search], requires_sign_in=True)
+    helper = Agent(
+        "helper",
+        description="Looks things up.",
+        model=ScriptedModel([ModelReply(tool_calls=[call("notion.search", query="q")]), "helped"]),
+        tools=[notion],
+    )
+    return Agent(
+        "boss",
+        model=ScriptedModel(
+            [ModelReply(tool_calls=[call("helper", message="look"), call("hold")]), "done"]
+        ),
+        tools=[gate.tool],
+        subagents=[helper],
+    )
+
+
+@pytest.mark.parametrize("how", ["crash", "close"])
+async def test_a_turn_blocked_on_a_subagents_sign_in_beside_a_running_call_stays_blocked(
+    how: str, tmp_path: Path
+) -> None:
+    live = tmp_path / "live"
+    live.mkdir()
+    gate = Gate()
+    searched: list[str] = []
+    async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}"):
+        session = await signing_tree(gate, searched).start_session()
+        turn = await session.start_turn("go")
+        with trio.fail_after(WAIT):
+            await gate.reached.wait()
+            blocked = await turn.result()
+        assert isinstance(blocked, Blocked), blocked
+        assert isinstance(blocked.callbacks[0], agentlib.OpenSignIn)
+        if how == "crash":
+            store: str | Store = crash_copy(live, tmp_path / "crashed")
+            gate.opened.set()
+        else:
+            store = f"sqlite:///{live / 's.db'}"
+
+    again = Gate()
+    async with agentlib.open_runtime(store):
+        turn = signing_tree(again, searched).session(session.id).turn(turn.id)
+        with trio.fail_after(WAIT):
+            assert await turn.get() == blocked
+            sign_in = agentlib.SignInAnswer(credentials={"notion": "secret"})
+            await turn.answer(blocked.callbacks[0].id, sign_in)
+            record = await turn.result(after=blocked)
+    assert isinstance(record, Completed), record
+    assert searched == ["q"]
+    assert not again.reached.is_set()  # hold is not run again

@@ -133,49 +133,28 @@ class TurnCore:
         return Running(turn_id=self.id, session_id=self.session.id, cursor=cursor)
 
     def resumable(self) -> bool:
-        """Whether a later runtime can resume the turn from the store: it waits on an open
-        callback (at any depth below), or it runs nothing and waits on subagent turns that
-        can be resumed.
+        """Whether a later runtime can resume the turn from the store: in a tool step, it
+        waits on an open callback (its own, or a subagent's below it), or it runs nothing
+        and waits on subagent turns that can be resumed.
 
-        A turn waiting on a callback is Blocked, as a caller may have been told, and stays
+        A turn with an open callback is Blocked, as a caller may have been told, and stays
         so: the calls of its step that still run are cut short, and a later runtime gives
         the model an error result for each (their outcome is unknown).
         """
         if self.record is not None or self.step is None:
             return False
-        if self.waits_on_callbacks():
+        if self.open_callbacks:  # any callback at any depth below: what Blocked lists
             return True
         if self.working:
             return False
         for call in self.step:
             if call.state == "running":
                 return False
-            child = self._child(call)
-            if child is not None and child.record is None and not child.resumable():
-                return False
+            if call.state == "delegated" and call.child is not None:
+                child = self.session.runtime.sessions[call.child[0]].turns[call.child[1]]
+                if child.record is None and not child.resumable():
+                    return False
         return True
-
-    def waits_on_callbacks(self) -> bool:
-        """Whether a call of the turn's tool step waits on an open callback, or on a
-        subagent turn that does."""
-        if self.record is not None or self.step is None:
-            return False
-        callbacks = self.session.callbacks
-        for call in self.step:
-            if call.state == "waiting" and call.callback is not None:
-                pending = callbacks.get(call.callback)
-                if pending is not None and not pending.closed.is_set():
-                    return True
-            child = self._child(call)
-            if child is not None and child.waits_on_callbacks():
-                return True
-        return False
-
-    def _child(self, call: Any) -> TurnCore | None:
-        """The subagent turn a delegated call waits on."""
-        if call.state != "delegated" or call.child is None:
-            return None
-        return self.session.runtime.sessions[call.child[0]].turns[call.child[1]]
 
     def suspend(self) -> None:
         """Stop the turn's task but leave it unended and its callbacks open in the store,

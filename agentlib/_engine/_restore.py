@@ -75,7 +75,6 @@ async def restore(runtime: Runtime, session_id: str, agent: Agent) -> None:
     # Unended turns, deepest first: a parent's resumption waits on its subagent's turn.
     resumed: list[tuple[TurnCore, list[_Call]]] = []
     unknown: set[str] = set()  # turns ended as UnknownOutcome here
-    waiting: set[str] = set()  # turns that wait on an open callback, at any depth below
     for node in reversed(tree):
         core = cores[node.row.session_id]
         for turn in core.turns.values():
@@ -88,7 +87,7 @@ async def restore(runtime: Runtime, session_id: str, agent: Agent) -> None:
                 if message.id not in in_history and isinstance(message, MessageEntry)
             )
             step = node.steps.get(turn.id)
-            calls = None if step is None else _calls(core, turn, step, unknown, waiting)
+            calls = None if step is None else _calls(core, turn, step, unknown)
 
             if core.terminated:
                 core.end_turn(
@@ -231,17 +230,15 @@ def _core(runtime: Runtime, node: StoredSession, agent: Agent) -> SessionCore:
     return core
 
 
-def _calls(
-    core: SessionCore, turn: TurnCore, step: Any, unknown: set[str], waiting: set[str]
-) -> list[_Call] | None:
+def _calls(core: SessionCore, turn: TurnCore, step: Any, unknown: set[str]) -> list[_Call] | None:
     """The calls of a stored tool step, if the turn can go on from it; None if it cannot
     (it must read ``UnknownOutcome``).
 
-    A turn goes on when nothing of its step was running, or when a call waits on a
-    callback still open (then it was Blocked, as a caller may have been told, and stays
-    so): each call that was running gets an error result, and never runs again.
-    ``unknown`` holds the subagent turns ended as ``UnknownOutcome`` here; ``waiting``
-    those that wait on an open callback, to which the turn is added if it does.
+    A turn goes on when nothing of its step was running, or when a callback of it (or of a
+    subagent below it) is still open: then it was Blocked, as a caller may have been told,
+    and stays so, and each call that was running gets an error result and never runs
+    again. ``unknown`` holds the subagent turns ended as ``UnknownOutcome`` here (their
+    callbacks are closed: they no longer count).
     """
     calls = [_Call.from_json(data, core.agent.tools_by_name) for data in step["calls"]]
     # A step stored before turns had step limits holds neither: the agent's limit applies.
@@ -254,13 +251,7 @@ def _calls(
         or (call.state == "done" and call.result is None)
         or (call.state == "delegated" and call.child is not None and call.child[1] in unknown)
     ]
-    if any(
-        (call.state == "waiting" and core.find_open(call.callback or "") is not None)
-        or (call.state == "delegated" and call.child is not None and call.child[1] in waiting)
-        for call in calls
-    ):
-        waiting.add(turn.id)
-    elif lost:
+    if lost and not turn.open_callbacks:
         return None
     for call in lost:
         if call.state != "delegated":  # a subagent's turn says itself how it ended
