@@ -207,6 +207,18 @@ SHAPES: dict[str, tuple[str, str, str, type[BaseException]]] = {
         json.dumps([SECRET]),
         ValidationError,
     ),
+    "a tool step without its calls": (
+        "turns",
+        "UPDATE turns SET step = ? WHERE session_id = ? AND step IS NOT NULL",
+        json.dumps({"note": SECRET}),
+        KeyError,
+    ),
+    "a tool step whose call is of no known shape": (
+        "turns",
+        "UPDATE turns SET step = ? WHERE session_id = ? AND step IS NOT NULL",
+        json.dumps({"calls": [{"entry": {"type": "tool_call", "note": SECRET}}]}),
+        ValidationError,
+    ),
     "an event's fields as a list": (
         "events",
         "UPDATE events SET data = ? WHERE session_id = ? AND type = 'callback_opened'",
@@ -222,6 +234,29 @@ async def test_a_row_of_another_shape_raises_a_store_error(stored: Stored, row: 
     stored.execute(damage, value, stored.session_id)
     error = await refused(stored, table)
     assert isinstance(error.__cause__, cause)
+
+
+async def test_a_session_that_failed_to_read_back_is_read_again_and_not_leased(
+    stored: Stored,
+) -> None:
+    # A restore that fails halfway leaves nothing behind: the next read fails the same way
+    # (it never finds a half-read session that takes answers and never moves), and the
+    # session's lease is let go at once.
+    stored.execute(
+        "UPDATE turns SET step = ? WHERE session_id = ? AND step IS NOT NULL",
+        json.dumps({"calls": "none"}),
+        stored.session_id,
+    )
+    async with agentlib.open_runtime(stored.url):
+        turn = make_agent().session(stored.session_id).turn(stored.blocked.turn_id)
+        for _ in range(2):
+            with pytest.raises(StoreError, match="damaged"):
+                await turn.get()
+            with pytest.raises(StoreError, match="damaged"):
+                await turn.answer(stored.blocked.callbacks[0].id, AllowApproval())
+            with contextlib.closing(sqlite3.connect(stored.path)) as db:
+                owners = db.execute("SELECT lease_owner FROM sessions").fetchall()
+            assert owners == [(None,)]
 
 
 # --- damaged pages ------------------------------------------------------------------------------

@@ -3,13 +3,16 @@ the turns that were blocked on callbacks, which go on where they stopped."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
+
+import trio
 
 from .._callbacks import AllowApproval, OpenApproval, OpenClientToolCall
 from .._entries import MessageEntry, ToolCallEntry
-from .._errors import SessionNotFoundError
+from .._errors import SessionNotFoundError, StoreError
 from .._records import Interrupted, UnknownOutcome
-from .._store._base import StoredSession
+from .._store._base import Store, StoredSession
 from ._core import PendingCallback, SessionCore, TurnCore, hidden_from_model
 from ._loop import _Call, _error_result, run_turn
 from ._runtime import not_found
@@ -29,10 +32,14 @@ async def restore(runtime: Runtime, session_id: str, agent: Agent) -> None:
     ``agent`` is the session's; the agents of the rest of the tree are found from the
     root's, among its subagents.
 
+    Nothing of the tree reaches the runtime until it is read whole and leased; a restore
+    that fails after that takes it out again and lets go of its lease.
+
     Raises:
         SessionNotFoundError: The store has no such session, or the tree's agents are not
             ``agent``'s tree.
         LeaseRefused: Another runtime holds the tree.
+        StoreError: The store failed, or holds a tree it cannot have written (damaged).
     """
     store = runtime.store
     stored = await store.load(session_id)
@@ -48,19 +55,50 @@ async def restore(runtime: Runtime, session_id: str, agent: Agent) -> None:
             child = await store.load(child_id)
             assert child is not None
             tree.append(child)
-    agents = _agents(runtime, tree, session_id, agent)  # before the lease: it may fail
-    await store.acquire(
-        [node.row.session_id for node in tree], runtime.owner, runtime.lease_seconds
-    )
+    # Read it whole before the lease (what fails here changes nothing).
+    agents = _agents(runtime, tree, session_id, agent)
     cores = {
         node.row.session_id: _core(runtime, node, agents[node.row.session_id]) for node in tree
     }
+    steps = {node.row.session_id: _steps(store, node, cores[node.row.session_id]) for node in tree}
     for node in tree:
         core = cores[node.row.session_id]
         if node.row.parent_id is not None:
             core.parent = cores[node.row.parent_id]
-            core.parent_turn = core.parent.turns[node.row.parent_turn_id or ""]
+            parent_turn = core.parent.turns.get(node.row.parent_turn_id or "")
+            if parent_turn is None:
+                missing = f"turn {node.row.parent_turn_id}, which delegated, is missing"
+                raise store.damaged(node.row.parent_id, "turns", missing)
+            core.parent_turn = parent_turn
             core.parent.children.append(core)
+    ids = [node.row.session_id for node in tree]
+    await store.acquire(ids, runtime.owner, runtime.lease_seconds)
+    try:
+        resumed = _resume(runtime, tree, cores, steps)
+    except BaseException:
+        for node in tree:
+            runtime.sessions.pop(node.row.session_id, None)
+            runtime._session_keys.pop(node.row.idempotency_key or "", None)
+        with trio.CancelScope(shield=True), contextlib.suppress(StoreError):
+            await store.release(ids, runtime.owner)
+        raise
+    for turn, calls in resumed:
+        runtime.spawn(run_turn, turn, calls, name=f"agentlib turn {turn.id}")
+    try:
+        await store.flush()
+    finally:
+        for core in cores.values():
+            core.ready = True
+
+
+def _resume(
+    runtime: Runtime,
+    tree: list[StoredSession],
+    cores: dict[str, SessionCore],
+    steps: dict[str, dict[str, list[_Call]]],
+) -> list[tuple[TurnCore, list[_Call]]]:
+    """Put the tree into the runtime, and decide how each unended turn goes on: the turns
+    to resume, each with its tool step's calls (the others are ended here)."""
     for node in tree:
         runtime.sessions[node.row.session_id] = cores[node.row.session_id]
         if node.row.idempotency_key is not None:
@@ -86,8 +124,8 @@ async def restore(runtime: Runtime, session_id: str, agent: Agent) -> None:
                 for message in node.steers.get(turn.id, ())
                 if message.id not in in_history and isinstance(message, MessageEntry)
             )
-            step = node.steps.get(turn.id)
-            calls = None if step is None else _calls(core, turn, step, unknown)
+            step = steps[core.id].get(turn.id)
+            calls = None if step is None else _calls(turn, step, unknown)
 
             if core.terminated:
                 core.end_turn(
@@ -121,14 +159,7 @@ async def restore(runtime: Runtime, session_id: str, agent: Agent) -> None:
                 core.end_turn(
                     turn, Interrupted(turn_id=turn.id, session_id=core.id, cause="cancelled")
                 )
-    for turn, calls in resumed:
-        if turn.id in going_on:
-            runtime.spawn(run_turn, turn, calls, name=f"agentlib turn {turn.id}")
-    try:
-        await store.flush()
-    finally:
-        for core in cores.values():
-            core.ready = True
+    return [(turn, calls) for turn, calls in resumed if turn.id in going_on]
 
 
 def _agents(
@@ -230,7 +261,35 @@ def _core(runtime: Runtime, node: StoredSession, agent: Agent) -> SessionCore:
     return core
 
 
-def _calls(core: SessionCore, turn: TurnCore, step: Any, unknown: set[str]) -> list[_Call] | None:
+def _steps(store: Store, node: StoredSession, core: SessionCore) -> dict[str, list[_Call]]:
+    """The calls of the session's stored tool steps, by turn id.
+
+    Raises:
+        StoreError: A step is not what a runtime writes: the store is damaged.
+    """
+    tools = core.agent.tools_by_name
+    steps = {}
+    for turn_id, step in node.steps.items():
+        turn = core.turns[turn_id]  # a step is stored on its turn's row
+        try:
+            steps[turn_id] = [_Call.from_json(data, tools) for data in step["calls"]]
+            # A step stored before turns had step limits holds neither: the agent's applies.
+            turn.model_steps = _count(step.get("steps", 0))
+            turn.max_steps = _count(step.get("max_steps", turn.max_steps))
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            raise store.damaged(
+                core.id, "turns", f"the tool step of turn {turn_id} is not what was written"
+            ) from error
+    return steps
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError("a count of steps is a natural number")
+    return value
+
+
+def _calls(turn: TurnCore, calls: list[_Call], unknown: set[str]) -> list[_Call] | None:
     """The calls of a stored tool step, if the turn can go on from it; None if it cannot
     (it must read ``UnknownOutcome``).
 
@@ -240,10 +299,6 @@ def _calls(core: SessionCore, turn: TurnCore, step: Any, unknown: set[str]) -> l
     again. ``unknown`` holds the subagent turns ended as ``UnknownOutcome`` here (their
     callbacks are closed: they no longer count).
     """
-    calls = [_Call.from_json(data, core.agent.tools_by_name) for data in step["calls"]]
-    # A step stored before turns had step limits holds neither: the agent's limit applies.
-    turn.steps = step.get("steps", 0)
-    turn.max_steps = step.get("max_steps", turn.max_steps)
     lost = [
         call
         for call in calls

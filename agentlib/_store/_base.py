@@ -179,6 +179,15 @@ class Store(abc.ABC):
     #: Why the store can no longer commit, once it cannot.
     failure: BaseException | None = None
 
+    def damaged(self, session_id: str, table: str, reason: str) -> StoreError:
+        """The error for a session the store gave back in a shape it cannot have written
+        (the runtime found it so while reading it back): ``reason`` says what, in words
+        that quote no row. A store names itself and says how to check it."""
+        return StoreError(
+            f"the store is damaged: session {session_id} cannot be read from table {table} "
+            f"({reason}); restore it from a backup"
+        )
+
     def check(self) -> None:
         """Raises:
         StoreError: The store failed; what was not acknowledged is lost."""

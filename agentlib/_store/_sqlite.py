@@ -528,6 +528,9 @@ class SQLiteStore(Store):
             reason = f"a row is not what agentlib writes ({type(error).__name__})"
         return self._damaged(place, reason)
 
+    def damaged(self, session_id: str, table: str, reason: str) -> StoreError:
+        return self._damaged(_Place(f"session {session_id}", table), reason)
+
     def _damaged(self, place: _Place, reason: str) -> StoreError:
         return StoreError(
             f"the store {self.path} is damaged: {place.what} cannot be read from table "
