@@ -1233,9 +1233,12 @@ async def test_a_session_another_live_runtime_holds_is_busy(tmp_path: Path) -> N
         approval = only_callback(blocked, OpenApproval)
         async with agentlib.open_runtime(SQLiteStore(path)):
             other = approval_agent(runs).session(session.id)
-            with pytest.raises(SessionBusyError):
+            with pytest.raises(agentlib.LeaseRefused) as refused:
                 await other.turn(blocked.turn_id).get()
-            with pytest.raises(SessionBusyError):
+            assert isinstance(refused.value, SessionBusyError)
+            assert refused.value.session_id == session.id
+            assert refused.value.owner not in (None, "")
+            with pytest.raises(agentlib.LeaseRefused):
                 await other.turn(blocked.turn_id).answer(approval.id, AllowApproval())
             # Sessions it starts itself are its own.
             mine = await approval_agent(runs).start_session()

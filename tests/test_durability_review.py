@@ -47,7 +47,6 @@ from agentlib import (
     ModelRequest,
     OpenApproval,
     ScriptedModel,
-    SessionBusyError,
     SessionNotFoundError,
     SQLiteStore,
     Store,
@@ -987,7 +986,7 @@ async def test_concurrent_loads_of_a_session_another_runtime_holds_are_both_busy
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(load)
                     nursery.start_soon(load)
-        assert [type(error) for error in errors] == [SessionBusyError, SessionBusyError]
+        assert [type(error) for error in errors] == [agentlib.LeaseRefused] * 2
         assert isinstance(await session.run("hi", timeout=WAIT), Completed)
 
 

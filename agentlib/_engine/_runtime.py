@@ -15,10 +15,10 @@ import attrs
 import trio
 
 from .._entries import Entry
-from .._errors import SessionBusyError, SessionNotFoundError
+from .._errors import SessionNotFoundError
 from .._history import new_id
 from .._store import open_store
-from .._store._base import EventRow, LeaseRefused, Op, PruneRow, Store, StoreError
+from .._store._base import EventRow, Op, PruneRow, Store, StoreError
 from ._core import SessionCore, TurnCore
 from ._log import EventLog
 from ._loop import run_turn
@@ -181,7 +181,9 @@ class Runtime:
 
         Raises:
             SessionNotFoundError: The store has no such session.
-            SessionBusyError: Another runtime holds the session's lease.
+            LeaseRefused: Another runtime holds the session's lease (a
+                :class:`SessionBusyError`).
+            StoreError: The store failed, or is damaged.
             RuntimeError: The runtime is closing.
         """
         core = self.sessions.get(session_id)
@@ -194,16 +196,10 @@ class Runtime:
         # both resume its turns. A read of a session being loaded waits here for the load.
         async with self._loads:
             core = self.sessions.get(session_id)
-            if core is not None:
+            if core is not None and core.ready:
                 return core
             self.check_open()
-            try:
-                await restore(self, session_id, agent)
-            except LeaseRefused as refused:
-                raise SessionBusyError(
-                    f"session {refused.session_id} is run by another runtime ({refused.owner}) "
-                    "whose lease has not expired; retry once it has, or use that runtime"
-                ) from None
+            await restore(self, session_id, agent)
         return self.core(session_id)
 
     def check_open(self) -> None:
@@ -320,7 +316,9 @@ async def open_runtime(
         event_retention: Keep only the last N events of each session (pruned when a turn
             ends); reading before them raises ``ObservationLost``. None keeps them all.
         lease_seconds: How long this runtime's hold on a session lasts if it stops renewing
-            it (its process died): then another runtime may take the session over.
+            it (it stalled, or its process died on another host): then another runtime may
+            take the session over. A runtime on this host whose process has ended is taken
+            over at once.
 
     Leaving the block interrupts running turns (``Interrupted(cause="cancelled")``); with a
     durable store, a turn blocked on callbacks stays blocked, for the next runtime on the
