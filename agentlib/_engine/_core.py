@@ -93,7 +93,7 @@ class TurnCore:
     first_seq: int
     output_type: Any
     max_steps: int  # the most model steps it may take
-    steps: int = 0  # the model steps it took so far
+    model_steps: int = 0  # the model steps it took so far
     record: TurnState[Any] | None = None
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     done: trio.Event = attrs.field(factory=trio.Event)

@@ -148,9 +148,9 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
             streamed.append(delta)
             session.emit(EntryDelta, turn.id, entry_id=entry_id, delta=delta)
 
-        if turn.steps >= turn.max_steps:
+        if turn.model_steps >= turn.max_steps:
             return _failed(turn, _too_many_steps(turn))
-        turn.steps += 1
+        turn.model_steps += 1
         turn.working += 1  # a model step cannot be resumed: the turn is not blocked
         request = ModelRequest(
             instructions=agent.instructions,
@@ -159,7 +159,7 @@ async def _loop(turn: TurnCore) -> TurnState[Any]:
             output_schema=schema,
             session_id=session.id,
             turn_id=turn.id,
-            step=turn.steps,
+            step=turn.model_steps,
         )
         try:
             reply = await agent.model.complete(request, on_text=on_text)
@@ -199,9 +199,8 @@ def _model_history(session: SessionCore) -> Sequence[Entry]:
 def _too_many_steps(turn: TurnCore) -> MaxStepsExceeded:
     steps = f"{turn.max_steps} model step" + ("s" if turn.max_steps != 1 else "")
     return MaxStepsExceeded(
-        f"turn {turn.id} reached its limit of {steps} without an answer (the model called "
-        "tools at every step); if it needs more, raise max_steps: Agent(max_steps=...) or "
-        "run(..., max_steps=...)"
+        f"turn {turn.id} reached its limit of {steps} without an answer; if it needs more, "
+        "raise max_steps: Agent(max_steps=...) or run(..., max_steps=...)"
     )
 
 
@@ -289,7 +288,7 @@ def _save(turn: TurnCore) -> None:
         calls = typing.cast("list[_Call]", turn.step)
         step = {
             "calls": [call.to_json() for call in calls],
-            "steps": turn.steps,
+            "steps": turn.model_steps,
             "max_steps": turn.max_steps,
         }
         session.write(StepRow(session.id, turn.id, step))
