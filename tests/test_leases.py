@@ -185,6 +185,36 @@ def test_a_killed_process_its_parent_has_not_reaped_yet_is_gone() -> None:
         assert gone(holder)
 
 
+_MAIN_THREAD_ENDS = """
+import ctypes, threading, time
+
+def keep_running():
+    # Wait until the main thread has ended (its state then reads "Z"), then say so.
+    while open("/proc/self/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.001)
+    print("main thread ended", flush=True)
+    time.sleep(600)
+
+threading.Thread(target=keep_running).start()
+ctypes.CDLL(None).pthread_exit(None)  # the main thread ends; the process runs on
+"""
+
+
+@pytest.mark.skipif(not LINUX, reason="a zombie is told from /proc on Linux only")
+def test_a_process_whose_main_thread_ended_while_another_runs_is_not_gone() -> None:
+    child = subprocess.Popen([sys.executable, "-c", _MAIN_THREAD_ENDS], stdout=subprocess.PIPE)
+    try:
+        holder = holder_of(child)
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"main thread ended\n"
+        assert not gone(holder)
+    finally:
+        child.kill()
+        child.wait(CHILD_TIMEOUT)
+        assert child.stdout is not None
+        child.stdout.close()
+
+
 @pytest.mark.skipif(not LINUX, reason="start times are read on Linux only")
 def test_a_pid_reused_by_another_process_is_gone() -> None:
     with sleeping_child() as child:
@@ -354,6 +384,8 @@ async def test_a_store_that_cannot_commit_lets_its_sessions_go_at_once(tmp_path:
     sessions go, so that another runtime (here in the same, live, process) takes them at
     once and goes on with their blocked turns."""
     path, runs = tmp_path / "s.db", str(tmp_path / "runs.txt")
+    async with agentlib.open_runtime(store_url(path)):
+        other = await approver(runs).start_session()
     store = SQLiteStore(str(path))
     async with agentlib.open_runtime(store):
         session = await approver(runs).start_session()
@@ -374,6 +406,10 @@ async def test_a_store_that_cannot_commit_lets_its_sessions_go_at_once(tmp_path:
         # The failed runtime renews nothing: the session stays the one that took it.
         with pytest.raises(StoreError, match="full"):
             await store.renew([session.id], "anyone", 30)
+        # Nor does it take a lease on another session it would read back.
+        with pytest.raises(StoreError, match="full"):
+            await store.acquire([other.id], "anyone", 30)
+        assert lease_of(path, other.id) == (None, None, None)
 
 
 async def test_a_live_process_whose_disk_filled_lets_its_sessions_go(tmp_path: Path) -> None:

@@ -39,9 +39,15 @@ class Holder:
 
 
 def this_process() -> Holder:
-    """The process calling it."""
+    """The process calling it (read once per process: a fork reads its own)."""
     pid = os.getpid()
-    return Holder(host=host_identity(), pid=pid, started=_started(pid))
+    known = _THIS.get(pid)
+    if known is None:
+        known = _THIS[pid] = Holder(host=host_identity(), pid=pid, started=_started(pid))
+    return known
+
+
+_THIS: dict[int, Holder] = {}
 
 
 def gone(holder: Holder) -> bool:
@@ -54,8 +60,10 @@ def gone(holder: Holder) -> bool:
     if stat is None:  # not on Linux, or /proc does not show it (another user's, hidden)
         return holder.pid != os.getpid() and _no_such_process(holder.pid)
     state, started = stat
-    if state in ("Z", "X"):  # ended: a zombie holds no file and runs no code
-        return True
+    if state in ("Z", "X"):
+        # Ended, and only waits to be reaped; unless it is a main thread that ended while
+        # other threads of the process still run (its state reads "Z" all the same).
+        return _threads(holder.pid) <= 1
     return holder.started is not None and started != holder.started
 
 
@@ -92,6 +100,15 @@ def _stat(pid: int) -> tuple[str, int] | None:
         return fields[0], int(fields[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _threads(pid: int) -> int:
+    """How many threads the process ``pid`` has (Linux), as ``/proc/<pid>/task`` lists them;
+    a great many if that cannot be read (then it counts as alive)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 1 << 30
 
 
 def _started(pid: int) -> int | None:
