@@ -398,6 +398,7 @@ async def test_entries_come_back_in_order(store: Store) -> None:
     ]
     async with opened(store):
         store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, turn, 1))  # a runtime writes a turn before its entries
         for index, entry in enumerate(entries):
             store.write(EntryRow(session, index, entry))
         await store.flush()
@@ -546,6 +547,7 @@ async def test_key_rows(store: Store) -> None:
         store.write(KeyRow(session, "t1", turn_1, "f" * 64))
         store.write(TurnRow(session, turn_2, 5))
         store.write(KeyRow(session, "t2", turn_2, "0" * 64))
+        store.write(TurnRow(other, "x", 1))
         store.write(KeyRow(other, "t1", "x", "1" * 64))  # keys are per session
         await store.flush()
         keys = sorted((await load(store, session)).keys, key=lambda row: row.key)
@@ -1028,6 +1030,7 @@ async def test_sqlite_schema_2_is_brought_up_to_date(db_path: Path, clock: FakeC
     entries = [user_message(turn, "hello"), user_message(turn, "again")]
     ops: list[Op] = [
         SessionRow(whole, "agent", lease=("A", 30)),
+        TurnRow(whole, turn, 1),
         *(EventRow(whole, seq, event) for seq, event in enumerate(events, start=1)),
         *(EntryRow(whole, index, entry) for index, entry in enumerate(entries)),
         SessionRow(pruned, "agent"),

@@ -321,6 +321,7 @@ MISSING = {
         " AS other WHERE other.session_id = entries.session_id)",
     ),
     "its blocked turn": ("turns", "DELETE FROM turns WHERE session_id = ? AND record IS NULL"),
+    "its ended turn": ("turns", "DELETE FROM turns WHERE session_id = ? AND record IS NOT NULL"),
 }
 
 
@@ -414,3 +415,39 @@ async def test_leases_and_keys_read_from_a_damaged_table_raise_a_store_error_say
             assert str(stored.path) in message
             assert isinstance(raised.value.__cause__, sqlite3.DatabaseError)
         await store.aclose()
+
+
+async def test_a_turn_whose_row_alone_is_missing_raises_a_store_error(tmp_path: Path) -> None:
+    """A turn with no callback nor key: its history and events still name it."""
+    path = tmp_path / "s.db"
+    agent = agentlib.Agent("a", model=agentlib.ScriptedModel(["hello", "again"]))
+    async with agentlib.open_runtime(f"sqlite:///{path}"):
+        session = await agent.start_session()
+        first = await session.run("hi")
+        await session.run("hi again")
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("DELETE FROM turns WHERE turn_id = ?", (first.turn_id,))
+    async with agentlib.open_runtime(f"sqlite:///{path}"):
+        with pytest.raises(StoreError, match=f"turn {first.turn_id}, of its entry .* missing"):
+            await agent.session(session.id).turn(first.turn_id).get()
+
+
+async def test_events_beyond_the_last_recorded_name_a_process_of_an_older_agentlib(
+    stored: Stored,
+) -> None:
+    # A process still running the agentlib before schema 3 appends events without
+    # recording the session's last seq: more rows than recorded, not fewer.
+    stored.execute(
+        "INSERT INTO events (session_id, seq, type, turn_id, id, data)"
+        " SELECT session_id, seq + 100, type, turn_id, id, data FROM events"
+        " WHERE session_id = ? AND seq = 1",
+        stored.session_id,
+    )
+    async with agentlib.open_runtime(stored.url):
+        with pytest.raises(StoreError) as raised:
+            await read_back(stored)
+    message = str(raised.value)
+    assert f"session {stored.session_id}" in message
+    assert "table events" in message
+    assert "older agentlib" in message
+    assert "every process on a file must run the same agentlib" in message

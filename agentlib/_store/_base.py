@@ -4,6 +4,10 @@ The engine writes to a store in order, without waiting (:meth:`Store.write`), an
 the store (:meth:`Store.flush`) before it acknowledges anything to a caller: a started turn,
 a taken answer, an event a reader sees. A store reads back one whole session tree at a time
 (:meth:`Store.load`), and leases sessions to one runtime at a time.
+
+A runtime writes a turn's row before any row that names the turn (an entry, a steered
+message, a callback, an idempotency key): a store that reads back a row naming a turn it
+does not have is damaged, and says so.
 """
 
 from __future__ import annotations

@@ -614,13 +614,6 @@ class SQLiteStore(Store):
                     (session_id,),
                 )
             ]
-            at.table = "turns"
-            turn_ids = {turn.turn_id for turn in turns}
-            for row_callback in callbacks:
-                if row_callback.callback.turn_id not in turn_ids:
-                    raise self._damaged(
-                        at, f"the turn of callback {row_callback.callback.id} is missing"
-                    )
             at.table = "keys"
             keys = [
                 KeyRow(session_id, key, turn_id, fingerprint)
@@ -629,6 +622,18 @@ class SQLiteStore(Store):
                     (session_id,),
                 )
             ]
+            # Every row that names a turn names one of the session's: a turn's row that is
+            # gone would make a turn with a history, events or a key read as never started.
+            at.table = "turns"
+            turn_ids = {turn.turn_id for turn in turns}
+            for what, turn_id in (
+                *((f"entry {entry.id}", entry.turn_id) for entry in entries),
+                *((f"steered message {m.id}", m.turn_id) for s in steers.values() for m in s),
+                *((f"callback {row.callback.id}", row.callback.turn_id) for row in callbacks),
+                *((f"idempotency key {i}", key.turn_id) for i, key in enumerate(keys, 1)),
+            ):
+                if turn_id is not None and turn_id not in turn_ids:
+                    raise self._damaged(at, f"turn {turn_id}, of its {what}, is missing")
             at.table = "sessions"
             children = [
                 child
@@ -684,6 +689,13 @@ class SQLiteStore(Store):
         ).fetchone()
         recorded = "none" if last_seq < first_seq else f"{first_seq} to {last_seq}"
         found = "none" if low is None else f"{low} to {high}"
+        if high is not None and high > last_seq:
+            raise self._damaged(
+                at,
+                f"the table holds events after the last one recorded ({found}, against "
+                f"{recorded}): a process of an older agentlib may still write to this file. "
+                "Stop it: every process on a file must run the same agentlib",
+            )
         if recorded != found:
             raise self._damaged(
                 at, f"events are missing: {recorded} were written, and the table holds {found}"
@@ -735,6 +747,8 @@ class SQLiteStore(Store):
     # -- leases ----------------------------------------------------------------------------
 
     async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
+        self.check()  # a store that can no longer commit takes no lease
+
         def lease() -> None:
             now = self._clock()
             with self._leasing(session_ids) as db:
