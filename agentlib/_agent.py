@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ._callbacks import Credentials
 from ._engine._runtime import current_runtime
+from ._entries import MessageEntry
+from ._errors import ValidationError
 from ._history import parse_history
 from ._history_items import HistoryImportEntry
 from ._hooks import Hook
 from ._inputs import SessionInput, stored_inputs
-from ._models._base import Model, ToolSchema
+from ._models._base import Model, ToolSchema, check_for_model
 from ._models._chat import model_from_string
 from ._tools import Tool, ToolSource, tool
 
@@ -161,6 +163,12 @@ class Agent:
 
         runtime = current_runtime()
         entries = parse_history(history) if history is not None else []
+        for index, entry in enumerate(entries):
+            if isinstance(entry, MessageEntry):
+                try:
+                    check_for_model(self.model, entry.content)
+                except ValidationError as error:
+                    raise ValidationError(f"invalid history item {index}: {error}") from None
         core = await runtime.start_session(self, entries, stored_inputs(inputs), idempotency_key)
         return Session(
             runtime,

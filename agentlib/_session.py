@@ -35,6 +35,7 @@ from ._errors import (
 )
 from ._events import CallbackOpened, Event, TurnEnded
 from ._json import InvalidValue
+from ._models._base import check_for_model
 from ._output import parse_output
 from ._records import (
     AlreadySettled,
@@ -73,13 +74,14 @@ ClientToolHandler = Callable[[OpenClientToolCall], Any]
 _SEND_TRIES = 3
 
 
-def message_content(content: Content) -> tuple[ContentBlock, ...]:
-    """A message's content as blocks.
+def message_content(content: Content, model: object = None) -> tuple[ContentBlock, ...]:
+    """A message's content as blocks, which ``model`` can take.
 
     Raises:
         ValidationError: ``content`` is empty, not a str or a list of blocks, or holds a
             malformed or unknown block (one nested deeper than the limit of 100 arrays and
-            objects, say).
+            objects, say), or one that ``model`` refuses (its ``check_content``): nothing
+            joins the history.
     """
     if isinstance(content, str):
         if not content:
@@ -105,6 +107,7 @@ def message_content(content: Content) -> tuple[ContentBlock, ...]:
     )
     if problems:
         raise ValidationError("invalid message: " + "; ".join(problems), problems)
+    check_for_model(model, blocks)
     return blocks
 
 
@@ -201,7 +204,7 @@ class Session:
                 only read, and interrupt its turns.
         """
         core = await self._writable("send_message")
-        blocks = message_content(content)
+        blocks = message_content(content, self._agent.model)
         for _ in range(_SEND_TRIES):
             started = core.start_turn(blocks, idempotency_key, self._agent.output_type)
             if isinstance(started, tuple):
@@ -256,7 +259,7 @@ class Session:
         if max_steps is not None:
             check_max_steps(max_steps)
         core = await self._writable(procedure)
-        blocks = message_content(content)
+        blocks = message_content(content, self._agent.model)
         started = core.start_turn(blocks, key, output_type, max_steps)
         if isinstance(started, tuple):
             await core.runtime.store.flush()  # a started turn is acknowledged once durable
@@ -581,7 +584,7 @@ class Turn:
             UnsupportedSessionProcedureError: The turn is a subagent's: steer its parent's.
         """
         await self._session._writable("steer")
-        blocks = message_content(content)
+        blocks = message_content(content, self._session._agent.model)
         turn = await self._turn()
         if turn.session.steer(turn, blocks):
             await turn.session.runtime.store.flush()  # acknowledged once durable

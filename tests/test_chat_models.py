@@ -1141,20 +1141,43 @@ def test_audio_goes_out_in_the_two_formats_openais_schema_takes(
     }
 
 
-async def test_audio_in_a_format_the_server_cannot_take_fails_the_turn_before_sending(
+OGG_REFUSED = (
+    "the OpenAI-compatible server takes audio as wav or mp3 only, and a message holds "
+    "audio/ogg: convert the clip to WAV (audio/wav) or MP3 (audio/mpeg) before sending it"
+)
+
+
+async def test_audio_in_a_format_the_server_cannot_take_is_refused_before_it_joins_the_history(
     server: Server,
 ) -> None:
+    # Taken in, it would fail this turn and every later one of the session: the message is
+    # refused as bad input, and the session goes on.
     clip = agentlib.AudioContentBlock(uri="data:audio/ogg;base64,T2dnUw==")
-    content = [TextContentBlock(text="Listen:"), clip]
     agent = Agent("a", model=openai(server, api_key=KEY))
-    (record,) = await run(agent, content)  # type: ignore[arg-type]
-    assert isinstance(record, Failed)
-    assert record.error.type == "ModelError"
-    assert record.error.message == (
-        "the OpenAI-compatible server takes audio as wav or mp3 only, and a message holds "
-        "audio/ogg: convert the clip to WAV (audio/wav) or MP3 (audio/mpeg) before sending it"
-    )
-    assert server.requests == []
+    server.play(recording("openai/chat_text.json"))
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        with pytest.raises(agentlib.ValidationError) as raised:
+            await session.run([TextContentBlock(text="Listen:"), clip])
+        assert str(raised.value) == f"invalid message: {OGG_REFUSED} @ $[1]"
+        assert server.requests == []
+        record = await session.run("Hello?", output_type=None)
+        assert isinstance(record, agentlib.Completed), record
+        with pytest.raises(agentlib.ValidationError, match=r"invalid history item 0: .*audio/ogg"):
+            await agent.start_session(
+                history=[agentlib.HistoryImportMessage(role="user", content=[clip])]
+            )
+    [request] = server.requests
+    assert [m["role"] for m in json.loads(request.body)["messages"]] == ["user"]
+
+
+async def test_audio_the_server_cannot_take_fails_a_request_built_otherwise_before_sending() -> (
+    None
+):
+    model = OpenAICompatibleModel("m", "http://127.0.0.1:1/v1")
+    with pytest.raises(ModelError) as raised:
+        model.request_body(audio_request("audio/ogg"))
+    assert str(raised.value) == OGG_REFUSED
 
 
 def test_mistral_takes_audio_of_any_type_as_it_is() -> None:

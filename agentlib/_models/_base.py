@@ -7,12 +7,20 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from .._content import _to_tuple
+from .._content import ContentBlock, _to_tuple
 from .._entries import Entry
 from .._json import TOO_DEEP, nesting_problem, unchecked
 from .._usage import Usage
 
-__all__ = ["Model", "ModelReply", "ModelRequest", "TextSink", "ToolCallRequest", "ToolSchema"]
+__all__ = [
+    "Model",
+    "ModelReply",
+    "ModelRequest",
+    "TextSink",
+    "ToolCallRequest",
+    "ToolSchema",
+    "check_for_model",
+]
 
 #: Receives streamed text as it arrives.
 TextSink = Callable[[str], Awaitable[None]]
@@ -113,6 +121,11 @@ class Model(Protocol):
 
     Implement ``complete``; call ``on_text`` with each piece of streamed text, if you stream.
     Raise :class:`agentlib.ModelError` for a failure the turn should report.
+
+    A model may also define ``check_content(blocks)``, which raises
+    :class:`agentlib.ValidationError` for content blocks it cannot take: agentlib calls it
+    with a message's blocks before the message joins a session's history (a message the
+    model cannot read would fail every later turn of the session).
     """
 
     async def complete(
@@ -120,3 +133,12 @@ class Model(Protocol):
     ) -> ModelReply:
         """Return the model's next reply to ``request``."""
         ...
+
+
+def check_for_model(model: object, blocks: Sequence[ContentBlock]) -> None:
+    """Raise ``ValidationError`` if ``model`` cannot take ``blocks``, as its optional
+    ``check_content`` method tells (a chat endpoint refuses some audio formats, say); a
+    model without one takes every block."""
+    check = getattr(model, "check_content", None)
+    if check is not None:
+        check(blocks)

@@ -41,7 +41,7 @@ from .._content import (
     TextContentBlock,
 )
 from .._entries import ContextMessage, Entry, MessageEntry, ToolCallEntry, ToolResultEntry
-from .._errors import ModelError
+from .._errors import ModelError, ValidationError
 from .._json import TOO_DEEP, NotJson, json_problem, read_json
 from .._usage import Usage
 from ._base import ModelReply, ModelRequest, TextSink, ToolCallRequest, ToolSchema
@@ -348,14 +348,38 @@ class ChatCompletionsModel:
             return [{"type": "text", "text": f"[resource link: {label} <{block.uri}>]"}]
         return []  # a block of a later version
 
+    def check_content(self, blocks: Sequence[ContentBlock]) -> None:
+        """Refuse, before a message holding them joins a session's history, blocks this
+        endpoint cannot take (where it would fail every later turn of the session).
+
+        Raises:
+            ValidationError: A block is audio of a format the endpoint does not take; the
+                message names its media type and where it is (``@ $[index]``).
+        """
+        problems = []
+        for index, block in enumerate(blocks):
+            audio = _data_uri(block.uri) if isinstance(block, AudioContentBlock) else None
+            refusal = None if audio is None else self._audio_refusal(audio[0])
+            if refusal is not None:
+                problems.append(f"{refusal} @ $[{index}]")
+        if problems:
+            raise ValidationError("invalid message: " + "; ".join(problems), tuple(problems))
+
+    def _audio_refusal(self, media_type: str) -> str | None:
+        """Why this endpoint cannot take audio of ``media_type``, or None if it can."""
+        if _AUDIO_FORMATS.get(media_type.partition(";")[0].strip().lower()) is not None:
+            return None
+        return (
+            f"{self.provider} takes audio as wav or mp3 only, and a message holds "
+            f"{media_type}: convert the clip to WAV (audio/wav) or MP3 (audio/mpeg) "
+            "before sending it"
+        )
+
     def _audio_part(self, media_type: str, data: str) -> dict[str, Any]:
-        audio_format = _AUDIO_FORMATS.get(media_type.partition(";")[0].strip().lower())
-        if audio_format is None:  # the server would refuse the whole request
-            raise ModelError(
-                f"{self.provider} takes audio as wav or mp3 only, and a message holds "
-                f"{media_type}: convert the clip to WAV (audio/wav) or MP3 (audio/mpeg) "
-                "before sending it"
-            )
+        refusal = self._audio_refusal(media_type)
+        if refusal is not None:  # the server would refuse the whole request
+            raise ModelError(refusal)
+        audio_format = _AUDIO_FORMATS[media_type.partition(";")[0].strip().lower()]
         return {"type": "input_audio", "input_audio": {"data": data, "format": audio_format}}
 
     def _call_id(self, call_id: str) -> str:
@@ -722,9 +746,12 @@ class MistralModel(ChatCompletionsModel):
             digits.append(_BASE62[digit])
         return "".join(digits)
 
-    def _audio_part(self, media_type: str, data: str) -> dict[str, Any]:
+    def _audio_refusal(self, media_type: str) -> str | None:
         # Mistral takes the file alone, with no format field, and tells the format from its
         # bytes: there is nothing to map, and no list of formats it documents to check.
+        return None
+
+    def _audio_part(self, media_type: str, data: str) -> dict[str, Any]:
         return {"type": "input_audio", "input_audio": data}
 
 
