@@ -1025,8 +1025,10 @@ async def test_arguments_that_are_not_json_are_bad_arguments_and_the_turn_goes_o
     assert result.is_error
     assert told in result.text
     assert "SECRET" not in result.text
-    told_model = server.requests[1].json()["messages"][-1]
+    call, told_model = server.requests[1].json()["messages"][-2:]
     assert (told_model["tool_call_id"], told_model["content"]) == ("Q7kd2Rw9a", result.text)
+    # The call goes back with no arguments: an endpoint may refuse text it cannot parse.
+    assert call["tool_calls"][0]["function"]["arguments"] == "{}"
 
 
 async def test_arguments_sent_as_an_object_too_deep_are_bad_arguments(server: Server) -> None:
@@ -1037,6 +1039,18 @@ async def test_arguments_sent_as_an_object_too_deep_are_bad_arguments(server: Se
     assert isinstance(record, Completed)
     (result,) = [entry for entry in completed(events) if isinstance(entry, ToolResultEntry)]
     assert "the arguments are nested deeper than the limit of 100" in result.text
+
+
+async def test_arguments_sent_as_an_object_holding_nan_go_back_as_none(server: Server) -> None:
+    body = reply_calling("@").body.decode().replace('"@"', '{"city": NaN}')
+    server.play(Reply(body=body.encode()), recording("mistral/chat_text.json"))
+    agent = Agent("w", model=mistral(server, stream=False), tools=[get_weather])
+    record, events = await run_with_events(agent, "Paris?")
+    assert isinstance(record, Completed)
+    (result,) = [entry for entry in completed(events) if isinstance(entry, ToolResultEntry)]
+    assert "not JSON" in result.text
+    call = server.requests[1].json()["messages"][-2]
+    assert call["tool_calls"][0]["function"]["arguments"] == "{}"  # never "null"
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])

@@ -274,7 +274,7 @@ class ChatCompletionsModel:
                         "type": "function",
                         "function": {
                             "name": names.wire(entry.name),
-                            "arguments": json.dumps(entry.arguments, ensure_ascii=False),
+                            "arguments": _arguments_text(entry.arguments),
                         },
                     }
                 )
@@ -559,7 +559,10 @@ class ChatCompletionsModel:
         usage = _usage(data.get("usage"))
         if choice.get("finish_reason") in _CUT:
             raise self._cut(
-                choice["finish_reason"], usage, status=200, body=self._excerpt(json.dumps(data))
+                choice["finish_reason"],
+                usage,
+                status=200,
+                body=self._excerpt(_dumps_or_empty(data)),
             )
         text = "".join(_text_pieces(message.get("content")))
         calls = []
@@ -1015,6 +1018,17 @@ def _json_or_none(text: str) -> Any:
         return json.loads(text)
     except (ValueError, RecursionError):  # the parser recurses once per level of the text
         return None
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A call's arguments as the endpoint takes them back: JSON text. A call the model made
+    with arguments that were not JSON (its entry holds their text as a str, or None for
+    values such as NaN) goes back with none: an endpoint may refuse a history holding
+    arguments it cannot parse, and the call's error result tells the model what was
+    wrong."""
+    if arguments is None or isinstance(arguments, str):
+        return "{}"
+    return json.dumps(arguments, ensure_ascii=False)
 
 
 def _dumps_or_empty(data: Any) -> str:
