@@ -52,7 +52,7 @@ from ._base import (
 from ._holder import Holder, gone, this_process
 from ._rows import EventRows
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore", "StoreError", "StoreSchemaError"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 T = TypeVar("T")
 
@@ -295,10 +295,9 @@ class SQLiteStore(Store):
         self._wake.set()
 
     def check(self) -> None:
-        lost = self.failure
-        if isinstance(lost, LeaseLost):  # a new one for each call that raises it
-            raise LeaseLost(lost.session_id, lost.owner, store=lost.store)
-        if self.failure is not None:
+        if isinstance(self.failure, LeaseLost):
+            super().check()
+        if self.failure is not None:  # said with the file's name
             raise StoreError(
                 f"the store {self.path} could not commit ({self.failure}); what was not "
                 "acknowledged is lost: check the disk, then open a new runtime on the file"
