@@ -1,6 +1,20 @@
-"""Offline models for tests, demos and docs: no network, no key."""
+"""Helpers for testing agents offline: models that need no network and no key."""
 
 from ._models._scripted import FunctionModel as FunctionModel
 from ._models._scripted import ScriptedModel as ScriptedModel
+from ._models._test import TestModel as TestModel
 
-__all__ = ["FunctionModel", "ScriptedModel"]
+__all__ = ["FunctionModel", "ScriptedModel", "TestModel"]
+
+
+def _set_public_module() -> None:
+    # Names shown as `agentlib.testing.TestModel`; those agentlib also exports keep its name.
+    import agentlib
+
+    for name in __all__:
+        if name not in agentlib.__all__:
+            globals()[name].__module__ = __name__
+
+
+_set_public_module()
+del _set_public_module
