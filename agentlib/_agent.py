@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._callbacks import Credentials
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
     from ._session import ApprovalHandler, ClientToolHandler, Session, SignInHandler
 
 __all__ = ["Agent", "check_max_steps"]
+
+# Overrides of every agent: entering and leaving one is quick and never waits on the engine.
+_overrides_lock = threading.Lock()
 
 
 class Agent:
@@ -129,9 +134,55 @@ class Agent:
                 )
         self.hooks: tuple[Hook, ...] = tuple(hooks)
         self.tool_errors: Literal["report", "raise"] = tool_errors
+        # The overrides in force, oldest first, and the model they replaced.
+        self._overrides: list[tuple[object, Model]] = []
+        self._own_model: Model = model
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r})"
+
+    @contextlib.contextmanager
+    def override(self, *, model: Model | str) -> Iterator[None]:
+        """Run this agent on ``model`` for the ``with`` block, for tests.
+
+        Every step a session of this agent takes inside the block asks ``model``: sessions
+        started, read back or resumed in it, and those that were already running (from their
+        next step). When the block ends, even by an exception, the agent's model is again
+        the one it had before. Overrides nest: the innermost one in force wins, and each
+        ending puts back the one in force around it, whatever order they end in.
+
+        The override is this agent's only: its subagents keep their models (override each
+        of them too, to replace theirs). It changes the agent object for every task and
+        thread that uses it, so it is meant for tests, not for a server whose sessions of
+        one agent want different models at the same time.
+
+        Args:
+            model: A model object, or a string naming one (``"mistral:<model>"``...).
+
+        Raises:
+            TypeError: ``model`` is not a model.
+            ValueError: ``model`` is a string naming no model.
+        """
+        if isinstance(model, str):
+            model = model_from_string(model)
+        if not isinstance(model, Model):
+            raise TypeError(
+                f"agent {self.name!r}: override takes a model object such as "
+                "agentlib.testing.TestModel(), or a string such as "
+                f"'mistral:mistral-small-latest'; not {type(model).__name__}"
+            )
+        token = object()
+        with _overrides_lock:
+            if not self._overrides:
+                self._own_model = self.model
+            self._overrides.append((token, model))
+            self.model = model
+        try:
+            yield
+        finally:
+            with _overrides_lock:
+                self._overrides = [entry for entry in self._overrides if entry[0] is not token]
+                self.model = self._overrides[-1][1] if self._overrides else self._own_model
 
     async def start_session(
         self,

@@ -1,4 +1,8 @@
-"""Helpers for testing agents offline: models that need no network and no key."""
+"""Helpers for testing agents offline: models that need no network and no key.
+
+``Agent.override(model=...)`` (a method of :class:`agentlib.Agent`) runs an agent on one of
+these models for a ``with`` block.
+"""
 
 from ._models._scripted import FunctionModel as FunctionModel
 from ._models._scripted import ScriptedModel as ScriptedModel

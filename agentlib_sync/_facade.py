@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Literal
 
 import agentlib
@@ -81,6 +82,12 @@ class Agent:
 
     def __repr__(self) -> str:
         return repr(self.agent)
+
+    def override(self, *, model: agentlib.Model | str) -> AbstractContextManager[None]:
+        """Run this agent on ``model`` for the ``with`` block, for tests; see
+        :meth:`agentlib.Agent.override` (the agent of a blocking script is the same object:
+        its sessions' steps in the engine's thread ask ``model`` too)."""
+        return self.agent.override(model=model)
 
     def start_session(
         self,

@@ -1,4 +1,4 @@
-"""agentlib.testing: TestModel (SPEC section 15)."""
+"""agentlib.testing: TestModel and Agent.override (SPEC section 15)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from agentlib import (
     ModelError,
     ModelReply,
     ModelRequest,
+    OpenAICompatibleModel,
     OpenClientToolCall,
     ScriptedModel,
     ToolResultEntry,
@@ -502,3 +503,110 @@ def test_test_model_is_a_model_of_agentlib_testing() -> None:
     assert agentlib.testing.__all__ == sorted(agentlib.testing.__all__)
     assert agentlib.testing.ScriptedModel is ScriptedModel
     assert agentlib.testing.FunctionModel is FunctionModel
+
+
+# --- Agent.override -----------------------------------------------------------------------
+
+
+def answering(text: str) -> ScriptedModel:
+    return ScriptedModel([text] * 10)
+
+
+async def test_override_runs_the_sessions_of_the_block_on_the_model() -> None:
+    agent = Agent("a", model=answering("own"))
+    async with agentlib.open_runtime():
+        with agent.override(model=answering("override")):
+            session = await agent.start_session()
+            inside = await session.run("go")
+        outside = await session.run("go")
+    assert isinstance(inside, Completed)
+    assert inside.text == "override"
+    assert isinstance(outside, Completed)
+    assert outside.text == "own"
+
+
+async def test_override_reaches_a_session_started_before_the_block() -> None:
+    agent = Agent("a", model=answering("own"))
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        with agent.override(model=answering("override")):
+            record = await session.run("go")
+    assert isinstance(record, Completed)
+    assert record.text == "override"
+
+
+async def test_override_reaches_a_session_resumed_from_a_store(tmp_path: Any) -> None:
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    agent = Agent("a", model=answering("own"))
+    async with agentlib.open_runtime(store):
+        session_id = (await agent.start_session()).id
+    async with agentlib.open_runtime(store):
+        with agent.override(model=answering("override")):
+            record = await agent.session(session_id).run("go")
+    assert isinstance(record, Completed)
+    assert record.text == "override"
+
+
+async def test_override_puts_the_model_back_when_the_block_raises() -> None:
+    own = answering("own")
+    agent = Agent("a", model=own)
+    with pytest.raises(LookupError), agent.override(model=TestModel()):
+        raise LookupError
+    assert agent.model is own
+
+
+def test_overrides_nest_and_the_innermost_wins() -> None:
+    own, outer, inner = answering("own"), TestModel(), TestModel()
+    agent = Agent("a", model=own)
+    with agent.override(model=outer):
+        with agent.override(model=inner):
+            assert agent.model is inner
+        assert agent.model is outer
+    assert agent.model is own
+
+
+async def test_overlapping_overrides_ending_out_of_order_keep_the_one_still_in_force() -> None:
+    own, first, second = answering("own"), TestModel(), TestModel()
+    agent = Agent("a", model=own)
+    first_in, second_in, first_out = trio.Event(), trio.Event(), trio.Event()
+
+    async def hold_first() -> None:
+        with agent.override(model=first):
+            first_in.set()
+            await second_in.wait()
+        first_out.set()
+
+    async def hold_second() -> None:
+        await first_in.wait()
+        with agent.override(model=second):
+            second_in.set()
+            await first_out.wait()
+            assert agent.model is second
+        assert agent.model is own
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold_first)
+        nursery.start_soon(hold_second)
+    assert agent.model is own
+
+
+async def test_override_leaves_the_subagents_models() -> None:
+    helper = Agent("helper", model=answering("helper's own"))
+    agent = Agent("a", model=answering("own"), subagents=[helper])
+    async with agentlib.open_runtime():
+        with agent.override(model=TestModel()):
+            record = await (await agent.start_session()).run("go")
+    assert isinstance(record, Completed)
+    assert json.loads(record.text) == {"helper": "helper's own"}
+
+
+def test_override_takes_a_model_string() -> None:
+    agent = Agent("a", model=answering("own"))
+    with agent.override(model="openai:llama3.1@http://localhost:11434/v1"):
+        assert isinstance(agent.model, OpenAICompatibleModel)
+
+
+def test_override_refuses_what_is_not_a_model() -> None:
+    agent = Agent("a", model=answering("own"))
+    with pytest.raises(TypeError, match="override takes a model object"), agent.override(model=42):
+        pass
