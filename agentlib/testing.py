@@ -1,14 +1,16 @@
-"""Helpers for testing agents offline: models that need no network and no key.
+"""Helpers for testing agents offline: models that need no network and no key, and a guard
+that keeps HTTP models from sending requests.
 
 ``Agent.override(model=...)`` (a method of :class:`agentlib.Agent`) runs an agent on one of
 these models for a ``with`` block.
 """
 
+from ._models._block import block_model_requests as block_model_requests
 from ._models._scripted import FunctionModel as FunctionModel
 from ._models._scripted import ScriptedModel as ScriptedModel
 from ._models._test import TestModel as TestModel
 
-__all__ = ["FunctionModel", "ScriptedModel", "TestModel"]
+__all__ = ["FunctionModel", "ScriptedModel", "TestModel", "block_model_requests"]
 
 
 def _set_public_module() -> None:

@@ -1,4 +1,4 @@
-"""agentlib.testing: TestModel and Agent.override (SPEC section 15)."""
+"""agentlib.testing: TestModel, Agent.override and block_model_requests (SPEC section 15)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ import json
 from typing import Annotated, Any, Literal
 
 import attrs
+import httpx
 import pytest
 import trio
+import trio.testing
+from _http_server import Server, recording, serve
 
 import agentlib
 import agentlib.testing
@@ -20,7 +23,9 @@ from agentlib import (
     EntryCompleted,
     EntryDelta,
     Event,
+    Failed,
     FunctionModel,
+    MistralModel,
     ModelError,
     ModelReply,
     ModelRequest,
@@ -33,7 +38,7 @@ from agentlib import (
     client_tool,
     tool,
 )
-from agentlib.testing import TestModel
+from agentlib.testing import TestModel, block_model_requests
 
 
 async def run(agent: Agent, message: str = "go", **options: Any) -> agentlib.TurnState[Any]:
@@ -500,6 +505,7 @@ def test_test_model_refuses_malformed_arguments(options: dict[str, Any], message
 def test_test_model_is_a_model_of_agentlib_testing() -> None:
     assert isinstance(TestModel(), agentlib.Model)
     assert TestModel.__module__ == "agentlib.testing"
+    assert block_model_requests.__module__ == "agentlib.testing"
     assert agentlib.testing.__all__ == sorted(agentlib.testing.__all__)
     assert agentlib.testing.ScriptedModel is ScriptedModel
     assert agentlib.testing.FunctionModel is FunctionModel
@@ -610,3 +616,142 @@ def test_override_refuses_what_is_not_a_model() -> None:
     agent = Agent("a", model=answering("own"))
     with pytest.raises(TypeError, match="override takes a model object"), agent.override(model=42):
         pass
+
+
+# --- block_model_requests ------------------------------------------------------------------
+
+
+@pytest.fixture
+async def server(nursery: trio.Nursery) -> Server:
+    return await serve(nursery)
+
+
+@pytest.fixture
+def clock(mock_clock: trio.testing.MockClock) -> trio.testing.MockClock:
+    """Virtual time that jumps once every task has waited 10 ms (real) for something: the
+    replies travel over real sockets."""
+    mock_clock.autojump_threshold = 0.01
+    return mock_clock
+
+
+KEY = "sk-test-guard-4b1e9c"
+
+
+def mistral(server: Server, **options: Any) -> MistralModel:
+    return MistralModel("mistral-small-latest", api_key=KEY, base_url=f"{server.url}/v1", **options)
+
+
+async def test_a_blocked_http_model_fails_the_turn_and_sends_nothing(server: Server) -> None:
+    with block_model_requests():
+        record = await run(Agent("a", model=mistral(server)))
+    assert isinstance(record, Failed)
+    assert record.error.type == "ModelError"
+    assert record.error.message.startswith("model requests are blocked: MistralModel(")
+    assert "agentlib.testing.block_model_requests()" in record.error.message
+    assert server.requests == []
+
+
+async def test_a_blocked_model_raises_before_its_client_sends_anything() -> None:
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(500)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        model = OpenAICompatibleModel("llama3.1", "http://localhost:1/v1", http_client=client)
+        with block_model_requests(), pytest.raises(ModelError, match="model requests are blocked"):
+            await model.complete(ModelRequest())
+    assert sent == []
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_blocked_model_never_holds_its_key_in_the_message(stream: bool) -> None:
+    model = MistralModel("mistral-small-latest", api_key=KEY, stream=stream)
+    with block_model_requests():
+        record = await run(Agent("a", model=model))
+    assert isinstance(record, Failed)
+    assert KEY not in record.error.message
+
+
+async def test_requests_go_through_once_the_block_ends(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    server.play(recording("mistral/chat_text.json"))
+    agent = Agent("a", model=mistral(server, stream=False))
+    with block_model_requests():
+        blocked = await run(agent)
+    record = await run(agent)
+    assert isinstance(blocked, Failed)
+    assert isinstance(record, Completed)
+    assert len(server.requests) == 1
+
+
+def test_blocks_nest_and_requests_stay_blocked_until_the_last_ends() -> None:
+    model = OpenAICompatibleModel("llama3.1", "http://localhost:1/v1")
+    outer = block_model_requests()
+    with outer:
+        with block_model_requests():
+            pass
+        with pytest.raises(ModelError, match="blocked"):
+            trio.run(model.complete, ModelRequest())
+
+
+async def test_offline_models_answer_inside_the_block() -> None:
+    with block_model_requests():
+        scripted = await run(Agent("a", model=ScriptedModel(["scripted"])))
+        function = await run(Agent("a", model=FunctionModel(lambda request: "function")))
+        test = await run(Agent("a", model=TestModel()))
+    assert [type(record) for record in (scripted, function, test)] == [Completed] * 3
+
+
+@pytest.mark.parametrize("value", ["1", "true", "YES", "on"])
+async def test_the_environment_variable_blocks_requests(
+    server: Server, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("AGENTLIB_BLOCK_MODEL_REQUESTS", value)
+    record = await run(Agent("a", model=mistral(server)))
+    assert isinstance(record, Failed)
+    assert record.error.message.startswith("model requests are blocked: MistralModel(")
+    assert "unset AGENTLIB_BLOCK_MODEL_REQUESTS" in record.error.message
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("value", ["", "0", "false", "no", "off"])
+async def test_the_environment_variable_set_off_lets_requests_through(
+    server: Server, clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("AGENTLIB_BLOCK_MODEL_REQUESTS", value)
+    server.play(recording("mistral/chat_text.json"))
+    record = await run(Agent("a", model=mistral(server, stream=False)))
+    assert isinstance(record, Completed)
+
+
+async def test_an_environment_variable_neither_on_nor_off_blocks_requests(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTLIB_BLOCK_MODEL_REQUESTS", "maybe")
+    record = await run(Agent("a", model=mistral(server)))
+    assert isinstance(record, Failed)
+    assert "neither on nor off; set it to 1" in record.error.message
+    assert server.requests == []
+
+
+async def test_a_block_entered_in_another_thread_blocks_this_ones_requests(server: Server) -> None:
+    entered, leave = trio.Event(), trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def hold_block() -> None:
+        with block_model_requests():
+            trio.from_thread.run_sync(entered.set, trio_token=token)
+            trio.from_thread.run(leave.wait, trio_token=token)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, hold_block)
+        await entered.wait()
+        try:
+            record = await run(Agent("a", model=mistral(server)))
+        finally:
+            leave.set()
+    assert isinstance(record, Failed)
+    assert server.requests == []

@@ -45,6 +45,7 @@ from .._errors import ModelError, ValidationError
 from .._json import TOO_DEEP, NotJson, json_problem, read_json
 from .._usage import Usage
 from ._base import ModelReply, ModelRequest, TextSink, ToolCallRequest, ToolSchema
+from ._block import check_requests_allowed
 
 __all__ = ["DEFAULT_TIMEOUT", "MistralModel", "OpenAICompatibleModel", "model_from_string"]
 
@@ -156,6 +157,7 @@ class ChatCompletionsModel:
         self, request: ModelRequest, *, on_text: TextSink | None = None
     ) -> ModelReply:
         """Ask the endpoint for the next reply; stream its text to ``on_text``."""
+        check_requests_allowed(self)
         names = _ToolNames(request.tools)
         stream = self.stream and on_text is not None
         body = self._body(request, names, stream=stream)
