@@ -12,6 +12,7 @@ translates them, here and only here, into :class:`~agentlib.ValidationError`.
 
 from __future__ import annotations
 
+import enum
 import re
 import types
 import typing
@@ -73,17 +74,60 @@ def _type_name(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 
+#: How a union's member is named in messages: the JSON kinds, or the class's name.
+_KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+
+
+def _tp_name(tp: Any) -> str:
+    kind = _KINDS.get(tp)
+    if kind is not None:
+        return kind
+    origin = typing.get_origin(tp) or tp
+    if origin in (list, tuple, set, frozenset, Sequence):
+        return "a list"
+    if origin in (dict, Mapping):
+        return "an object"
+    return getattr(origin, "__name__", repr(tp))
+
+
+#: The types a JSON scalar is exactly, which a union tries first.
+_EXACT = (str, int, float, bool)
+
+
+def _is_enum(cl: Any) -> bool:
+    return isinstance(cl, type) and issubclass(cl, enum.Enum)
+
+
+def _enum_member(cl: Any, value: Any) -> Any:
+    """The member of enum ``cl`` whose value is ``value``, of the same type (True is not
+    the member 1).
+
+    Raises:
+        InvalidValue: No member has it; the message lists the values, not the one given.
+    """
+    for member in cl:
+        if type(member.value) is type(value) and member.value == value:
+            return member
+    values = ", ".join(repr(member.value) for member in cl)
+    raise InvalidValue(f"expected one of {values}, got another {_type_name(value)}")
+
+
 def make_converter() -> cattrs.Converter:
     """Build the converter. Hooks are registered before the unions that capture them."""
     conv = cattrs.Converter()
 
     # cattrs is lenient by default (3 -> "3", a str iterated as a list); input must not be.
-    def strict_str(value: object, _: object) -> str:
+    # An enum that is also a str or an int (StrEnum, IntEnum) reaches these hooks too.
+    def strict_str(value: object, cl: Any) -> str:
+        if cl is not str and _is_enum(cl):
+            return _enum_member(cl, value)  # type: ignore[no-any-return]
         if not isinstance(value, str):
             raise InvalidValue(f"expected a string, got {_type_name(value)}")
         return value
 
-    def strict_int(value: object, _: object) -> int:
+    def strict_int(value: object, cl: Any) -> int:
+        if cl is not int and _is_enum(cl):
+            return _enum_member(cl, value)  # type: ignore[no-any-return]
         if not isinstance(value, int) or isinstance(value, bool):
             raise InvalidValue(f"expected an integer, got {_type_name(value)}")
         return value
@@ -102,6 +146,40 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(int, strict_int)
     conv.register_structure_hook(float, strict_float)
     conv.register_structure_hook(bool, strict_bool)
+    conv.register_structure_hook(enum.Enum, lambda value, cl: _enum_member(cl, value))
+
+    # A union of several types (int | str, an attrs class or a list...): the member the
+    # value is exactly first (3 is an int before it is a float), then each in order. The
+    # tagged unions of agentlib's own families are registered later, and win.
+    families = set(UNIONS.values())
+
+    def is_plain_union(tp: Any) -> bool:
+        if typing.get_origin(tp) not in (typing.Union, types.UnionType) or tp in families:
+            return False
+        return len([arg for arg in typing.get_args(tp) if arg is not type(None)]) > 1
+
+    def union_structure_factory(tp: Any) -> Callable[[Any, Any], Any]:
+        members = [arg for arg in typing.get_args(tp) if arg is not type(None)]
+        optional = len(members) < len(typing.get_args(tp))
+        hooks = [(member, conv.get_structure_hook(member)) for member in members]
+        names = " or ".join(_tp_name(member) for member in members)
+
+        def structure_union(value: Any, _: Any) -> Any:
+            if value is None and optional:
+                return None
+            for member, hook in hooks:
+                if member in _EXACT and type(value) is member:
+                    return hook(value, member)
+            for member, hook in hooks:
+                try:
+                    return hook(value, member)
+                except Exception:  # the next member may take it
+                    continue
+            raise InvalidValue(f"expected {names}, got {_type_name(value)}")
+
+        return structure_union
+
+    conv.register_structure_hook_factory(is_plain_union, union_structure_factory)
 
     # Tuples, lists and sets are read from a list: cattrs' own hooks take any iterable (a
     # str, a dict) and raise a TypeError for None.
@@ -119,17 +197,25 @@ def make_converter() -> cattrs.Converter:
         return (typing.get_origin(tp) or tp) is tuple
 
     def collection_structure_factory(tp: Any) -> Callable[[Any, Any], Any]:
-        (element, *_rest) = typing.get_args(tp) or (Any,)
-        element_hook = conv.get_structure_hook(element)
+        args = typing.get_args(tp) or (Any,)
         make = collections[typing.get_origin(tp) or tp]
+        # tuple[int, str]: an item of its own type at each position; else one type for all.
+        fixed = make is tuple and args[-1] is not Ellipsis and args != ((),)
+        elements = list(args) if fixed else [args[0]]
+        hooks = [conv.get_structure_hook(element) for element in elements]
 
         def structure_collection(value: Any, _: Any) -> Any:
             if not isinstance(value, (list, tuple)):
                 raise InvalidValue(f"expected a list, got {_type_name(value)}")
+            if fixed and len(value) != len(elements):
+                raise InvalidValue(
+                    f"expected a list of {len(elements)} items, got {len(value)} items"
+                )
             items, errors = [], []
             for index, item in enumerate(value):
+                element = elements[index if fixed else 0]
                 try:
-                    items.append(element_hook(item, element))
+                    items.append(hooks[index if fixed else 0](item, element))
                 except Exception as exc:
                     note = IterableValidationNote(f"item @ index {index}", index, element)
                     # Python 3.10 has no add_note; cattrs reads __notes__ either way.

@@ -178,6 +178,11 @@ class Color(enum.Enum):
     BLUE = "blue"
 
 
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
 @attrs.frozen
 class Point:
     x: int
@@ -200,6 +205,9 @@ PARAMETER_KINDS: dict[str, tuple[Any, type | tuple[type, ...]]] = {
     "literal_of_strings": (Literal["celsius", "fahrenheit"], str),
     "literal_of_mixed": (Literal["x", 1, True, None], (str, int, type(None))),
     "enum": (Color, Color),
+    "int_enum": (Level, Level),
+    "union_of_scalars": (int | str, (int, str)),
+    "fixed_tuple": (tuple[int, str], tuple),
     "optional": (int | None, int),
     "union_with_none": (Point | None, Point),
     "union_of_classes": (Point | Box, (Point, Box)),

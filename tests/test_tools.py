@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import threading
 from typing import Any
@@ -229,6 +230,81 @@ async def test_arguments_are_structured_into_the_annotated_container_types() -> 
     await run_agent(agent)
     assert received == [((1, 2), 2.0)]
     assert isinstance(received[0][1], float)  # type: ignore[index]
+
+
+class Unit(enum.IntEnum):
+    METRE = 1
+    FOOT = 2
+
+
+class Scale(str, enum.Enum):
+    LINEAR = "linear"
+    LOG = "log"
+
+
+def measure_tool(received: list[object]) -> agentlib.Tool:
+    @agentlib.tool
+    def measure(
+        size: int | str, at: tuple[int, str], unit: Unit, scale: Scale = Scale.LINEAR
+    ) -> str:
+        """Measure."""
+        received.append((size, at, unit, scale))
+        return "measured"
+
+    return measure
+
+
+async def test_arguments_are_structured_into_unions_fixed_tuples_and_enums() -> None:
+    received: list[object] = []
+    arguments = {"size": "big", "at": [3, "m"], "unit": 2, "scale": "log"}
+    agent = Agent(
+        "a",
+        model=ScriptedModel([call("measure", arguments), "ok"]),
+        tools=[measure_tool(received)],
+    )
+    _, entries = await run_agent(agent)
+    assert [result.is_error for result in results(entries)] == [False]
+    assert received == [("big", (3, "m"), Unit.FOOT, Scale.LOG)]
+    [(_, _, unit, scale)] = received
+    assert type(unit) is Unit  # not the plain int 2
+    assert type(scale) is Scale
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"size": 2.5}, "size"),
+        ({"at": [3]}, "at"),
+        ({"at": ["m", 3]}, "at"),
+        ({"unit": 5}, "unit"),
+        ({"unit": True}, "unit"),
+        ({"scale": "cubic"}, "scale"),
+    ],
+    ids=[
+        "float-for-int-or-str",
+        "short-tuple",
+        "tuple-items-swapped",
+        "no-such-unit",
+        "bool-for-int-enum",
+        "no-such-scale",
+    ],
+)
+async def test_arguments_outside_unions_fixed_tuples_and_enums_are_an_error_result(
+    change: dict[str, Any], named: str
+) -> None:
+    received: list[object] = []
+    arguments = {"size": 3, "at": [3, "m"], "unit": 1} | change
+    agent = Agent(
+        "a",
+        model=ScriptedModel([call("measure", arguments), "sorry"]),
+        tools=[measure_tool(received)],
+    )
+    record, entries = await run_agent(agent)
+    assert isinstance(record, Completed)  # the turn goes on
+    [result] = results(entries)
+    assert result.is_error is True
+    assert f"$.{named}" in result.text
+    assert received == []
 
 
 async def test_missing_defaults_are_the_functions_own() -> None:
