@@ -49,6 +49,7 @@ from ._errors import SessionNotFoundError as SessionNotFoundError
 from ._errors import SessionTerminatedError as SessionTerminatedError
 from ._errors import StoreError as StoreError
 from ._errors import StoreSchemaError as StoreSchemaError
+from ._errors import TurnNotCompletedError as TurnNotCompletedError
 from ._errors import TurnNotFoundError as TurnNotFoundError
 from ._errors import UnsupportedSessionProcedureError as UnsupportedSessionProcedureError
 from ._errors import ValidationError as ValidationError
@@ -198,6 +199,7 @@ __all__ = [
     "Turn",
     "TurnConflict",
     "TurnEnded",
+    "TurnNotCompletedError",
     "TurnNotFoundError",
     "TurnStarted",
     "TurnState",

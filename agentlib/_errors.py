@@ -15,6 +15,7 @@ Every exception is an :class:`SdkError`; catch that to handle any of them::
     ├── InvalidCursorError           a cursor of another session, or a malformed one
     ├── SessionNotFoundError         the runtime's store has no session with that id
     ├── TurnNotFoundError            the session has no turn with that id
+    ├── TurnNotCompletedError        output_or_raise() on a turn that did not complete
     ├── ClientToolAnswerError        a client tool's answer could not be delivered
     ├── MaxStepsExceeded             a turn reached its max_steps (the error of its Failed)
     ├── ModelError                   a model failed: HTTP or protocol error, or no reply
@@ -27,6 +28,11 @@ value of a session input.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._records import Busy, TurnState
 
 __all__ = [
     "ClientToolAnswerError",
@@ -43,6 +49,7 @@ __all__ = [
     "SessionTerminatedError",
     "StoreError",
     "StoreSchemaError",
+    "TurnNotCompletedError",
     "TurnNotFoundError",
     "UnsupportedSessionProcedureError",
     "ValidationError",
@@ -104,6 +111,22 @@ class SessionNotFoundError(SdkError):
 
 class TurnNotFoundError(SdkError):
     """The session has no turn with this id."""
+
+
+class TurnNotCompletedError(SdkError):
+    """A turn's output was asked for with ``output_or_raise()``, but the turn did not
+    complete: it is running or blocked, it ended otherwise, or no turn was started (``Busy``).
+    The message names the record's kind and why: the error of a ``Failed`` turn, the cause
+    of an ``Interrupted`` one, the open callbacks of a ``Blocked`` one.
+
+    Attributes:
+        record: The record that has no output (or the ``Busy`` answer); read it, or
+            ``match`` it, to handle each case.
+    """
+
+    def __init__(self, message: str, *, record: TurnState[Any] | Busy[Any]) -> None:
+        super().__init__(message)
+        self.record = record
 
 
 class ClientToolAnswerError(SdkError):

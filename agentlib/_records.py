@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Generic, Literal, TypeVar, Union
+from typing import Any, ClassVar, Generic, Literal, NoReturn, TypeVar, Union, cast
 
 import attrs
 
-from ._callbacks import AllowApproval, Callback, DenyApproval
+from ._callbacks import (
+    AllowApproval,
+    Callback,
+    DenyApproval,
+    OpenApproval,
+    OpenClientToolCall,
+    OpenSignIn,
+    UnknownCallback,
+)
 from ._content import _to_tuple
 from ._entries import ToolCallEntry
+from ._errors import TurnNotCompletedError
 from ._json import check_nesting, known_tag_refused, raw_field
 from ._usage import Usage
 
@@ -55,14 +64,36 @@ class _Record:
 
 
 @attrs.frozen(kw_only=True)
-class Running(_Record):
+class _NotCompleted(_Record):
+    """A record of a turn that has no output: running, blocked, or ended otherwise."""
+
+    def output_or_raise(self) -> NoReturn:
+        """Raise :class:`TurnNotCompletedError`: only a ``Completed`` turn has an output.
+
+        Raises:
+            TurnNotCompletedError: Always; its message names this record's kind and why.
+        """
+        record = cast("TurnState[Any]", self)  # every subclass is a member of the union
+        raise TurnNotCompletedError(
+            f"turn {self.turn_id} did not complete: {self._why()}", record=record
+        )
+
+    def _why(self) -> str:
+        raise NotImplementedError
+
+
+@attrs.frozen(kw_only=True)
+class Running(_NotCompleted):
     """The turn is running: the model or a tool is working."""
 
     type: ClassVar[str] = "running"
 
+    def _why(self) -> str:
+        return "it is Running (the wait ended before the turn did); wait with turn.result()"
+
 
 @attrs.frozen(kw_only=True)
-class Blocked(_Record):
+class Blocked(_NotCompleted):
     """The turn waits on callbacks only the client can settle.
 
     Attributes:
@@ -72,6 +103,25 @@ class Blocked(_Record):
     type: ClassVar[str] = "blocked"
     __match_args__ = ("callbacks",)
     callbacks: tuple[Callback, ...] = attrs.field(default=(), converter=_to_tuple)
+
+    def _why(self) -> str:
+        waiting = ", ".join(_describe(callback) for callback in self.callbacks)
+        return (
+            f"it is Blocked on {len(self.callbacks)} open callback(s): {waiting}; answer them "
+            "with turn.answer(), then wait with turn.result(after=record)"
+        )
+
+
+def _describe(callback: Callback) -> str:
+    if isinstance(callback, (OpenApproval, OpenClientToolCall)):
+        what = f"{type(callback).__name__} for {callback.tool_name}"
+    elif isinstance(callback, OpenSignIn):
+        what = f"OpenSignIn for {', '.join(callback.sources)}"
+    elif isinstance(callback, UnknownCallback):
+        what = f"a callback of type {callback.callback_type!r}"
+    else:  # pragma: no cover - the union has no other member
+        what = type(callback).__name__
+    return f"{what} (id {callback.id})"
 
 
 @attrs.frozen(kw_only=True)
@@ -93,9 +143,17 @@ class Completed(_Record, Generic[OutputT]):
     tool_calls: tuple[ToolCallEntry, ...] = attrs.field(default=(), converter=_to_tuple)
     usage: Usage | None = None
 
+    def output_or_raise(self) -> OutputT:
+        """The answer: :attr:`output`. Every other record raises here instead.
+
+        ``session.run(...).output_or_raise()`` is the short form of matching the record
+        when anything but ``Completed`` is an error to you.
+        """
+        return self.output
+
 
 @attrs.frozen(kw_only=True)
-class Interrupted(_Record):
+class Interrupted(_NotCompleted):
     """The turn was stopped.
 
     Attributes:
@@ -106,9 +164,12 @@ class Interrupted(_Record):
     __match_args__ = ("cause",)
     cause: Literal["interrupted", "cancelled"] = "interrupted"
 
+    def _why(self) -> str:
+        return f"it was Interrupted (cause: {self.cause})"
+
 
 @attrs.frozen(kw_only=True)
-class Failed(_Record):
+class Failed(_NotCompleted):
     """The turn failed.
 
     Attributes:
@@ -119,9 +180,12 @@ class Failed(_Record):
     __match_args__ = ("error",)
     error: ErrorInfo
 
+    def _why(self) -> str:
+        return f"it Failed with {self.error.type}: {self.error.message}"
+
 
 @attrs.frozen(kw_only=True)
-class UnknownOutcome(_Record):
+class UnknownOutcome(_NotCompleted):
     """The runtime lost the turn (e.g. its process died mid-turn): how it ended is unknown.
 
     Attributes:
@@ -132,9 +196,12 @@ class UnknownOutcome(_Record):
     __match_args__ = ("reason",)
     reason: str
 
+    def _why(self) -> str:
+        return f"its outcome is unknown (UnknownOutcome: {self.reason})"
+
 
 @attrs.frozen(kw_only=True)
-class UnknownRecord(_Record):
+class UnknownRecord(_NotCompleted):
     """A record of a kind added after this version of agentlib.
 
     Attributes:
@@ -145,6 +212,12 @@ class UnknownRecord(_Record):
     __match_args__ = ("record_type",)
     record_type: str = attrs.field(validator=known_tag_refused(lambda: TurnState, "record"))
     raw: Mapping[str, Any] = raw_field("turn_id", "session_id", "cursor")
+
+    def _why(self) -> str:
+        return (
+            f"its record is of a kind this version of agentlib does not know "
+            f"({self.record_type!r}); upgrade agentlib to read it"
+        )
 
 
 TurnState = Union[
@@ -162,6 +235,19 @@ class Busy(Generic[TurnT]):
 
     type: ClassVar[str] = "busy"
     turn: TurnT
+
+    def output_or_raise(self) -> NoReturn:
+        """Raise :class:`TurnNotCompletedError`: no turn was started, so there is no output.
+
+        Raises:
+            TurnNotCompletedError: Always; its message names the active turn.
+        """
+        turn_id = getattr(self.turn, "id", self.turn)
+        raise TurnNotCompletedError(
+            f"no turn was started: the session is Busy with turn {turn_id}; wait for it "
+            "with busy.turn.result(), or send with send_message() to join it",
+            record=self,
+        )
 
 
 @attrs.frozen(kw_only=True)

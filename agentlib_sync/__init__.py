@@ -88,6 +88,7 @@ from agentlib import ToolSchema as ToolSchema
 from agentlib import ToolSource as ToolSource
 from agentlib import TurnConflict as TurnConflict
 from agentlib import TurnEnded as TurnEnded
+from agentlib import TurnNotCompletedError as TurnNotCompletedError
 from agentlib import TurnNotFoundError as TurnNotFoundError
 from agentlib import TurnStarted as TurnStarted
 from agentlib import TurnState as TurnState
@@ -199,6 +200,7 @@ __all__ = [
     "Turn",
     "TurnConflict",
     "TurnEnded",
+    "TurnNotCompletedError",
     "TurnNotFoundError",
     "TurnStarted",
     "TurnState",
