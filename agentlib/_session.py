@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union, overload
 
 import attrs
 import cattrs
@@ -72,6 +72,8 @@ SignInHandler = Callable[
 ClientToolHandler = Callable[[OpenClientToolCall], Any]
 
 _SEND_TRIES = 3
+
+OutputT = TypeVar("OutputT")
 
 
 def message_content(content: Content, model: object = None) -> tuple[ContentBlock, ...]:
@@ -266,6 +268,30 @@ class Session:
             return Turn(self, started[0].id, started=True)
         return Busy(turn=Turn(self, started.id, started=None))
 
+    @overload
+    async def run(
+        self,
+        content: Content,
+        *,
+        output_type: type[OutputT],
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+        max_steps: int | None = None,
+    ) -> TurnState[OutputT] | Busy[Turn]: ...
+
+    @overload
+    async def run(
+        self,
+        content: Content,
+        *,
+        output_type: None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+        max_steps: int | None = None,
+    ) -> TurnState[Any] | Busy[Turn]: ...
+
     async def run(
         self,
         content: Content,
@@ -428,6 +454,26 @@ class Turn:
         """
         turn = await self._turn()
         return _for_reader(turn.state(), self._session._agent.output_type)
+
+    @overload
+    async def result(
+        self,
+        *,
+        output_type: type[OutputT],
+        after: TurnState[Any] | str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+    ) -> TurnState[OutputT]: ...
+
+    @overload
+    async def result(
+        self,
+        *,
+        output_type: None = None,
+        after: TurnState[Any] | str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+    ) -> TurnState[Any]: ...
 
     async def result(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
 
 import agentlib
 from agentlib._session import (
@@ -19,6 +19,8 @@ from agentlib._session import (
 from ._portal import off_thread, portal
 
 __all__ = ["Agent", "Session", "Turn"]
+
+OutputT = TypeVar("OutputT")
 
 
 def _turn_or_busy(
@@ -175,6 +177,30 @@ class Session:
         )
         return _turn_or_busy(started, self)
 
+    @overload
+    def run(
+        self,
+        content: Content,
+        *,
+        output_type: type[OutputT],
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+        max_steps: int | None = None,
+    ) -> agentlib.TurnState[OutputT] | agentlib.Busy[Turn]: ...
+
+    @overload
+    def run(
+        self,
+        content: Content,
+        *,
+        output_type: None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+        max_steps: int | None = None,
+    ) -> agentlib.TurnState[Any] | agentlib.Busy[Turn]: ...
+
     def run(
         self,
         content: Content,
@@ -238,6 +264,26 @@ class Turn:
     def get(self) -> agentlib.TurnState[Any]:
         """The turn's record now; see :meth:`agentlib.Turn.get`."""
         return portal.call(self._turn.get)
+
+    @overload
+    def result(
+        self,
+        *,
+        output_type: type[OutputT],
+        after: agentlib.TurnState[Any] | str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+    ) -> agentlib.TurnState[OutputT]: ...
+
+    @overload
+    def result(
+        self,
+        *,
+        output_type: None = None,
+        after: agentlib.TurnState[Any] | str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+    ) -> agentlib.TurnState[Any]: ...
 
     def result(
         self,
