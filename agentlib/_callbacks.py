@@ -111,6 +111,7 @@ class UnknownCallback:
 
 
 Callback = Union[OpenApproval, OpenClientToolCall, OpenSignIn, UnknownCallback]
+"""A callback a turn waits on, as listed in ``Blocked.callbacks``: match it by class."""
 
 
 @attrs.frozen(kw_only=True)
@@ -149,6 +150,7 @@ class DenyApproval:
 
 
 ApprovalAnswer = Union[AllowApproval, DenyApproval]
+"""What answers an ``OpenApproval``: ``AllowApproval`` or ``DenyApproval``."""
 
 
 def _freeze_credentials(value: object) -> Mapping[str, str]:

@@ -314,6 +314,7 @@ ContentBlock = Union[
     EmbeddedResourceContentBlock,
     UnknownContentBlock,
 ]
+"""A block of a message's or a tool result's content: match it by class."""
 
 
 def text_of(blocks: tuple[ContentBlock, ...]) -> str:

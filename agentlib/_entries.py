@@ -162,3 +162,5 @@ class UnknownEntry:
 
 
 Entry = Union[MessageEntry, ContextMessage, ToolCallEntry, ToolResultEntry, UnknownEntry]
+"""An entry of a session's history: match it by class (``ContextMessage`` before
+``MessageEntry``, which it subclasses)."""

@@ -153,3 +153,4 @@ Event = Union[
     TurnEnded,
     UnknownEvent,
 ]
+"""An event of a session's log: match it by class; ``TurnEnded`` ends each turn."""

@@ -145,3 +145,5 @@ HistoryImportEntry = Union[
     HistoryImportToolResult,
     HistoryImportSnapshot,
 ]
+"""An item of ``start_session(history=...)`` (a dict with the same fields and a ``type``
+works too)."""

@@ -56,8 +56,8 @@ class RequestApproval:
     reason: str | None = None
 
 
-#: What a hook returns: None to go on, or one of these.
 HookDecision = Union[ModifiedArguments, DenyToolCall, RequestApproval, None]
+"""What a hook returns: None to go on, or one of these."""
 
 
 @attrs.frozen(eq=False)

@@ -223,6 +223,9 @@ class UnknownRecord(_NotCompleted):
 TurnState = Union[
     Running, Blocked, Completed[OutputT], Interrupted, Failed, UnknownOutcome, UnknownRecord
 ]
+"""A turn's record: ``Running``, ``Blocked``, or how it ended. Match it by class, or call
+``output_or_raise()`` when anything but ``Completed`` is an error to you. Every record has
+``turn_id``, ``session_id`` and ``cursor`` (the id of the session's last event when read)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -13,7 +13,11 @@ import re
 
 import pytest
 
-DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+import agentlib
+import agentlib_sync
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 
 
@@ -46,3 +50,29 @@ def test_guide_examples_run_and_print_what_the_guide_shows(page: pathlib.Path) -
             exec(compile(code, f"{page.name}[{number}]", "exec"), namespace)
         if expected is not None:
             assert out.getvalue() == expected, f"{page.name}, example {number}"
+
+
+# --- the API reference ----------------------------------------------------------------------
+
+REFERENCE = DOCS / "reference"
+
+
+@pytest.mark.parametrize("name", agentlib.__all__)
+def test_every_public_name_of_agentlib_has_a_reference_entry(name: str) -> None:
+    assert f"::: agentlib.{name}\n" in (REFERENCE / "agentlib.md").read_text()
+
+
+@pytest.mark.parametrize("name", agentlib_sync.__all__)
+def test_every_public_name_of_agentlib_sync_has_a_reference_entry(name: str) -> None:
+    page = (REFERENCE / "agentlib_sync.md").read_text()
+    own = f"::: agentlib_sync.{name}\n" in page
+    shared = f"[agentlib.{name}]" in page and getattr(agentlib_sync, name) is getattr(
+        agentlib, name
+    )
+    assert own or shared
+
+
+def test_every_reference_page_is_in_the_nav() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for page in REFERENCE.glob("*.md"):
+        assert f" reference/{page.name}\n" in nav

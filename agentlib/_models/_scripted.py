@@ -101,7 +101,7 @@ def _steps_taken(request: ModelRequest) -> int:
 class FunctionModel:
     """A model that is a Python function (sync or async) of the :class:`ModelRequest`.
 
-    Args:
+    Attributes:
         fn: Returns the answer's text, or a :class:`ModelReply`.
     """
 

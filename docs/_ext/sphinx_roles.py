@@ -1,0 +1,73 @@
+"""A Griffe extension for the API reference: the docstrings' Sphinx roles become links.
+
+agentlib's docstrings cross-reference in reStructuredText (``:class:`ModelError```), which
+Markdown shows as it is. This turns a role naming a public object of agentlib or
+agentlib_sync into a link to its reference entry, any other role into code, and a literal
+block's ``::`` into ``:`` (its indented lines already read as code in Markdown). A class's
+private bases (``_Record``) have no entry: their public members are shown as the class's own,
+and they are left out of its "Bases" line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any
+
+import griffe
+
+ROLE = re.compile(r":(?:class|meth|func|attr|exc|data|obj|mod):`(~?)([\w.]+)`(?:\\ )?")
+LITERAL_BLOCK = re.compile(r"(?<=\S)::$", re.MULTILINE)
+
+
+def _target(name: str) -> str | None:
+    """The reference entry ``name`` stands for, or None if it has none."""
+    path = name if name.split(".")[0] in ("agentlib", "agentlib_sync") else f"agentlib.{name}"
+    package, public, *members = path.split(".")
+    module = importlib.import_module(package)
+    if public not in module.__all__:
+        return None
+    value: Any = getattr(module, public)
+    for member in members:
+        if member.startswith("_") or not hasattr(value, member):
+            return None
+        value = getattr(value, member)
+    return path
+
+
+def _link(match: re.Match[str]) -> str:
+    short, name = match.group(1), match.group(2)
+    shown = name.rsplit(".", 1)[-1] if short else name
+    target = _target(name)
+    return f"`{shown}`" if target is None else f"[`{shown}`][{target}]"
+
+
+class SphinxRoles(griffe.Extension):
+    """Rewrites each docstring once the package is loaded."""
+
+    def on_object(self, *, obj: griffe.Object, **kwargs: Any) -> None:
+        if obj.docstring is not None:
+            text = ROLE.sub(_link, obj.docstring.value)
+            obj.docstring.value = LITERAL_BLOCK.sub(":", text)
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+        for cls in _classes(pkg):
+            private = [base for base in cls.bases if str(base).startswith("_")]
+            if not private:
+                continue
+            public_bases = [base for base in cls.resolved_bases if not base.name.startswith("_")]
+            from_public = {name for base in public_bases for name in base.all_members}
+            for name, member in cls.inherited_members.items():
+                if not name.startswith("_") and name not in from_public:
+                    cls.set_member(name, member)
+            cls.bases = [base for base in cls.bases if base not in private]
+
+
+def _classes(module: griffe.Module) -> list[griffe.Class]:
+    found: list[griffe.Class] = []
+    for member in module.members.values():
+        if isinstance(member, griffe.Module):
+            found += _classes(member)
+        elif isinstance(member, griffe.Class):
+            found.append(member)
+    return found
