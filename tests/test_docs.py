@@ -1,7 +1,8 @@
-"""The guides' (and the README's) examples run, and print what the guides say they print.
+"""The README's and the guides' examples: each runs on its own and prints what the page says
+it prints; and the API reference has an entry for every public name.
 
-In each page of docs/, the ```python blocks run in order in one namespace; a ```text block
-right after one is the output it must print.
+Each ```python block is a whole script (its imports and definitions included): it runs in a
+namespace of its own, and a ```text block right after it is the output it must print.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import io
 import pathlib
 import re
 
+import attrs
 import pytest
 
 import agentlib
@@ -21,12 +23,24 @@ DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 
 
-def examples(page: pathlib.Path) -> list[tuple[str, str | None]]:
-    """(code, expected output or None) for each python block of ``page``."""
+@attrs.frozen
+class Example:
+    page: pathlib.Path
+    number: int
+    code: str
+    expected: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.page.stem.lower()}_{self.number}"
+
+
+def examples(page: pathlib.Path) -> list[Example]:
+    """The python blocks of ``page``, each with the text block right after it, if any."""
     blocks = [
         (m.group(1), m.group(2), m.start(), m.end()) for m in FENCE.finditer(page.read_text())
     ]
-    pairs: list[tuple[str, str | None]] = []
+    found: list[Example] = []
     for index, (lang, body, _start, end) in enumerate(blocks):
         if lang != "python":
             continue
@@ -34,22 +48,22 @@ def examples(page: pathlib.Path) -> list[tuple[str, str | None]]:
         expected = None
         if following is not None and following[0] == "text" and following[2] == end + 1:
             expected = following[1]
-        pairs.append((body, expected))
-    return pairs
+        found.append(Example(page, len(found) + 1, body, expected))
+    return found
 
 
-PAGES = sorted(page for page in [*DOCS.glob("*.md"), DOCS.parent / "README.md"] if examples(page))
+PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+EXAMPLES = [example for page in PAGES for example in examples(page)]
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[page.stem for page in PAGES])
-def test_guide_examples_run_and_print_what_the_guide_shows(page: pathlib.Path) -> None:
-    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
-    for number, (code, expected) in enumerate(examples(page), start=1):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile(code, f"{page.name}[{number}]", "exec"), namespace)
-        if expected is not None:
-            assert out.getvalue() == expected, f"{page.name}, example {number}"
+@pytest.mark.parametrize("example", EXAMPLES, ids=[example.name for example in EXAMPLES])
+def test_example_runs_alone_and_prints_what_the_page_shows(example: Example) -> None:
+    namespace: dict[str, object] = {"__name__": f"docs_{example.name}"}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(example.code, f"{example.page.name}[{example.number}]", "exec"), namespace)
+    if example.expected is not None:
+        assert out.getvalue() == example.expected
 
 
 # --- the API reference ----------------------------------------------------------------------
