@@ -1,5 +1,5 @@
-"""The README's and the guides' examples: each runs on its own and prints what the page says
-it prints; and the API reference has an entry for every public name.
+"""The README's and the guides' examples: each runs on its own, prints what the page says it
+prints, and passes ``mypy --strict`` as a user's file outside the repository would.
 
 Each ```python block is a whole script (its imports and definitions included): it runs in a
 namespace of its own, and a ```text block right after it is the output it must print.
@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import attrs
 import pytest
@@ -20,6 +23,8 @@ import agentlib_sync
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+#: Files of a user's code that pin what a type checker infers, checked with the examples.
+TYPED = pathlib.Path(__file__).resolve().parent / "typed"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 
 
@@ -64,6 +69,45 @@ def test_example_runs_alone_and_prints_what_the_page_shows(example: Example) -> 
         exec(compile(example.code, f"{example.page.name}[{example.number}]", "exec"), namespace)
     if example.expected is not None:
         assert out.getvalue() == example.expected
+
+
+def test_examples_pass_mypy_strict_as_user_files(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("mypy", reason="mypy comes with the lint extra")
+    for example in EXAMPLES:
+        (tmp_path / f"{example.name}.py").write_text(example.code)
+    for typed in TYPED.glob("*.py"):
+        (tmp_path / f"typed_{typed.name}").write_text(typed.read_text())
+    # Outside the repository, with no configuration of its own: as a user's script is checked.
+    environment = {key: value for key, value in os.environ.items() if key != "MYPYPATH"}
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "."],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if 'module named "agentlib' in checked.stdout:
+        pytest.fail(
+            "mypy cannot find agentlib from outside the repository: install it as the "
+            "README says (pip install -e . --config-settings editable_mode=strict)\n"
+            + checked.stdout
+        )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_ci_runs_the_readme_test_command_with_the_strict_editable_install() -> None:
+    commands = [
+        line.strip()
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("    python3 -m venv .venv && ")
+    ]
+    assert commands, "the README shows no set-up command"
+    for command in commands:
+        assert "--config-settings editable_mode=strict" in command
+    test_command = next(command for command in commands if command.endswith("pytest"))
+    assert test_command in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
 # --- the API reference ----------------------------------------------------------------------
