@@ -316,6 +316,11 @@ class Session:
             on_event: Called with each event of the turn, in order; ``TurnEnded`` last.
             max_steps: The most model steps of this turn; by default the agent's.
 
+        Returns:
+            The turn's record, or ``Busy`` with the active turn (nothing was started).
+            ``output_or_raise()`` on either gives a ``Completed`` turn's output, and raises
+            :class:`TurnNotCompletedError` for anything else.
+
         Raises:
             ValidationError: ``content`` is malformed.
             ValueError: ``max_steps`` is not an int of at least 1.
