@@ -19,6 +19,7 @@ import attrs
 import pytest
 
 import agentlib
+import agentlib.testing
 import agentlib_sync
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -128,6 +129,11 @@ def test_every_public_name_of_agentlib_sync_has_a_reference_entry(name: str) -> 
         agentlib, name
     )
     assert own or shared
+
+
+@pytest.mark.parametrize("name", agentlib.testing.__all__)
+def test_every_public_name_of_agentlib_testing_has_a_reference_entry(name: str) -> None:
+    assert f"::: agentlib.testing.{name}\n" in (REFERENCE / "agentlib_testing.md").read_text()
 
 
 def test_every_reference_page_is_in_the_nav() -> None:
