@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._callbacks import Credentials
-from ._engine._runtime import current_runtime
+from ._engine._runtime import check_trio, current_runtime
 from ._entries import MessageEntry
 from ._errors import ValidationError
 from ._history import parse_history
@@ -208,10 +208,12 @@ class Agent:
         Raises:
             ValidationError: ``history`` or ``inputs`` is malformed; nothing was started.
             RuntimeError: No runtime is running here (use ``open_runtime()``, or
+                ``agentlib_sync``), or this is not trio code (from asyncio, use
                 ``agentlib_sync``).
         """
         from ._session import Session
 
+        check_trio()
         runtime = current_runtime()
         entries = parse_history(history) if history is not None else []
         for index, entry in enumerate(entries):

@@ -26,7 +26,7 @@ from ._content import ContentBlock, TextContentBlock, UnknownContentBlock
 from ._convert import CONVERTER, validation_error
 from ._engine._core import SessionCore, TurnCore
 from ._engine._handlers import Handler, Waiter, invoke
-from ._engine._runtime import Runtime
+from ._engine._runtime import Runtime, check_trio
 from ._errors import (
     SessionBusyError,
     UnsupportedSessionProcedureError,
@@ -135,7 +135,8 @@ class Session:
 
     Get one from ``await agent.start_session()``, or from a saved id with
     ``agent.session(session_id)``. Two references are equal when they name the same session
-    in the same runtime.
+    in the same runtime. Its async methods, and its turns', run under trio: awaited outside
+    a trio task (under asyncio, say) they raise ``RuntimeError``; use ``agentlib_sync`` there.
     """
 
     def __init__(
@@ -176,7 +177,14 @@ class Session:
         return hash((id(self._runtime), self.id))
 
     async def _load(self) -> SessionCore:
-        """The session's live state, read from the runtime's store the first time."""
+        """The session's live state, read from the runtime's store the first time.
+
+        Every async method of sessions and turns starts here.
+
+        Raises:
+            RuntimeError: This is not trio code (asyncio, say).
+        """
+        check_trio()
         return await self._runtime.session(self.id, self._agent)
 
     def turn(self, turn_id: str) -> Turn:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import pytest
 import trio
 
@@ -158,3 +162,87 @@ async def test_leaving_the_block_interrupts_a_turn_that_has_not_reached_its_firs
     record = await turn.get()
     assert isinstance(record, Interrupted)
     assert record.cause == "cancelled"
+
+
+# -- under asyncio -------------------------------------------------------------------------
+# Plain tests: each runs its coroutine in an asyncio loop of its own.
+
+
+def assert_points_to_agentlib_sync(error: BaseException) -> None:
+    message = str(error)
+    assert "trio.run(main)" in message
+    assert "asyncio" in message
+    assert "agentlib_sync" in message
+
+
+def test_open_runtime_under_asyncio_raises_runtime_error_pointing_to_agentlib_sync() -> None:
+    async def main() -> None:
+        async with agentlib.open_runtime():
+            pass
+
+    with pytest.raises(RuntimeError) as info:
+        asyncio.run(main())
+    assert_points_to_agentlib_sync(info.value)
+
+
+def test_start_session_under_asyncio_raises_runtime_error_pointing_to_agentlib_sync() -> None:
+    agent = Agent("a", model=ScriptedModel(["hi"]))
+
+    with pytest.raises(RuntimeError) as info:
+        asyncio.run(agent.start_session())
+    assert_points_to_agentlib_sync(info.value)
+
+
+def test_agent_session_under_asyncio_raises_runtime_error_pointing_to_agentlib_sync() -> None:
+    agent = Agent("a", model=ScriptedModel(["hi"]))
+
+    async def main() -> None:
+        agent.session("0" * 32)
+
+    with pytest.raises(RuntimeError) as info:
+        asyncio.run(main())
+    assert_points_to_agentlib_sync(info.value)
+
+
+async def _first(events: Any) -> None:
+    await events.__anext__()
+
+
+CALLS: dict[str, Callable[[agentlib.Session, agentlib.Turn], Awaitable[Any]]] = {
+    "Session.send_message": lambda session, turn: session.send_message("again"),
+    "Session.start_turn": lambda session, turn: session.start_turn("again"),
+    "Session.run": lambda session, turn: session.run("again"),
+    "Session.iter_events": lambda session, turn: _first(session.iter_events()),
+    "Session.cancel": lambda session, turn: session.cancel(),
+    "Session.subagents": lambda session, turn: session.subagents(),
+    "Turn.get": lambda session, turn: turn.get(),
+    "Turn.result": lambda session, turn: turn.result(),
+    "Turn.iter_events": lambda session, turn: _first(turn.iter_events()),
+    "Turn.steer": lambda session, turn: turn.steer("more"),
+    "Turn.answer": lambda session, turn: turn.answer(
+        "00000000-0000-0000-0000-000000000000", agentlib.AllowApproval()
+    ),
+    "Turn.interrupt": lambda session, turn: turn.interrupt(),
+}
+
+
+@pytest.mark.parametrize("method", list(CALLS))
+def test_a_session_or_turn_method_under_asyncio_raises_runtime_error(method: str) -> None:
+    agent = Agent("a", model=ScriptedModel(["hi"]))
+
+    async def in_trio() -> tuple[agentlib.Session, agentlib.Turn]:
+        async with agentlib.open_runtime():
+            session = await agent.start_session()
+            turn = await session.start_turn("hello")
+            assert isinstance(turn, agentlib.Turn)
+            await turn.result()
+            return session, turn
+
+    session, turn = trio.run(in_trio)
+
+    async def main() -> None:
+        await CALLS[method](session, turn)
+
+    with pytest.raises(RuntimeError) as info:
+        asyncio.run(main())
+    assert_points_to_agentlib_sync(info.value)

@@ -26,7 +26,7 @@ from ._loop import run_turn
 if TYPE_CHECKING:
     from .._agent import Agent
 
-__all__ = ["Runtime", "current_runtime", "open_runtime"]
+__all__ = ["Runtime", "check_trio", "current_runtime", "open_runtime"]
 
 _CURRENT: contextvars.ContextVar[Runtime] = contextvars.ContextVar("agentlib_runtime")
 
@@ -284,15 +284,33 @@ def current_runtime() -> Runtime:
     """The runtime of the enclosing :func:`open_runtime` block.
 
     Raises:
-        RuntimeError: There is none.
+        RuntimeError: There is none, or this is not trio code (asyncio, say).
     """
     try:
         return _CURRENT.get()
     except LookupError:
+        check_trio()
         raise RuntimeError(
             "no agentlib runtime is running here: in trio code, wrap the calls in "
             "`async with agentlib.open_runtime():`; in a plain script, use `agentlib_sync`, "
             "which runs one for you"
+        ) from None
+
+
+def check_trio() -> None:
+    """Refuse a call of the async API outside trio, before trio fails deep inside it.
+
+    Raises:
+        RuntimeError: This is not a trio task: an asyncio loop runs here, or no loop does.
+    """
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        raise RuntimeError(
+            "agentlib's async API runs under trio (`trio.run(main)`), and this call is not "
+            "in a trio task; from asyncio code, Jupyter or a plain script, use "
+            "`agentlib_sync`: its blocking calls run the engine on a thread of its own, and "
+            "work inside a running event loop too"
         ) from None
 
 
@@ -325,10 +343,13 @@ async def open_runtime(
     store to resume. Returns once every task has ended.
 
     Raises:
+        RuntimeError: The block is entered outside trio (under asyncio, say): use
+            ``agentlib_sync`` there.
         ValueError: ``store`` names a kind of store agentlib does not know, or
             ``event_retention`` or ``lease_seconds`` is not positive.
         StoreSchemaError: The store's file was written by a newer agentlib.
     """
+    check_trio()
     if event_retention is not None and (
         isinstance(event_retention, bool)
         or not isinstance(event_retention, int)
