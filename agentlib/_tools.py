@@ -225,7 +225,14 @@ def _make_tool(
     for parameter in parameters:
         if parameter.name in dependency_names:
             continue
-        annotation = hints.get(parameter.name, Any)
+        if parameter.name not in hints:
+            # Its schema would be {}: the model could send anything, and nothing would check it.
+            raise TypeError(
+                f"tool {tool_name!r}: parameter {parameter.name!r} has no type annotation, so "
+                "nothing would check what the model sends for it; annotate it, e.g. "
+                f"`{parameter.name}: int` (or `{parameter.name}: Any` to take any JSON value)"
+            )
+        annotation = hints[parameter.name]
         try:
             schema = json_schema(annotation)
         except TypeError as exc:
@@ -302,7 +309,8 @@ def tool(
         requires_approval: Every call first opens an approval callback.
 
     Raises:
-        TypeError: A parameter's type has no JSON form, or the function takes ``*args``.
+        TypeError: A parameter has no type annotation (``Any`` takes any JSON value), its
+            type has no JSON form, or the function takes ``*args``.
     """
     if function is not None:
         return _make_tool(
@@ -343,8 +351,8 @@ def client_tool(
         description: What the tool does; by default the docstring's summary.
 
     Raises:
-        TypeError: A parameter's type has no JSON form, or the stub has ``Depends``
-            parameters (the client has no session inputs).
+        TypeError: A parameter has no type annotation, its type has no JSON form, or the
+            stub has ``Depends`` parameters (the client has no session inputs).
     """
     make = functools.partial(
         _make_tool, name=name, description=description, requires_approval=False, kind="client"

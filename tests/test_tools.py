@@ -163,6 +163,54 @@ def test_a_tool_parameter_with_no_json_form_raises_type_error() -> None:
         tool(use)
 
 
+def test_a_tool_parameter_without_a_type_annotation_raises_type_error_naming_it() -> None:
+    def add(a, b: int) -> int:  # type: ignore[no-untyped-def]
+        return b
+
+    with pytest.raises(TypeError) as info:
+        tool(add)
+    message = str(info.value)
+    assert "'add'" in message
+    assert "'a'" in message
+    assert "`a: int`" in message
+
+
+def test_a_plain_function_with_an_untyped_parameter_in_tools_raises_type_error() -> None:
+    def add(a: int, b):  # type: ignore[no-untyped-def]
+        return a + b
+
+    with pytest.raises(TypeError, match="parameter 'b' has no type annotation"):
+        Agent("a", model=ScriptedModel([]), tools=[add])
+
+
+def test_a_client_tool_parameter_without_a_type_annotation_raises_type_error() -> None:
+    def pick(options) -> str:  # type: ignore[no-untyped-def]
+        ...
+
+    with pytest.raises(TypeError, match="parameter 'options' has no type annotation"):
+        agentlib.client_tool(pick)
+
+
+async def test_a_tool_parameter_annotated_any_takes_any_json_value() -> None:
+    seen: list[Any] = []
+
+    def keep(value: Any) -> str:
+        """Keep a value."""
+        seen.append(value)
+        return "kept"
+
+    made = tool(keep)
+    assert made.parameters["properties"] == {"value": {}}
+    agent = Agent(
+        "a",
+        model=ScriptedModel([call("keep", {"value": {"any": [1, "json"]}}), "ok"]),
+        tools=[made],
+    )
+    record, _ = await run_agent(agent)
+    assert isinstance(record, Completed)
+    assert seen == [{"any": [1, "json"]}]
+
+
 def test_an_agent_with_two_tools_of_one_name_raises_value_error() -> None:
     def add(a: int) -> int:
         return a
