@@ -36,37 +36,70 @@ class Depends:
     """
 
 
+# The class attribute naming the class each SessionInput subclass was built as.
+_BUILT = "__agentlib_session_input__"
+
+
+class _InputClass(type):
+    """The type of SessionInput classes: an ``@attrs`` decorator on one changes nothing.
+
+    Each subclass is made a frozen, keyword-only attrs class as it is created. A slotted
+    ``@attrs.frozen`` or ``@attrs.define`` above it would rebuild the class by calling this
+    type with a copy of its namespace, from fields whose defaults and validators the first
+    build took away: the class as first built is returned instead, unchanged.
+    """
+
+    def __new__(
+        mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any
+    ) -> Any:
+        built = namespace.get(_BUILT)
+        if built is not None and "__attrs_attrs__" in namespace:
+            return built
+        return super().__new__(mcs, name, bases, namespace, **kwargs)
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        # An attrs decorator that patches the class in place (slots=False, attr.s) would keep
+        # its own options and lose the fields' defaults and validators: refused, not half done.
+        if name == "__attrs_attrs__" and cls.__dict__.get(_BUILT) is cls:
+            raise TypeError(
+                f"session input {cls.__name__} is a frozen, keyword-only attrs class already; "
+                "an attrs decorator that patches it in place (slots=False, @attr.s) would "
+                "drop its fields' defaults and validators: remove the decorator"
+            )
+        super().__setattr__(name, value)
+
+
 @dataclass_transform(frozen_default=True, field_specifiers=(attrs.field,))
-class SessionInput:
+class SessionInput(metaclass=_InputClass):
     """A value given when a session starts, that tools and hooks can read.
 
     Subclass it with the fields you need and a stable ``input_id``; the subclass becomes a
-    frozen, keyword-only attrs class (do not decorate it yourself)::
+    frozen, keyword-only attrs class by itself::
 
         class Repo(SessionInput):
             input_id = "repo"
             name: str
 
-    A tool or a hook reads it through a parameter annotated ``Annotated[Repo, Depends()]``;
-    the model never sees it. The session keeps its inputs for its whole life, as JSON: each
-    use structures the stored value again, so a validator's rule is checked where the value is
-    used. Never put a credential in an input, nor the value in a validator's message.
+    An ``@attrs.frozen`` or ``@attrs.define`` written above the class changes nothing: it
+    stays that class. A tool or a hook reads it through a parameter annotated
+    ``Annotated[Repo, Depends()]``; the model never sees it. The session keeps its inputs for
+    its whole life, as JSON: each use structures the stored value again, so a validator's
+    rule is checked where the value is used. Never put a credential in an input, nor the value
+    in a validator's message.
 
     Attributes:
         input_id: The input's stable name, which the session finds it by. Not part of the
             value.
+
+    Raises:
+        TypeError: The subclass has no ``input_id``, or an attrs decorator with
+            ``slots=False`` (or ``@attr.s``) would patch it in place.
     """
 
     input_id: ClassVar[str]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "__attrs_attrs__" in cls.__dict__:
-            # attrs rebuilding a class decorated by hand, which would lose its fields' options
-            raise TypeError(
-                f"session input {cls.__name__} is already a frozen attrs class, as every "
-                "SessionInput subclass is: remove its @attrs decorator"
-            )
         input_id = cls.__dict__.get("input_id", getattr(cls, "input_id", None))
         if not isinstance(input_id, str) or not input_id:
             raise TypeError(
@@ -74,11 +107,12 @@ class SessionInput:
                 'input_id = "repo"'
             )
         attrs.define(cls, frozen=True, slots=False, kw_only=True)
-        # Frozen by the base's __setattr__ rather than an own one, so that an @attrs decorator
-        # added by hand reaches the clear error above, not attrs' "custom __setattr__" one.
+        # Frozen by the base's __setattr__ rather than an own one: attrs refuses to freeze
+        # a class with its own __setattr__, which an @attrs.frozen above it would try.
         for name in ("__setattr__", "__delattr__"):
             if name in cls.__dict__:
                 delattr(cls, name)
+        setattr(cls, _BUILT, cls)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise attrs.exceptions.FrozenInstanceError

@@ -13,9 +13,11 @@ without the value ever showing, and what ``start_session(inputs=...)``, ``Sessio
 from __future__ import annotations
 
 import json
+import pathlib
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
+import attr
 import attrs
 import pytest
 import trio
@@ -1073,15 +1075,82 @@ async def test_the_model_passing_the_input_as_an_argument_gets_unknown_argument(
     assert "unknown argument 'repo'" in result.text
 
 
-def test_an_attrs_decorator_on_an_input_is_refused_with_a_clear_error() -> None:
-    # The class is already a frozen attrs class; a second decoration would lose its fields'
-    # options (validators, defaults), so it is refused rather than half-applied.
-    with pytest.raises(TypeError, match="remove its @attrs decorator"):
+def branch_class(decorate: Callable[[type[Any]], type[Any]]) -> type[Any]:
+    """An input with a default and a validator, under the decorator ``decorate``."""
 
-        @attrs.frozen
-        class Branch(SessionInput):
-            input_id = "branch"
-            name: str
+    @decorate
+    class Branch(SessionInput):
+        input_id = "branch"
+        name: str
+        depth: int = attrs.field(default=1, validator=attrs.validators.ge(0))
+
+    return Branch
+
+
+# The spellings of an @attrs decorator that rebuild the class (slotted), and no decorator.
+DECORATORS: dict[str, Callable[[type[Any]], type[Any]]] = {
+    "attrs.frozen": attrs.frozen,
+    "attrs.define": attrs.define,
+    "attrs.frozen(kw_only=True)": attrs.frozen(kw_only=True),
+}
+SPELLINGS = {"undecorated": lambda cls: cls, **DECORATORS}
+
+
+def field_options(cls: type[Any]) -> list[tuple[str, Any, bool, bool]]:
+    return [
+        (field.name, field.default, field.validator is not None, field.kw_only)
+        for field in attrs.fields(cls)
+    ]
+
+
+@pytest.mark.parametrize("spelling", list(DECORATORS))
+def test_an_attrs_decorator_above_an_input_changes_nothing(spelling: str) -> None:
+    plain = branch_class(SPELLINGS["undecorated"])
+    decorated = branch_class(DECORATORS[spelling])
+    branch = decorated(name="main")
+
+    assert field_options(decorated) == field_options(plain)
+    assert branch.depth == 1
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        branch.name = "dev"
+    with pytest.raises(TypeError):
+        decorated("main")
+    with pytest.raises(ValueError, match="depth"):
+        decorated(name="main", depth=-1)
+
+
+@pytest.mark.parametrize("spelling", list(SPELLINGS))
+async def test_an_input_reaches_a_tool_and_reads_back_after_a_restart_however_decorated(
+    spelling: str, tmp_path: pathlib.Path
+) -> None:
+    branch = branch_class(SPELLINGS[spelling])
+    read, runs = reader_of(branch)
+    steps = (call("read", path="README"), "done") * 2  # the session's steps, both turns
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    async with agentlib.open_runtime(store):
+        agent = make_agent(Script(*steps), [read])
+        session = await agent.start_session(inputs=[branch(name="main")])
+        first = await session.run("go")
+    async with agentlib.open_runtime(store):  # a new runtime reads the input from the file
+        agent = make_agent(Script(*steps), [read])
+        second = await agent.session(session.id).run("again")
+
+    assert isinstance(first, Completed)
+    assert isinstance(second, Completed)
+    assert runs == [branch(name="main", depth=1)] * 2
+
+
+@pytest.mark.parametrize(
+    "decorate",
+    [attrs.define(slots=False), attr.s(auto_attribs=True)],
+    ids=["attrs.define(slots=False)", "attr.s(auto_attribs=True)"],
+)
+def test_an_attrs_decorator_patching_an_input_in_place_is_refused(
+    decorate: Callable[[type[Any]], type[Any]],
+) -> None:
+    # It would keep its own options and drop the fields' defaults and validators.
+    with pytest.raises(TypeError, match="remove the decorator"):
+        branch_class(decorate)
 
 
 def test_a_session_input_subclass_is_a_frozen_keyword_only_attrs_class() -> None:
