@@ -36,7 +36,8 @@ class Agent:
         instructions: What the model is told to do (the system prompt).
         model: The model that drives the agent: a :class:`Model` such as
             :class:`ScriptedModel` or :class:`MistralModel`, or a string naming one:
-            ``"mistral:<model>"`` or ``"openai:<model>@<base_url>"``.
+            ``"mistral:<model>"``, ``"openai:<model>"`` (OpenAI's API, with
+            ``OPENAI_API_KEY``) or ``"openai:<model>@<base_url>"`` (another server).
         tools: The tools the model may call: functions (sync or async), :func:`tool`\\ s,
             :func:`client_tool` stubs and :class:`ToolSource`\\ s.
         output_type: Structure the final answer into this type (an attrs class, a
@@ -57,10 +58,10 @@ class Agent:
     Raises:
         TypeError: A tool has no JSON schema, ``model`` is not a model, a subagent is not an
             agent, or a hook is not made with :func:`pre_tool_call`.
-        ValueError: ``model`` is a string naming no model (or a Mistral model without an
-            API key), two tools (or a tool and a subagent) share a name, a tool outside a
-            sign-in source takes ``Credentials``, ``tool_errors`` is neither value, or
-            ``max_running_subagents`` or ``max_steps`` is not an int of at least 1.
+        ValueError: ``model`` is a string naming no model (or a Mistral or OpenAI model
+            without an API key), two tools (or a tool and a subagent) share a name, a tool
+            outside a sign-in source takes ``Credentials``, ``tool_errors`` is neither
+            value, or ``max_running_subagents`` or ``max_steps`` is not an int of at least 1.
     """
 
     def __init__(

@@ -922,12 +922,83 @@ async def test_an_openai_string_names_the_model_and_its_server(server: Server) -
     assert server.requests[0].json()["model"] == "llama3.1:8b"
 
 
+def test_an_openai_string_without_a_base_url_names_openais_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    agent = Agent("a", model="openai:gpt-4o")
+    assert isinstance(agent.model, OpenAICompatibleModel)
+    assert (agent.model.model, agent.model.base_url) == ("gpt-4o", "https://api.openai.com/v1")
+    assert KEY not in repr(agent.model)
+
+
+async def test_an_openai_string_without_a_base_url_sends_openai_api_key_to_openai_base_url(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{server.url}/v1")
+    server.play(recording("openai/stream_text.sse"))
+    (record,) = await run(Agent("a", model="openai:gpt-4o"), "hi")
+    assert isinstance(record, Completed)
+    assert server.requests[0].headers["authorization"] == f"Bearer {KEY}"
+    assert server.requests[0].json()["model"] == "gpt-4o"
+
+
+def test_an_openai_string_without_a_base_url_or_a_key_says_to_set_openai_api_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="set OPENAI_API_KEY, or pass a model object"):
+        Agent("a", model="openai:gpt-4o")
+
+
+def test_an_openai_api_key_that_cannot_be_sent_is_refused_without_being_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", f"{KEY}\n")
+    with pytest.raises(ValueError, match="api_key holds") as info:
+        Agent("a", model="openai:gpt-4o")
+    assert KEY not in str(info.value)
+
+
+def test_a_malformed_openai_base_url_is_refused_without_being_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", "api.openai.com/v1")
+    with pytest.raises(ValueError, match="OPENAI_BASE_URL must be an http") as info:
+        Agent("a", model="openai:gpt-4o")
+    assert "api.openai.com/v1" not in str(info.value)
+
+
+async def test_an_openai_string_with_a_base_url_sends_no_key_from_the_environment(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://api.openai.com/v1")
+    server.play(recording("openai/stream_text.sse"))
+    agent = Agent("a", model=f"openai:llama3.1:8b@{server.url}/v1")
+    (record,) = await run(agent, "hi")
+    assert isinstance(record, Completed)
+    assert "authorization" not in server.requests[0].headers
+
+
 @pytest.mark.parametrize(
-    "spec", ["mistral:", "openai:llama3", "openai:@http://x/v1", "gpt-4o", "anthropic:claude"]
+    "spec",
+    [
+        "mistral:",
+        "openai:",
+        "openai:@http://x/v1",
+        "openai:llama3@localhost:11434",
+        "gpt-4o",
+        "anthropic:claude",
+    ],
 )
 def test_a_model_string_naming_no_model_says_what_to_write(spec: str) -> None:
-    with pytest.raises(ValueError, match="use 'mistral:<model>'"):
+    with pytest.raises(ValueError, match="use 'mistral:<model>'") as info:
         Agent("a", model=spec)
+    assert "'openai:<model>' for OpenAI's API" in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,8 @@ __all__ = ["DEFAULT_TIMEOUT", "MistralModel", "OpenAICompatibleModel", "model_fr
 
 #: Generation is slow: a minute or two between bytes is normal; connecting is not.
 DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=10.0)
+#: Where ``"openai:<model>"`` goes unless ``OPENAI_BASE_URL`` says otherwise.
+_OPENAI_URL = "https://api.openai.com/v1"
 
 ToolChoice = Literal["auto", "none", "required"]
 
@@ -794,11 +796,16 @@ class OpenAICompatibleModel(ChatCompletionsModel):
 
 
 def model_from_string(spec: str) -> ChatCompletionsModel:
-    """The model a string names: ``"mistral:<model>"`` or ``"openai:<model>@<base_url>"``.
+    """The model a string names: ``"mistral:<model>"``, ``"openai:<model>"`` (OpenAI's API)
+    or ``"openai:<model>@<base_url>"`` (an OpenAI-compatible server).
+
+    ``"openai:<model>"`` sends ``OPENAI_API_KEY`` to ``OPENAI_BASE_URL`` if set, else to
+    ``https://api.openai.com/v1``, as OpenAI's own SDK does. ``"openai:<model>@<base_url>"``
+    sends no key: none read from the environment goes to a server it was not meant for.
 
     Raises:
         ValueError: The string names no model this way, or the model cannot be made (no
-            Mistral API key, say).
+            Mistral or OpenAI API key, say).
     """
     provider, _, rest = spec.partition(":")
     if provider == "mistral" and rest:
@@ -807,11 +814,31 @@ def model_from_string(spec: str) -> ChatCompletionsModel:
         name, _, url = rest.partition("@http")
         if name and url:
             return OpenAICompatibleModel(name, "http" + url)
+        if rest and "@" not in rest:
+            return _openai(rest)
     raise ValueError(
         f"model string {spec!r} names no model: use 'mistral:<model>' (e.g. "
-        "'mistral:mistral-small-latest') or 'openai:<model>@<base_url>' (e.g. "
+        "'mistral:mistral-small-latest'), 'openai:<model>' for OpenAI's API (e.g. "
+        "'openai:gpt-4o') or 'openai:<model>@<base_url>' for another server (e.g. "
         "'openai:llama3.1@http://localhost:11434/v1'), or pass a Model object"
     )
+
+
+def _openai(model: str) -> OpenAICompatibleModel:
+    """``model`` on OpenAI's API, with the key and the URL the environment gives."""
+    api_key = os.environ.get("OPENAI_API_KEY") or None
+    if api_key is None:
+        raise ValueError(
+            f"model string 'openai:{model}' names OpenAI's API, which needs a key: set "
+            "OPENAI_API_KEY, or pass a model object such as OpenAICompatibleModel("
+            f"{model!r}, {_OPENAI_URL!r}, api_key=...); for another server, give its URL: "
+            f"'openai:{model}@http://localhost:11434/v1'"
+        )
+    base_url = os.environ.get("OPENAI_BASE_URL") or _OPENAI_URL
+    if not base_url.startswith(("http://", "https://")):
+        # Not shown: a URL may hold a password.
+        raise ValueError("OPENAI_BASE_URL must be an http:// or https:// URL, or unset")
+    return OpenAICompatibleModel(model, base_url, api_key=api_key)
 
 
 # -- helpers -------------------------------------------------------------------------------
