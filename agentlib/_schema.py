@@ -13,7 +13,7 @@ from typing import Any, Union
 
 import attrs
 
-__all__ = ["docstring_parameters", "json_schema"]
+__all__ = ["docstring_parameters", "json_schema", "lift_defs"]
 
 _SIMPLE: dict[Any, dict[str, Any]] = {
     str: {"type": "string"},
@@ -29,11 +29,52 @@ def json_schema(tp: Any) -> dict[str, Any]:
 
     Handles str, int, float, bool, None, Any, Literal, Enum, Optional and unions, lists,
     tuples, sets, dicts with string keys, attrs classes, dataclasses, and pydantic models
-    (through their own ``model_json_schema``).
+    (through their own ``model_json_schema``). A class that holds itself (a tree of nodes)
+    is described once, under ``"$defs"`` at the schema's root, and referred to from within
+    (``{"$ref": "#/$defs/Node"}``).
 
     Raises:
         TypeError: ``tp`` has no JSON form (a callable, a custom class...).
     """
+    defs: dict[str, Any] = {}
+    schema = _schema(tp, _Classes(defs))
+    return {**schema, "$defs": defs} if defs else schema
+
+
+def lift_defs(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` without its ``"$defs"``, which join ``defs``: for a schema placed inside
+    another (a tool's parameter in its arguments' object), whose references are to the
+    root of the whole."""
+    found = schema.pop("$defs", None)
+    if found:
+        defs.update(found)
+    return schema
+
+
+@attrs.define
+class _Classes:
+    """The classes being described, outermost first, and the ``$defs`` of those that hold
+    themselves."""
+
+    defs: dict[str, Any]
+    open: list[type[Any]] = attrs.field(factory=list)
+    recursive: set[type[Any]] = attrs.field(factory=set)
+    names: dict[type[Any], str] = attrs.field(factory=dict)
+
+    def name(self, cls: type[Any]) -> str:
+        """The key of ``cls`` in ``$defs``: its name, made unique."""
+        known = self.names.get(cls)
+        if known is None:
+            taken = set(self.names.values())
+            known, n = cls.__name__, 1
+            while known in taken:
+                n += 1
+                known = f"{cls.__name__}{n}"
+            self.names[cls] = known
+        return known
+
+
+def _schema(tp: Any, classes: _Classes) -> dict[str, Any]:
     if tp in _SIMPLE:
         return dict(_SIMPLE[tp])
     if tp is Any or tp is object:
@@ -41,35 +82,50 @@ def json_schema(tp: Any) -> dict[str, Any]:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin is typing.Annotated:
-        return json_schema(args[0])
+        return _schema(args[0], classes)
     if origin is typing.Literal:
         return {"enum": list(args)}
     if origin is Union or origin is types.UnionType:
-        options = [json_schema(arg) for arg in args]
+        options = [_schema(arg, classes) for arg in args]
         return {"anyOf": options}
     if origin in (list, tuple, set, frozenset, Sequence) or tp in (list, tuple, set):
         if origin is tuple and args and args[-1] is not Ellipsis:
             return {
                 "type": "array",
-                "prefixItems": [json_schema(arg) for arg in args],
+                "prefixItems": [_schema(arg, classes) for arg in args],
                 "minItems": len(args),
                 "maxItems": len(args),
             }
-        return {"type": "array", "items": json_schema(args[0]) if args else {}}
+        return {"type": "array", "items": _schema(args[0], classes) if args else {}}
     if origin in (dict, Mapping) or tp is dict:
         if args and args[0] is not str:
             raise TypeError(f"{tp!r} has no JSON form: JSON object keys are strings")
-        return {"type": "object", "additionalProperties": json_schema(args[1]) if args else {}}
+        return {"type": "object", "additionalProperties": _schema(args[1], classes) if args else {}}
     if inspect.isclass(tp) and issubclass(tp, enum.Enum):
         return {"enum": [member.value for member in tp]}
     if inspect.isclass(tp) and hasattr(tp, "model_json_schema"):
-        return dict(tp.model_json_schema())
+        # Its own $defs join the root's, where its references point.
+        return lift_defs(dict(tp.model_json_schema()), classes.defs)
     if inspect.isclass(tp) and (attrs.has(tp) or dataclasses.is_dataclass(tp)):
-        return _class_schema(tp)
+        return _class_schema(tp, classes)
     raise TypeError(f"{tp!r} has no JSON form; use JSON types, attrs classes or dataclasses")
 
 
-def _class_schema(cls: type[Any]) -> dict[str, Any]:
+def _class_schema(cls: type[Any], classes: _Classes) -> dict[str, Any]:
+    if cls in classes.open:  # it holds itself: a reference to its description in $defs
+        classes.recursive.add(cls)
+        return {"$ref": f"#/$defs/{classes.name(cls)}"}
+    classes.open.append(cls)
+    try:
+        schema = _fields_schema(cls, classes)
+    finally:
+        classes.open.pop()
+    if cls in classes.recursive:
+        classes.defs[classes.name(cls)] = schema
+    return schema
+
+
+def _fields_schema(cls: type[Any], classes: _Classes) -> dict[str, Any]:
     hints = typing.get_type_hints(cls, include_extras=True)
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -77,14 +133,14 @@ def _class_schema(cls: type[Any]) -> dict[str, Any]:
         for field in attrs.fields(cls):
             if not field.init:
                 continue
-            properties[field.name] = json_schema(hints.get(field.name, Any))
+            properties[field.name] = _schema(hints.get(field.name, Any), classes)
             if field.default is attrs.NOTHING:
                 required.append(field.name)
     else:
         for dc_field in dataclasses.fields(cls):
             if not dc_field.init:
                 continue
-            properties[dc_field.name] = json_schema(hints.get(dc_field.name, Any))
+            properties[dc_field.name] = _schema(hints.get(dc_field.name, Any), classes)
             if (
                 dc_field.default is dataclasses.MISSING
                 and dc_field.default_factory is dataclasses.MISSING

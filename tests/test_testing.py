@@ -189,6 +189,12 @@ class Point:
     y: float = 0.0
 
 
+@attrs.frozen
+class Tree:
+    label: str
+    children: list[Tree] = attrs.field(factory=list)
+
+
 @dataclasses.dataclass
 class Box:
     name: str
@@ -208,6 +214,7 @@ PARAMETER_KINDS: dict[str, tuple[Any, type | tuple[type, ...]]] = {
     "int_enum": (Level, Level),
     "union_of_scalars": (int | str, (int, str)),
     "fixed_tuple": (tuple[int, str], tuple),
+    "recursive_class": (Tree, Tree),
     "optional": (int | None, int),
     "union_with_none": (Point | None, Point),
     "union_of_classes": (Point | Box, (Point, Box)),

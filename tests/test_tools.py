@@ -727,3 +727,30 @@ async def test_a_call_without_an_id_gets_one_its_result_shares() -> None:
     [tool_call] = [entry for entry in entries if isinstance(entry, ToolCallEntry)]
     assert tool_call.tool_call_id
     assert results(entries)[0].tool_call_id == tool_call.tool_call_id
+
+
+@attrs.frozen
+class Tree:
+    """A labelled tree."""
+
+    label: str
+    children: list[Tree] = attrs.field(factory=list)
+
+
+async def test_a_parameter_of_a_class_that_holds_itself_is_described_once_and_read_whole() -> None:
+    received: list[object] = []
+
+    def plant(tree: Tree) -> str:
+        """Plant a tree."""
+        received.append(tree)
+        return "planted"
+
+    schema = agentlib.tool(plant).parameters
+    node = schema["$defs"]["Tree"]
+    assert node["properties"]["children"] == {"type": "array", "items": {"$ref": "#/$defs/Tree"}}
+    assert schema["properties"]["tree"] == node
+    arguments = {"tree": {"label": "a", "children": [{"label": "b", "children": []}]}}
+    agent = Agent("a", model=ScriptedModel([call("plant", arguments), "ok"]), tools=[plant])
+    _, entries = await run_agent(agent)
+    assert [result.is_error for result in results(entries)] == [False]
+    assert received == [Tree("a", [Tree("b")])]
