@@ -5,16 +5,22 @@ Offline, a scripted model plays the turns. With ``MISTRAL_API_KEY`` set, Mistral
 points it elsewhere).
 
 The third turn calls a tool that needs the user's approval: the demo approves it from an
-``on_approval`` handler, or, with ``--interactive``, asks at the terminal.
+``on_approval`` handler, or, with ``--interactive``, asks at the terminal. Each turn is
+printed as it runs, from its events (``on_event``).
 """
 
 from __future__ import annotations
 
+import io
 import os
+import pathlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import agentlib_sync as agents
+
+from ._transcript import Transcript
 
 WEATHER = {"paris": ("sunny", 21), "oslo": ("snow", -3)}
 
@@ -112,69 +118,49 @@ def _answer_about_email(request: agents.ModelRequest) -> str:
     return f"Done: the forecast was {result.text}."
 
 
-def _describe(event: agents.Event) -> str | None:
-    match event:
-        case agents.TurnStarted(message):
-            return f"turn started: {message.text!r}"
-        case agents.EntryDelta(delta=delta):
-            return f"  … {delta!r}"
-        case agents.EntryCompleted(agents.ToolCallEntry(name, arguments)):
-            return f"  tool call: {name}({arguments})"
-        case agents.EntryCompleted(agents.ToolResultEntry() as result):
-            return f"  tool result: {result.name} -> {result.text}"
-        case agents.EntryCompleted(agents.MessageEntry(role=role) as message):
-            return f"  {role}: {message.text}"
-        case agents.CallbackOpened(agents.OpenApproval(tool_name=name)):
-            return f"  waiting for approval of {name}"
-        case agents.CallbackClosed(answer=answer) if answer is not None:
-            return f"  approval answered: {answer}"
-        case agents.TurnEnded(record):
-            return f"turn ended: {type(record).__name__}"
-    return None
-
-
 def approve(callback: agents.OpenApproval) -> agents.AllowApproval:
     """The non-interactive demo's ``on_approval`` handler: it allows the call."""
     return agents.AllowApproval()
 
 
-def ask(callback: agents.OpenApproval) -> agents.AllowApproval | agents.DenyApproval:
-    """The interactive demo's ``on_approval`` handler: it asks at the terminal.
-
-    ``agentlib_sync`` runs it in a worker thread, so it may block on ``input()``.
-    """
-    try:
-        reply = input(f"  allow {callback.tool_name}({callback.arguments})? [y/N] ")
-    except EOFError:
-        reply = ""
-    if reply.strip().lower() in ("y", "yes"):
-        return agents.AllowApproval()
-    return agents.DenyApproval(reason="the user said no")
+#: The user's messages, one a turn.
+MESSAGES = (
+    "What's the weather in Paris and Oslo?",
+    "And in Fahrenheit, for Oslo?",
+    "Email that to the team.",
+)
 
 
 def main(interactive: bool = False) -> int:
-    """Run the demo; returns the exit status."""
+    """Run the demo, printing each turn as it runs.
+
+    Returns:
+        The exit status: 0 once every turn completed, 1 as soon as one did not (the turns
+        after it would build on it).
+    """
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # A character the output cannot encode (a model's emoji on a Windows pipe) shows as
+        # "?" rather than ending the demo.
+        sys.stdout.reconfigure(errors="replace")
+    transcript = Transcript(
+        sys.stdout,
+        agent_name="forecaster",
+        approver="" if interactive else "by the demo's on_approval handler; --interactive asks you",
+    )
     agent = make_agent()
-    on_approval: Callable[[agents.OpenApproval], Any] = ask if interactive else approve
-    session = agent.start_session(on_approval=on_approval)
     if os.environ.get("MISTRAL_API_KEY"):
-        print(f"model: {MISTRAL_MODEL} (Mistral, as MISTRAL_API_KEY is set)")
+        transcript.note(f"model: {MISTRAL_MODEL} (Mistral, as MISTRAL_API_KEY is set)")
     else:
-        print("model: scripted, offline (set MISTRAL_API_KEY to use Mistral)")
-    print(f"session {session.id}")
-
-    def show(event: agents.Event) -> None:
-        line = _describe(event)
-        if line is not None:
-            print(line)
-
-    records = [
-        session.run("What's the weather in Paris and Oslo?", on_event=show),
-        session.run("And in Fahrenheit, for Oslo?", on_event=show),
-        session.run("Email that to the team.", on_event=show),
-    ]
-    print()
-    for record in records:
-        print(record)
+        transcript.note("model: scripted, offline (set MISTRAL_API_KEY to use Mistral)")
+    # agentlib_sync runs a plain handler in a worker thread: ``ask`` may block on input().
+    on_approval: Callable[[agents.OpenApproval], Any] = transcript.ask if interactive else approve
+    session = agent.start_session(on_approval=on_approval)
+    for message in MESSAGES:
+        record = session.run(message, on_event=transcript.show)
+        if not isinstance(record, agents.Completed):
+            session.cancel()
+            return 1
     session.cancel()
-    return 0 if all(isinstance(r, agents.Completed) for r in records) else 1
+    transcript.note("")
+    transcript.note(f"The demo's code: {pathlib.Path(__file__).resolve()}")
+    return 0

@@ -1,62 +1,244 @@
-"""``python -m agentlib demo``: it runs offline and its approval is answered, by a handler or at
-the terminal."""
+"""``python -m agentlib demo``, run as a user runs it: each turn printed once, as it happens;
+its approval answered by a handler or at the terminal (Ctrl-D denies); colour for a terminal
+only; offline, or on Mistral when the key is set."""
 
 from __future__ import annotations
 
 import json
 import os
+import pathlib
+import pty
+import re
+import select
 import subprocess
 import sys
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
-from _http_server import Reply, serve_in_thread
+from _http_server import Reply, Server, serve_in_thread
+
+import agentlib
+
+QUICKSTART = pathlib.Path(__file__).resolve().parent.parent / "docs" / "quickstart.md"
+DEMO_CODE = pathlib.Path(agentlib.__file__).resolve().parent / "_demo.py"
+
+#: Longer than any run takes, even on a busy machine: these deadlines only catch hangs.
+DEADLINE = 60.0
+
+
+def environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This environment without MISTRAL_* (offline), NO_COLOR and COLUMNS (a terminal's width
+    is then its own, 80 for a pseudo-terminal of no size), plus ``env``."""
+    kept = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("MISTRAL_") and key not in ("NO_COLOR", "COLUMNS")
+    }
+    return {**kept, **(env or {})}
 
 
 def demo(
-    *arguments: str, stdin: str = "", env: dict[str, str] | None = None
+    *arguments: str, stdin: str = "", env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run the demo; offline (no MISTRAL_API_KEY) unless ``env`` says otherwise."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("MISTRAL_")}
+    """Run the demo through pipes; offline (no MISTRAL_API_KEY) unless ``env`` says otherwise."""
     return subprocess.run(
         [sys.executable, "-m", "agentlib", "demo", *arguments],
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=DEADLINE,
         check=False,
-        env={**environment, **(env or {})},
+        env=environment(env),
     )
 
 
-def test_the_demo_answers_its_approval_from_a_handler() -> None:
+def start_demo(*arguments: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start the demo with pipes; offline unless ``env`` says otherwise."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentlib", "demo", *arguments],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment(env),
+    )
+
+
+def read_until(fd: int, marker: bytes) -> bytes:
+    """What ``fd`` gives until ``marker`` is among it (perhaps more); fails on its end or a
+    hang."""
+    read = b""
+    while marker not in read:
+        ready, _, _ = select.select([fd], [], [], DEADLINE)
+        assert ready, f"no {marker!r} after {read!r}"
+        chunk = os.read(fd, 4096)
+        assert chunk, f"the output ended before {marker!r}: {read!r}"
+        read += chunk
+    return read
+
+
+def in_terminal(
+    *arguments: str,
+    env: Mapping[str, str],
+    at_prompt: Callable[[subprocess.Popen[bytes], int], object] | None = None,
+) -> tuple[int, str, str]:
+    """Run the demo with a pseudo-terminal as its stdin and stdout; once it asks for the
+    approval, call ``at_prompt`` with the process and the terminal's end. Returns the exit
+    status, what the terminal showed (newlines as ``\\n``) and stderr."""
+    terminal, child_end = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentlib", "demo", *arguments],
+        stdin=child_end,
+        stdout=child_end,
+        stderr=subprocess.PIPE,
+        env=environment(env),
+    )
+    os.close(child_end)
+    shown = b""
+    try:
+        if at_prompt is not None:
+            shown = read_until(terminal, b"[y/N] ")
+            at_prompt(process, terminal)
+        for chunk in _until_closed(terminal):
+            shown += chunk
+    finally:
+        os.close(terminal)
+    assert process.stderr is not None
+    errors = process.stderr.read().decode()
+    process.stderr.close()
+    status = process.wait(timeout=DEADLINE)
+    return status, shown.decode().replace("\r\n", "\n"), errors
+
+
+def typing(keys: bytes) -> Callable[[subprocess.Popen[bytes], int], object]:
+    return lambda process, terminal: os.write(terminal, keys)
+
+
+def _until_closed(fd: int) -> Iterator[bytes]:
+    while True:
+        ready, _, _ = select.select([fd], [], [], DEADLINE)
+        assert ready, "the demo hangs"
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # a terminal on Linux: EIO once the child's end is closed
+            return
+        if not chunk:
+            return
+        yield chunk
+
+
+def quickstart_transcript() -> str:
+    """The demo's output as the quick start shows it."""
+    match = re.search(r"^```text\n(model: scripted.*?)^```\n", QUICKSTART.read_text(), re.M | re.S)
+    assert match is not None
+    return match[1]
+
+
+def as_shown_in_docs(output: str) -> str:
+    return output.replace(str(DEMO_CODE), ".../agentlib/_demo.py")
+
+
+def test_the_demo_prints_each_turn_once_as_the_quick_start_shows() -> None:
     run = demo()
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.startswith("model: scripted, offline (set MISTRAL_API_KEY to use Mistral)\n")
-    assert "  waiting for approval of send_forecast\n" in run.stdout
-    assert "  approval answered: AllowApproval(scope='once')\n" in run.stdout
-    assert "  tool result: send_forecast -> sent to team@example.com\n" in run.stdout
-    assert run.stdout.count("turn ended: Completed") == 3
-    assert run.stderr == ""
+    assert (run.returncode, run.stderr) == (0, "")
+    assert as_shown_in_docs(run.stdout) == quickstart_transcript()
+
+
+def test_the_demos_last_line_says_where_its_code_is() -> None:
+    run = demo()
+    assert run.stdout.endswith(f"\nThe demo's code: {DEMO_CODE}\n")
+    assert DEMO_CODE.is_file()
 
 
 @pytest.mark.parametrize(
-    ("reply", "result"),
+    ("reply", "shown"),
     [
-        ("y\n", "sent to team@example.com"),
-        ("n\n", "the client denied this call: the user said no"),
-        ("", "the client denied this call: the user said no"),  # end of input: no
+        pytest.param(
+            "y\n",
+            "  allow it? [y/N] y\n"
+            "  approved\n"
+            "  send_forecast(…) → sent to team@example.com\n"
+            "forecaster: Done: the forecast was sent to team@example.com.\n",
+            id="yes",
+        ),
+        pytest.param(
+            "n\n",
+            "  allow it? [y/N] n\n"
+            "  denied: the user said no\n"
+            "  send_forecast(…) ✗ the client denied this call: the user said no\n"
+            "forecaster: I did not send it (the client denied this call: the user said no).\n",
+            id="no",
+        ),
+        pytest.param(
+            "",
+            "  allow it? [y/N] \n  denied: the user said no\n",
+            id="end-of-input",
+        ),
     ],
 )
-def test_the_interactive_demo_asks_the_terminal(reply: str, result: str) -> None:
+def test_the_interactive_demo_asks_for_the_approval_and_shows_the_answer(
+    reply: str, shown: str
+) -> None:
     run = demo("--interactive", stdin=reply)
-    assert run.returncode == 0, run.stderr
-    assert "allow send_forecast({'to': 'team@example.com'" in run.stdout
-    assert f"  tool result: send_forecast -> {result}\n" in run.stdout
-    assert run.stdout.count("turn ended: Completed") == 3
+    assert (run.returncode, run.stderr) == (0, "")
+    asked = "  send_forecast(to='team@example.com', text='Oslo: snow, 26.6 °F.') needs approval\n"
+    assert asked + shown in run.stdout
+    assert run.stdout.count("Completed in") == 3
 
 
-def streamed(text: str = "", calls: tuple[tuple[str, str, dict[str, object]], ...] = ()) -> Reply:
-    """A Mistral stream: the text in two pieces, then the tool calls (id, name, arguments)."""
+@pytest.mark.parametrize(
+    ("typed", "shown"),
+    [
+        (b"y\r", "  allow it? [y/N] y\n  approved\n"),
+        (b"\x04", "  allow it? [y/N] \n  denied: the user said no\n"),  # Ctrl-D: a new line
+    ],
+    ids=["yes", "ctrl-d"],
+)
+def test_an_answer_typed_at_the_terminal_ends_its_line_once(typed: bytes, shown: str) -> None:
+    status, output, errors = in_terminal(
+        "--interactive", env={"NO_COLOR": "1", "TERM": "xterm"}, at_prompt=typing(typed)
+    )
+    assert (status, errors) == (0, "")
+    assert "needs approval\n" + shown in output
+
+
+def test_colour_goes_to_a_terminal() -> None:
+    status, output, errors = in_terminal(env={"TERM": "xterm"})
+    assert (status, errors) == (0, "")
+    assert "\x1b[32mCompleted in 2 steps, 2 tool calls\x1b[0m\n" in output
+    assert re.sub(r"\x1b\[[0-9;]*m", "", as_shown_in_docs(output)) == quickstart_transcript()
+
+
+@pytest.mark.parametrize(
+    ("env", "coloured"),
+    [
+        ({"TERM": "xterm", "NO_COLOR": "1"}, False),
+        ({"TERM": "dumb"}, False),
+        ({"TERM": "xterm", "NO_COLOR": ""}, True),  # no-color.org: set and not empty
+    ],
+    ids=["no-color", "term-dumb", "no-color-empty"],
+)
+def test_no_color_or_a_dumb_terminal_turns_colour_off(env: dict[str, str], coloured: bool) -> None:
+    status, output, _ = in_terminal(env=env)
+    assert status == 0
+    assert ("\x1b[" in output) is coloured
+
+
+def test_a_pipe_gets_no_colour() -> None:
+    run = demo(env={"TERM": "xterm"})
+    assert "\x1b" not in run.stdout
+
+
+# -- on Mistral ----------------------------------------------------------------------------
+
+
+def streamed(
+    text: str = "",
+    calls: tuple[tuple[str, str, dict[str, object]], ...] = (),
+    tokens: int | None = None,
+    finish: str | None = None,
+) -> Reply:
+    """A Mistral stream: the text in two pieces, then the tool calls (id, name, arguments),
+    and the usage (``tokens`` in all) and the ``finish`` reason in the last event."""
     chunks = [
         {"role": "assistant", "content": text[: len(text) // 2]},
         {"content": text[len(text) // 2 :]},
@@ -70,43 +252,132 @@ def streamed(text: str = "", calls: tuple[tuple[str, str, dict[str, object]], ..
                 ]
             }
         )
-    events = [
+    events: list[dict[str, object]] = [
         {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d}]}
         for d in chunks
     ]
-    events[-1]["choices"][0]["finish_reason"] = "tool_calls" if calls else "stop"  # type: ignore[index]
+    finish = finish or ("tool_calls" if calls else "stop")
+    events[-1]["choices"][0]["finish_reason"] = finish  # type: ignore[index]
+    if tokens is not None:
+        events[-1]["usage"] = {
+            "prompt_tokens": tokens - 2,
+            "completion_tokens": 2,
+            "total_tokens": tokens,
+        }
     body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
     return Reply(
         headers=(("content-type", "text/event-stream"),), chunks=(body, b"data: [DONE]\n\n")
     )
 
 
+FIRST_TURN = (
+    streamed(calls=(("a1b2c3d4e", "get_weather", {"city": "Paris"}),), tokens=100),
+    streamed("Paris is sunny.", tokens=52),
+)
+
+FIRST_TURN_SHOWN = (
+    "model: mistral-small-latest (Mistral, as MISTRAL_API_KEY is set)\n"
+    "\n"
+    "user: What's the weather in Paris and Oslo?\n"
+    """  get_weather(city='Paris') → {"city": "Paris", "sky": "sunny", "celsius": 21}\n"""
+    "forecaster: Paris is sunny.\n"
+    "Completed in 2 steps, 1 tool call, 152 tokens\n"
+)
+
+
+def on_mistral(server: Server) -> dict[str, str]:
+    return {"MISTRAL_API_KEY": "sk-demo-key", "MISTRAL_BASE_URL": f"{server.url}/v1"}
+
+
 def test_the_demo_runs_on_mistral_when_the_key_is_set() -> None:
     with serve_in_thread() as server:
         server.play(
-            streamed(calls=(("a1b2c3d4e", "get_weather", {"city": "Paris"}),)),
-            streamed("Paris is sunny."),
+            *FIRST_TURN,
             streamed(calls=(("f5g6h7i8j", "convert_temperature", {"celsius": -3}),)),
             streamed("That is 26.6 °F."),
             streamed(calls=(("k9l0m1n2o", "send_forecast", {"to": "a@b.c", "text": "snow"}),)),
             streamed("Sent."),
         )
-        run = demo(env={"MISTRAL_API_KEY": "sk-demo-key", "MISTRAL_BASE_URL": f"{server.url}/v1"})
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.startswith(
-        "model: mistral-small-latest (Mistral, as MISTRAL_API_KEY is set)\n"
+        run = demo(env=on_mistral(server))
+    assert (run.returncode, run.stderr) == (0, "")
+    assert as_shown_in_docs(run.stdout) == (
+        FIRST_TURN_SHOWN
+        + "\n"
+        + "user: And in Fahrenheit, for Oslo?\n"
+        + "  convert_temperature(celsius=-3) → 26.6\n"
+        + "forecaster: That is 26.6 °F.\n"  # streamed in two pieces, shown once
+        + "Completed in 2 steps, 1 tool call\n"  # no usage reported: no tokens
+        + "\n"
+        + "user: Email that to the team.\n"
+        + "  send_forecast(to='a@b.c', text='snow') needs approval\n"
+        + "  approved (by the demo's on_approval handler; --interactive asks you)\n"
+        + "  send_forecast(…) → sent to a@b.c\n"
+        + "forecaster: Sent.\n"
+        + "Completed in 2 steps, 1 tool call\n"
+        + "\n"
+        + "The demo's code: .../agentlib/_demo.py\n"
     )
-    assert "  … 'Paris i'\n  … 's sunny.'\n  assistant: Paris is sunny.\n" in run.stdout
-    assert "  waiting for approval of send_forecast\n" in run.stdout
-    assert "  tool result: send_forecast -> sent to a@b.c\n" in run.stdout
-    assert run.stdout.count("turn ended: Completed") == 3
-    assert len(server.requests) == 6
     first = server.requests[0].json()
-    assert first["model"] == "mistral-small-latest"
-    assert first["stream"] is True
+    assert (first["model"], first["stream"]) == ("mistral-small-latest", True)
     assert [tool["function"]["name"] for tool in first["tools"]] == [
         "get_weather",
         "convert_temperature",
         "send_forecast",
     ]
-    assert "sk-demo-key" not in run.stdout + run.stderr
+    assert len(server.requests) == 6
+
+
+def test_each_turn_reaches_a_pipe_as_it_happens() -> None:
+    with serve_in_thread() as server:
+        server.play(*FIRST_TURN, Reply(hang=True))  # the second turn waits for its model
+        process = start_demo(env=on_mistral(server))
+        try:
+            assert process.stdout is not None
+            shown = read_until(process.stdout.fileno(), b" tokens\n")
+        finally:
+            process.kill()
+            process.communicate(timeout=DEADLINE)
+    # The second turn may have printed its message: it waits for its model's reply.
+    assert shown.decode().startswith(FIRST_TURN_SHOWN)
+
+
+def test_a_failed_turn_says_why_at_once_and_the_demo_exits_1() -> None:
+    refusal = {"object": "error", "message": "Unauthorized", "type": "auth", "code": "1000"}
+    with serve_in_thread() as server:
+        server.play(Reply(status=401, body=json.dumps(refusal).encode()))
+        run = demo(env=on_mistral(server))
+    assert (run.returncode, run.stderr) == (1, "")
+    *_, asked, failed, end = run.stdout.split("\n")
+    assert asked == "user: What's the weather in Paris and Oslo?"
+    assert failed.startswith("Failed: Mistral answered HTTP 401 (code 1000): Unauthorized")
+    assert "MISTRAL_API_KEY" in failed
+    assert end == ""
+    assert len(server.requests) == 1  # the demo stopped there
+    assert "sk-demo-key" not in run.stdout
+
+
+def test_a_long_call_and_its_error_are_cut_to_one_short_line() -> None:
+    town = "Llanfairpwllgwyngyllgogerychwyrndrobwllllantysiliogogogoch"
+    with serve_in_thread() as server:
+        server.play(
+            streamed(calls=(("a1b2c3d4e", "get_weather", {"city": town}),)),
+            streamed("I do not know that town."),
+        )
+        run = demo(env=on_mistral(server))
+    call, answer = run.stdout.splitlines()[3:5]
+    assert call == (
+        "  get_weather(city='Llanfairpwllgwyngyllgogerychwyrnd…) ✗ KeyError: 'llanfairpw…"
+    )
+    assert len(call) == 80
+    assert answer == "forecaster: I do not know that town."
+
+
+def test_a_reply_cut_mid_text_ends_its_line_before_the_failure() -> None:
+    with serve_in_thread() as server:
+        server.play(streamed("It is sunny in", tokens=30, finish="length"))
+        run = demo(env=on_mistral(server))
+    assert (run.returncode, run.stderr) == (1, "")
+    *_, text, failed, end = run.stdout.split("\n")
+    assert text == "forecaster: It is sunny in"
+    assert failed.startswith("Failed: the reply from Mistral was cut by the token limit")
+    assert end == ""
