@@ -136,7 +136,8 @@ def main(interactive: bool = False) -> int:
 
     Returns:
         The exit status: 0 once every turn completed, 1 as soon as one did not (the turns
-        after it would build on it).
+        after it would build on it), 130 on Ctrl-C (128 + SIGINT, as a shell reports a
+        program that Ctrl-C stopped).
     """
     if isinstance(sys.stdout, io.TextIOWrapper):
         # A character the output cannot encode (a model's emoji on a Windows pipe) shows as
@@ -147,12 +148,20 @@ def main(interactive: bool = False) -> int:
         agent_name="forecaster",
         approver="" if interactive else "by the demo's on_approval handler; --interactive asks you",
     )
+    try:
+        return _run(transcript, interactive)
+    except KeyboardInterrupt:
+        transcript.interrupted()
+        return 130
+
+
+def _run(transcript: Transcript, interactive: bool) -> int:
     agent = make_agent()
     if os.environ.get("MISTRAL_API_KEY"):
         transcript.note(f"model: {MISTRAL_MODEL} (Mistral, as MISTRAL_API_KEY is set)")
     else:
         transcript.note("model: scripted, offline (set MISTRAL_API_KEY to use Mistral)")
-    # agentlib_sync runs a plain handler in a worker thread: ``ask`` may block on input().
+    # agentlib_sync runs a plain handler in a worker thread: ``ask`` may wait for the terminal.
     on_approval: Callable[[agents.OpenApproval], Any] = transcript.ask if interactive else approve
     session = agent.start_session(on_approval=on_approval)
     for message in MESSAGES:

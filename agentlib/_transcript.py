@@ -55,6 +55,24 @@ def wants_colour(stream: TextIO) -> bool:
         return False
 
 
+def _read_line() -> str | None:
+    """A line from stdin without its end; None at the end of input.
+
+    Read from the file descriptor a byte at a time, never through ``sys.stdin`` (``input()``
+    reads a pipe through it): its buffer holds a lock while it waits, and a thread left
+    waiting there after a Ctrl-C makes the interpreter abort on its way out.
+    """
+    line = bytearray()
+    while not line.endswith(b"\n"):
+        byte = os.read(sys.stdin.fileno(), 1)
+        if not byte:
+            if not line:
+                return None
+            break
+        line += byte
+    return line.decode(sys.stdin.encoding or "utf-8", "replace").rstrip("\r\n")
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
@@ -165,22 +183,28 @@ class Transcript:
 
     def ask(self, approval: OpenApproval) -> AllowApproval | DenyApproval:
         """Ask at the terminal whether to allow ``approval``'s call; anything but y or yes
-        denies it, and so does the end of input (Ctrl-D)."""
+        denies it, and so does the end of input (Ctrl-D).
+
+        It may run in a worker thread (``agentlib_sync`` runs a plain handler in one); a
+        Ctrl-C then reaches the main thread while this one waits for the line.
+        """
         self._end_line()
         self._write("  " + self._style("allow it? [y/N] ", "yellow"))
-        try:
-            reply = input()
-        except EOFError:
+        reply = _read_line()
+        if reply is None:
             self._write("\n")  # nothing ended the line: Ctrl-D is not echoed
             reply = ""
+        elif sys.stdin.isatty():
+            self._line_open = False  # the terminal echoed the reply and its newline
         else:
-            if sys.stdin.isatty():
-                self._line_open = False  # the terminal echoed the reply and its newline
-            else:
-                self._write(reply + "\n")  # a pipe echoes nothing: show what was read
+            self._write(reply + "\n")  # a pipe echoes nothing: show what was read
         if reply.strip().lower() in ("y", "yes"):
             return AllowApproval()
         return DenyApproval(reason="the user said no")
+
+    def interrupted(self) -> None:
+        """Print that the user stopped the program (Ctrl-C), on a line of its own."""
+        self._line("Interrupted.")
 
     # -- lines -------------------------------------------------------------------------------
 
@@ -276,8 +300,10 @@ class Transcript:
         self._write(text + "\n")
 
     def _write(self, text: str) -> None:
+        if text:
+            # Noted before the text shows: a Ctrl-C seen right after a prompt then ends its
+            # line, whichever thread wrote it.
+            self._line_open = not text.endswith("\n")
         # Flushed at once: a pipe would otherwise hold the lines until the program ends.
         self._out.write(text)
         self._out.flush()
-        if text:
-            self._line_open = not text.endswith("\n")

@@ -1,6 +1,6 @@
 """``python -m agentlib demo``, run as a user runs it: each turn printed once, as it happens;
-its approval answered by a handler or at the terminal (Ctrl-D denies); colour for a terminal
-only; offline, or on Mistral when the key is set."""
+its approval answered by a handler or at the terminal; colour for a terminal only; Ctrl-C and
+Ctrl-D at the prompt; offline, or on Mistral when the key is set."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pathlib
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -53,14 +54,22 @@ def demo(
 
 
 def start_demo(*arguments: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start the demo with pipes; offline unless ``env`` says otherwise."""
+    """Start the demo with pipes, Ctrl-C (SIGINT) raising KeyboardInterrupt in it as in a
+    terminal, even when this process was started with SIGINT ignored."""
     return subprocess.Popen(
         [sys.executable, "-m", "agentlib", "demo", *arguments],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=environment(env),
+        preexec_fn=_sigint_raises,
     )
+
+
+def _sigint_raises() -> None:
+    # Python raises KeyboardInterrupt on SIGINT unless it started with SIGINT ignored (as a
+    # background job's children do).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def read_until(fd: int, marker: bytes) -> bytes:
@@ -91,6 +100,7 @@ def in_terminal(
         stdout=child_end,
         stderr=subprocess.PIPE,
         env=environment(env),
+        preexec_fn=_sigint_raises,
     )
     os.close(child_end)
     shown = b""
@@ -111,6 +121,12 @@ def in_terminal(
 
 def typing(keys: bytes) -> Callable[[subprocess.Popen[bytes], int], object]:
     return lambda process, terminal: os.write(terminal, keys)
+
+
+def ctrl_c(process: subprocess.Popen[bytes], terminal: int | None = None) -> None:
+    # The terminal would send SIGINT to the foreground process group; the demo is its one
+    # process.
+    process.send_signal(signal.SIGINT)
 
 
 def _until_closed(fd: int) -> Iterator[bytes]:
@@ -199,6 +215,34 @@ def test_an_answer_typed_at_the_terminal_ends_its_line_once(typed: bytes, shown:
     )
     assert (status, errors) == (0, "")
     assert "needs approval\n" + shown in output
+
+
+def test_ctrl_c_at_the_approval_prompt_ends_the_demo_with_one_line_and_status_130() -> None:
+    status, output, errors = in_terminal(
+        "--interactive", env={"NO_COLOR": "1", "TERM": "xterm"}, at_prompt=ctrl_c
+    )
+    assert status == 130
+    assert output.endswith("needs approval\n  allow it? [y/N] \nInterrupted.\n")
+    assert errors == ""  # no traceback
+
+
+def test_ctrl_c_at_the_prompt_read_from_an_open_pipe_ends_the_demo_as_cleanly() -> None:
+    process = start_demo("--interactive")
+    assert process.stdin is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
+    shown = read_until(process.stdout.fileno(), b"[y/N] ")
+    ctrl_c(process)
+    # stdin stays open: the prompt's reader is still waiting on it as the demo exits.
+    shown += b"".join(_until_closed(process.stdout.fileno()))
+    errors = process.stderr.read()
+    status = process.wait(timeout=DEADLINE)
+    process.stdin.close()
+    process.stdout.close()
+    process.stderr.close()
+    assert status == 130
+    assert shown.decode().endswith("needs approval\n  allow it? [y/N] \nInterrupted.\n")
+    assert errors == b""  # no traceback, and no abort at exit
 
 
 def test_colour_goes_to_a_terminal() -> None:
