@@ -136,8 +136,8 @@ def main(interactive: bool = False) -> int:
 
     Returns:
         The exit status: 0 once every turn completed, 1 as soon as one did not (the turns
-        after it would build on it), 130 on Ctrl-C (128 + SIGINT, as a shell reports a
-        program that Ctrl-C stopped).
+        after it would build on it), 2 for a MISTRAL_API_KEY that cannot be sent, 130 on
+        Ctrl-C (128 + SIGINT, as a shell reports a program that Ctrl-C stopped).
     """
     if isinstance(sys.stdout, io.TextIOWrapper):
         # A character the output cannot encode (a model's emoji on a Windows pipe) shows as
@@ -156,7 +156,11 @@ def main(interactive: bool = False) -> int:
 
 
 def _run(transcript: Transcript, interactive: bool) -> int:
-    agent = make_agent()
+    try:
+        agent = make_agent()
+    except ValueError as error:  # a key that cannot go in a header; the message hides it
+        print(f"python -m agentlib demo: error: MISTRAL_API_KEY: {error}", file=sys.stderr)
+        return 2
     if os.environ.get("MISTRAL_API_KEY"):
         transcript.note(f"model: {MISTRAL_MODEL} (Mistral, as MISTRAL_API_KEY is set)")
     else:

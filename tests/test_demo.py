@@ -400,6 +400,15 @@ def test_a_failed_turn_says_why_at_once_and_the_demo_exits_1() -> None:
     assert "sk-demo-key" not in run.stdout
 
 
+def test_a_mistral_key_that_cannot_be_sent_is_a_usage_error_that_hides_it() -> None:
+    run = demo(env={"MISTRAL_API_KEY": "sk-demo key\n"})
+    assert run.returncode == 2
+    assert run.stdout == ""
+    assert run.stderr.startswith("python -m agentlib demo: error: MISTRAL_API_KEY: api_key ")
+    assert run.stderr.count("\n") == 1  # one line, no traceback
+    assert "sk-demo" not in run.stderr
+
+
 def test_a_long_call_and_its_error_are_cut_to_one_short_line() -> None:
     town = "Llanfairpwllgwyngyllgogerychwyrndrobwllllantysiliogogogoch"
     with serve_in_thread() as server:
