@@ -1,15 +1,117 @@
-"""The ``python -m agentlib`` command line."""
+"""The ``python -m agentlib`` command line.
+
+Exit status: 0 when the command did what it was asked, 1 when it ran and something failed
+(a turn of the demo), 2 for bad usage (argparse's own code), 130 when Ctrl-C stopped it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
 from ._content import TextContentBlock
 from ._convert import structure, unstructure
 from ._entries import Entry, MessageEntry
+
+PROG = "python -m agentlib"
+
+#: Each command and what it does, for the main help and the command's own.
+COMMANDS = {
+    "demo": "run an agent with three tools over three turns (offline, or on Mistral)",
+    "selfcheck": "check that this installation works",
+}
+
+DESCRIPTION = (
+    "agentlib: a Python agent runtime on trio. Define an agent (a model, instructions,\n"
+    "tools), start sessions with it and drive them by turns; `import agentlib_sync` for\n"
+    "blocking calls, `import agentlib` for trio.\n\n"
+    "commands:\n" + "\n".join(f"  {name:<11}{help}" for name, help in COMMANDS.items())
+)
+
+EPILOG = f"Start with `{PROG} demo`; `{PROG} <command> --help` says more."
+
+DEMO_DESCRIPTION = """\
+Run a small agent, "forecaster", for three turns: it looks up the weather in two cities
+with a tool, converts a temperature with another, then emails a forecast with a third
+that needs your approval. Each turn is printed as it runs: the user's message, the
+model's text as it streams, each tool call with its result, the approval, and how the
+turn ended.
+
+It runs offline on a scripted model; with MISTRAL_API_KEY set, on Mistral."""
+
+DEMO_EPILOG = """\
+environment:
+  MISTRAL_API_KEY   run on Mistral's mistral-small-latest instead of the scripted model
+  MISTRAL_BASE_URL  where Mistral's API is (default https://api.mistral.ai/v1)
+  NO_COLOR          no colour (there is none either when the output is not a terminal)
+
+exit status:
+  0 every turn completed, 1 a turn did not (the demo stops there), 2 bad usage,
+  130 interrupted (Ctrl-C)"""
+
+SELFCHECK_DESCRIPTION = """\
+Check that this installation works: a history entry goes to JSON and back unchanged,
+through agentlib's converter. Prints the JSON."""
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: an argument it does not know is its own usage error.
+
+    argparse leaves a subcommand's unknown arguments to the main parser, whose message
+    shows the main usage; the subcommand's usage is the one that helps.
+    """
+
+    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
+        namespace, extra = super().parse_known_args(*args, **kwargs)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return namespace, extra
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        usage=f"{PROG} [-h] [--version] <command> [<args>]",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"agentlib {__version__}",
+        help="print agentlib's version and exit",
+    )
+    # The description lists the commands: argparse's own list misaligns names and help.
+    commands = parser.add_subparsers(
+        dest="command", metavar="<command>", help=argparse.SUPPRESS, parser_class=_CommandParser
+    )
+    demo = commands.add_parser(
+        "demo",
+        prog=f"{PROG} demo",
+        help=COMMANDS["demo"],
+        description=DEMO_DESCRIPTION,
+        epilog=DEMO_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    demo.add_argument(
+        "--interactive",
+        action="store_true",
+        help="ask you at the terminal for the approval the third turn needs "
+        "(y allows, anything else or Ctrl-D denies)",
+    )
+    commands.add_parser(
+        "selfcheck",
+        prog=f"{PROG} selfcheck",
+        help=COMMANDS["selfcheck"],
+        description=SELFCHECK_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
 
 
 def _selfcheck() -> int:
@@ -21,18 +123,8 @@ def _selfcheck() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m agentlib")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo_parser = commands.add_parser(
-        "demo", help="run a scripted agent: three tools, three turns, offline"
-    )
-    demo_parser.add_argument(
-        "--interactive",
-        action="store_true",
-        help="ask at the terminal for the approval the third turn needs",
-    )
-    commands.add_parser("selfcheck", help="check that the data model works")
+    """Run the command line; returns the exit status (argparse exits with 2 itself)."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
         from ._demo import main as demo
@@ -40,4 +132,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo(interactive=args.interactive)
     if args.command == "selfcheck":
         return _selfcheck()
-    return 2  # pragma: no cover  (argparse refuses unknown commands)
+    # No command: a usage error, with the help that lists the commands.
+    parser.print_help(sys.stderr)
+    return 2

@@ -1,0 +1,116 @@
+"""``python -m agentlib``, run as a user runs it: its version, its help, its usage errors and
+exit statuses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import agentlib
+
+
+def run(module: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m <module> <arguments>``, offline."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MISTRAL_")}
+    return subprocess.run(
+        [sys.executable, "-m", module, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
+def test_version_prints_agentlib_and_its_version() -> None:
+    result = run("agentlib", "--version")
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0,
+        f"agentlib {agentlib.__version__}\n",
+        "",
+    )
+
+
+def test_help_describes_agentlib_and_each_command() -> None:
+    result = run("agentlib", "--help")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith(
+        "usage: python -m agentlib [-h] [--version] <command> [<args>]\n\n"
+        "agentlib: a Python agent runtime on trio."
+    )
+    assert (
+        "commands:\n"
+        "  demo       run an agent with three tools over three turns (offline, or on Mistral)\n"
+        "  selfcheck  check that this installation works\n"
+    ) in result.stdout
+    assert "--version   print agentlib's version and exit\n" in result.stdout
+
+
+def test_the_demos_help_says_what_it_does_its_options_environment_and_exit_statuses() -> None:
+    result = run("agentlib", "demo", "--help")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith("usage: python -m agentlib demo [-h] [--interactive]\n")
+    for said in (
+        'Run a small agent, "forecaster", for three turns',
+        "--interactive  ask you at the terminal",
+        "MISTRAL_API_KEY",
+        "MISTRAL_BASE_URL",
+        "NO_COLOR",
+        "130 interrupted (Ctrl-C)",
+    ):
+        assert said in result.stdout
+
+
+def test_selfcheck_round_trips_an_entry_through_json() -> None:
+    result = run("agentlib", "selfcheck")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith(f"agentlib {agentlib.__version__}: data model round trip ok")
+
+
+DEMO_USAGE = "usage: python -m agentlib demo [-h] [--interactive]\n"
+MAIN_USAGE = "usage: python -m agentlib [-h] [--version] <command> [<args>]\n"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            ("demo", "--bogus"),
+            DEMO_USAGE + "python -m agentlib demo: error: unrecognized arguments: --bogus\n",
+        ),
+        (
+            ("demo", "extra"),
+            DEMO_USAGE + "python -m agentlib demo: error: unrecognized arguments: extra\n",
+        ),
+        (
+            ("selfcheck", "--bogus"),
+            "usage: python -m agentlib selfcheck [-h]\n"
+            "python -m agentlib selfcheck: error: unrecognized arguments: --bogus\n",
+        ),
+        (
+            ("--bogus", "demo"),
+            MAIN_USAGE + "python -m agentlib: error: unrecognized arguments: --bogus\n",
+        ),
+    ],
+    ids=["demo-option", "demo-argument", "selfcheck-option", "before-the-command"],
+)
+def test_an_unknown_argument_prints_the_usage_it_breaks_and_exits_2(
+    arguments: tuple[str, ...], message: str
+) -> None:
+    result = run("agentlib", *arguments)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", message)
+
+
+def test_an_unknown_command_exits_2_naming_the_commands() -> None:
+    result = run("agentlib", "demoo")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "invalid choice: 'demoo' (choose from 'demo', 'selfcheck')" in result.stderr
+
+
+def test_no_command_prints_the_help_and_exits_2() -> None:
+    result = run("agentlib")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == run("agentlib", "--help").stdout
