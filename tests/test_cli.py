@@ -1,5 +1,5 @@
 """``python -m agentlib``, run as a user runs it: its version, its help, its usage errors and
-exit statuses."""
+exit statuses; and ``python -m agentlib_sync``, which points to it."""
 
 from __future__ import annotations
 
@@ -114,3 +114,19 @@ def test_no_command_prints_the_help_and_exits_2() -> None:
     result = run("agentlib")
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == run("agentlib", "--help").stdout
+
+
+def test_python_m_agentlib_sync_says_to_use_python_m_agentlib() -> None:
+    result = run("agentlib_sync")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "agentlib_sync has no command line: use `python -m agentlib` "
+        "(`python -m agentlib demo` runs the demo)\n"
+    )
+
+
+@pytest.mark.parametrize("option", ["--help", "-h"])
+def test_python_m_agentlib_sync_help_says_the_same_and_exits_0(option: str) -> None:
+    result = run("agentlib_sync", option)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == run("agentlib_sync").stderr
