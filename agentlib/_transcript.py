@@ -103,9 +103,9 @@ class Transcript:
         self._out = out
         self._agent_name = agent_name
         self._colour = wants_colour(out) if colour is None else colour
-        self._width = LINE_WIDTH
-        if out.isatty():
-            self._width = shutil.get_terminal_size((LINE_WIDTH, 24)).columns
+        columns = shutil.get_terminal_size((LINE_WIDTH, 24)).columns if out.isatty() else 0
+        # Python 3.10 gives 0 columns for a terminal of no size, not the fallback.
+        self._width = columns if columns > 0 else LINE_WIDTH
         self._approver = approver
         try:
             "→✗…".encode(out.encoding or "ascii")
