@@ -27,8 +27,6 @@ from ._content import UnknownContentBlock as UnknownContentBlock
 from ._convert import structure as structure
 from ._convert import unstructure as unstructure
 from ._engine._runtime import Runtime as Runtime
-from ._engine._runtime import current_runtime as current_runtime
-from ._engine._runtime import open_runtime as open_runtime
 from ._entries import ContextMessage as ContextMessage
 from ._entries import Entry as Entry
 from ._entries import MessageEntry as MessageEntry
@@ -86,6 +84,8 @@ from ._models._chat import MistralModel as MistralModel
 from ._models._chat import OpenAICompatibleModel as OpenAICompatibleModel
 from ._models._scripted import FunctionModel as FunctionModel
 from ._models._scripted import ScriptedModel as ScriptedModel
+from ._open import current_runtime as current_runtime
+from ._open import open_runtime as open_runtime
 from ._records import AlreadySettled as AlreadySettled
 from ._records import Answered as Answered
 from ._records import Blocked as Blocked

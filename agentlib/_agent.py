@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._callbacks import Credentials
-from ._engine._runtime import check_trio, current_runtime
+from ._context import check_trio, current_door
+from ._definition import check_max_steps
 from ._entries import MessageEntry
 from ._errors import ValidationError
 from ._history import parse_history
@@ -22,7 +23,7 @@ from ._tools import Tool, ToolSource, tool
 if TYPE_CHECKING:
     from ._session import ApprovalHandler, ClientToolHandler, Session, SignInHandler
 
-__all__ = ["Agent", "check_max_steps"]
+__all__ = ["Agent"]
 
 # Overrides of every agent: entering and leaving one is quick and never waits on the engine.
 _overrides_lock = threading.Lock()
@@ -212,10 +213,8 @@ class Agent:
                 ``agentlib_sync``), or this is not trio code (from asyncio, use
                 ``agentlib_sync``).
         """
-        from ._session import Session
-
         check_trio()
-        runtime = current_runtime()
+        door = current_door()
         entries = parse_history(history) if history is not None else []
         for index, entry in enumerate(entries):
             if isinstance(entry, MessageEntry):
@@ -223,15 +222,16 @@ class Agent:
                     check_for_model(self.model, entry.content)
                 except ValidationError as error:
                     raise ValidationError(f"invalid history item {index}: {error}") from None
-        core = await runtime.start_session(self, entries, stored_inputs(inputs), idempotency_key)
-        return Session(
-            runtime,
-            core.id,
-            agent=self,
+        session: Session = await door.start_session(
+            self,
+            history=entries,
+            inputs=stored_inputs(inputs),
+            idempotency_key=idempotency_key,
             on_approval=on_approval,
             on_sign_in=on_sign_in,
             on_client_tool=on_client_tool,
         )
+        return session
 
     def session(
         self,
@@ -246,30 +246,14 @@ class Agent:
         Raises:
             RuntimeError: No runtime is running here.
         """
-        from ._session import Session
-
-        return Session(
-            current_runtime(),
+        session: Session = current_door().session(
+            self,
             session_id,
-            agent=self,
             on_approval=on_approval,
             on_sign_in=on_sign_in,
             on_client_tool=on_client_tool,
         )
-
-
-def check_max_steps(value: object, where: str = "") -> int:
-    """``value`` as a step limit.
-
-    Raises:
-        ValueError: It is not an int of at least 1.
-    """
-    if isinstance(value, bool) or not (isinstance(value, int) and value >= 1):
-        raise ValueError(
-            f"{where}max_steps must be an int of at least 1 (the most model steps of a turn), "
-            f"not {value!r}"
-        )
-    return value
+        return session
 
 
 def _tools(agent: str, items: Iterable[Tool | ToolSource | Callable[..., Any]]) -> tuple[Tool, ...]:

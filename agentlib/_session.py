@@ -11,7 +11,6 @@ import attrs
 import cattrs
 import trio
 
-from ._agent import check_max_steps
 from ._callbacks import (
     AllowApproval,
     Callback,
@@ -23,10 +22,14 @@ from ._callbacks import (
     SignInAnswer,
 )
 from ._content import ContentBlock, TextContentBlock, UnknownContentBlock
+from ._context import check_trio
 from ._convert import CONVERTER, validation_error
-from ._engine._core import SessionCore, TurnCore
+from ._definition import check_max_steps
+from ._engine import _machine as machine
 from ._engine._handlers import Handler, Waiter, invoke
-from ._engine._runtime import Runtime, check_trio
+from ._engine._live import LiveSession
+from ._engine._machine import StopCause, TurnMachine
+from ._engine._runtime import Runtime
 from ._errors import (
     SessionBusyError,
     UnsupportedSessionProcedureError,
@@ -51,7 +54,7 @@ from ._records import (
 )
 
 if TYPE_CHECKING:
-    from ._agent import Agent
+    from ._definition import AgentDefinition
 
 __all__ = ["Content", "Session", "Turn"]
 
@@ -144,7 +147,7 @@ class Session:
         runtime: Runtime,
         session_id: str,
         *,
-        agent: Agent,
+        agent: AgentDefinition,
         on_approval: ApprovalHandler | None = None,
         on_sign_in: SignInHandler | None = None,
         on_client_tool: ClientToolHandler | None = None,
@@ -176,7 +179,7 @@ class Session:
     def __hash__(self) -> int:
         return hash((id(self._runtime), self.id))
 
-    async def _load(self) -> SessionCore:
+    async def _load(self) -> LiveSession:
         """The session's live state, read from the runtime's store the first time.
 
         Every async method of sessions and turns starts here.
@@ -213,19 +216,21 @@ class Session:
             UnsupportedSessionProcedureError: The session is a subagent's: its references
                 only read, and interrupt its turns.
         """
-        core = await self._writable("send_message")
+        live = await self._writable("send_message")
+        runtime = self._runtime
         blocks = message_content(content, self._agent.model)
         for _ in range(_SEND_TRIES):
-            started = core.start_turn(blocks, idempotency_key, self._agent.output_type)
-            if isinstance(started, tuple):
-                turn, is_new = started
-                await core.runtime.store.flush()
-                return Turn(self, turn.id, started=is_new)
-            if core.steer(started, blocks, idempotency_key):
-                await core.runtime.store.flush()
-                return Turn(self, started.id, started=False)
+            started = runtime.start_turn(
+                live, blocks, idempotency_key, self._agent.output_type, None
+            )
+            if isinstance(started, machine.Started):
+                await runtime.flush()
+                return Turn(self, started.turn_id, started=started.new)
+            if runtime.steer(live, started.turn_id, blocks, idempotency_key):
+                await runtime.flush()
+                return Turn(self, started.turn_id, started=False)
             # The active turn is ending: let it finish, then start a new one.
-            await started.done.wait()
+            await runtime.turn_done(live, started.turn_id).wait()
         raise SessionBusyError(
             f"session {self.id} could not take the message after {_SEND_TRIES} tries; "
             "nothing changed: send it again"
@@ -268,13 +273,13 @@ class Session:
     ) -> Turn | Busy[Turn]:
         if max_steps is not None:
             check_max_steps(max_steps)
-        core = await self._writable(procedure)
+        live = await self._writable(procedure)
         blocks = message_content(content, self._agent.model)
-        started = core.start_turn(blocks, key, output_type, max_steps)
-        if isinstance(started, tuple):
-            await core.runtime.store.flush()  # a started turn is acknowledged once durable
-            return Turn(self, started[0].id, started=True)
-        return Busy(turn=Turn(self, started.id, started=None))
+        started = self._runtime.start_turn(live, blocks, key, output_type, max_steps)
+        if isinstance(started, machine.Started):
+            await self._runtime.flush()  # a started turn is acknowledged once durable
+            return Turn(self, started.turn_id, started=True)
+        return Busy(turn=Turn(self, started.turn_id, started=None))
 
     @overload
     async def run(
@@ -355,8 +360,8 @@ class Session:
         Raises:
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        core = await self._load()
-        log = core.log
+        live = await self._load()
+        log = live.log
         position = log.seq_of(after)
         output_type = self._agent.output_type
         while True:
@@ -367,7 +372,7 @@ class Session:
             if log.finished(position):
                 return
             await log.wait_beyond(position)
-            core.runtime.store.check()
+            self._runtime.store.check()
 
     async def cancel(self) -> None:
         """End the session and its subagents: interrupt the running turns; later sends
@@ -377,9 +382,9 @@ class Session:
             UnsupportedSessionProcedureError: The session is a subagent's: its references
                 only read, and interrupt its turns.
         """
-        core = await self._writable("cancel")
-        await core.cancel()
-        await core.runtime.store.flush()
+        live = await self._writable("cancel")
+        await self._runtime.cancel(live)
+        await self._runtime.flush()
 
     async def subagents(self) -> list[Session]:
         """References to this session's direct subagent sessions, newest first.
@@ -387,38 +392,40 @@ class Session:
         They read (records, events, entries) and interrupt their turns, and answer callbacks
         with this reference's handlers; the rest is refused: send to this session instead.
         """
+        live = await self._load()
         return [
             Session(
                 self._runtime,
-                child.id,
-                agent=child.agent,
+                child_id,
+                agent=self._runtime.live(child_id).agent,
                 on_approval=self._on_approval,
                 on_sign_in=self._on_sign_in,
                 on_client_tool=self._on_client_tool,
             )
-            for child in reversed((await self._load()).children)
+            for child_id in reversed(live.state.children)
         ]
 
-    async def _writable(self, procedure: str) -> SessionCore:
+    async def _writable(self, procedure: str) -> LiveSession:
         """The session, if ``procedure`` may change it: a subagent's session only reads.
 
         Raises:
             UnsupportedSessionProcedureError: It is a subagent's.
         """
-        core = await self._load()
-        core.runtime.check_open()
-        if core.parent is not None:
+        live = await self._load()
+        self._runtime.check_open()
+        if live.state.parent_id is not None:
+            root = machine.root_of(self._runtime.states, live.id)
             raise UnsupportedSessionProcedureError(
                 f"session {self.id} is a subagent's, whose references only read and interrupt "
                 f"its turns, so {procedure} is refused; send to its root session "
-                f"{core.root.id} instead, or cancel that one to stop it"
+                f"{root.id} instead, or cancel that one to stop it"
             )
-        return core
+        return live
 
 
-def _leaving_note(turn: TurnCore) -> str:
+def _leaving_note(turn: TurnMachine) -> str:
     return (
-        f"leaving the wait does not stop turn {turn.id} of session {turn.session.id}: it goes "
+        f"leaving the wait does not stop turn {turn.id} of session {turn.session_id}: it goes "
         "on; to stop it, call interrupt() on it, or cancel() on its session"
     )
 
@@ -456,8 +463,9 @@ class Turn:
     def __hash__(self) -> int:
         return hash((hash(self._session), self.id))
 
-    async def _turn(self) -> TurnCore:
-        return (await self._session._load()).turn(self.id)
+    async def _turn(self) -> tuple[LiveSession, TurnMachine]:
+        live = await self._session._load()
+        return live, live.state.turn(self.id)
 
     async def get(self) -> TurnState[Any]:
         """The turn's record now: ``Running``, ``Blocked`` or how it ended. Never waits.
@@ -465,8 +473,9 @@ class Turn:
         Raises:
             TurnNotFoundError: The session has no such turn.
         """
-        turn = await self._turn()
-        return _for_reader(turn.state(), self._session._agent.output_type)
+        live, turn = await self._turn()
+        record = self._session._runtime.record(live, turn.id)
+        return _for_reader(record, self._session._agent.output_type)
 
     @overload
     async def result(
@@ -512,8 +521,9 @@ class Turn:
             TurnNotFoundError: The session has no such turn.
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        turn = await self._turn()
-        log = turn.session.log
+        live, turn = await self._turn()
+        runtime = self._session._runtime
+        log = live.log
         wanted = output_type if output_type is not None else self._session._agent.output_type
         position = max(log.seq_of(after), turn.first_seq - 1)
         if on_event is None:  # only callbacks and the end matter: pruned events do not
@@ -521,20 +531,23 @@ class Turn:
         # on_event sees the whole turn, whatever ``after`` is.
         delivered = turn.first_seq - 1 if on_event is not None else position
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        waiter = Waiter(turn.session, self._session._handler_for, deadline)
+        waiter = Waiter(runtime, live, self._session._handler_for, deadline)
         try:
             with waiter.scope:
-                record = await self._follow(turn, waiter, position, delivered, wanted, on_event)
+                record = await self._follow(
+                    live, turn, waiter, position, delivered, wanted, on_event
+                )
                 if record is not None:
                     return record
         except trio.Cancelled as cancelled:
             add_note(cancelled, _leaving_note(turn))
             raise
-        return _for_reader(turn.state(), wanted)
+        return _for_reader(runtime.record(live, turn.id), wanted)
 
     async def _follow(
         self,
-        turn: TurnCore,
+        live: LiveSession,
+        turn: TurnMachine,
         waiter: Waiter,
         position: int,
         delivered: int,
@@ -542,7 +555,8 @@ class Turn:
         on_event: EventHandler | None,
     ) -> TurnState[Any] | None:
         """Follow the log until the turn ends or blocks; None once it ended unseen."""
-        log = turn.session.log
+        runtime = self._session._runtime
+        log = live.log
         while True:
             while delivered < log.visible:
                 for event in await log.read_page(delivered + 1):
@@ -562,7 +576,7 @@ class Turn:
             waiter.settle()
             if waiter.blocked and not waiter.watched:
                 # Once the handlers at work have finished, the turn is blocked, or going on.
-                state = turn.state()
+                state = runtime.record(live, turn.id)
                 if isinstance(state, Blocked):
                     return _for_reader(state, wanted)
                 waiter.blocked = False
@@ -571,7 +585,7 @@ class Turn:
             if log.finished(delivered):
                 return None  # the runtime closed: the turn stays as it is, for the next one
             await waiter.wait(log, delivered)
-            turn.session.runtime.store.check()
+            runtime.store.check()
 
     async def answer(
         self, callback_id: str, answer: object
@@ -595,10 +609,11 @@ class Turn:
                 (``ClientToolAnswerError`` for a client tool's result), or allows a hook's
                 approval for the whole session; nothing was sent.
         """
-        core = await self._session._load()
-        core.runtime.check_open()
-        answered = await core.answer(callback_id, answer)
-        await core.runtime.store.flush()  # a taken answer is acknowledged once durable
+        live = await self._session._load()
+        runtime = self._session._runtime
+        runtime.check_open()
+        answered = await runtime.answer(live, callback_id, answer)
+        await runtime.flush()  # a taken answer is acknowledged once durable
         return answered
 
     async def iter_events(
@@ -612,8 +627,8 @@ class Turn:
             TurnNotFoundError: The session has no such turn (on first iteration).
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        turn = await self._turn()
-        log = turn.session.log
+        live, turn = await self._turn()
+        log = live.log
         position = max(log.seq_of(after), turn.first_seq - 1)
         output_type = self._session._agent.output_type
         while True:
@@ -630,7 +645,7 @@ class Turn:
             if log.finished(position):
                 return  # the runtime closed: the turn stays as it is, for the next one
             await log.wait_beyond(position)
-            turn.session.runtime.store.check()
+            self._session._runtime.store.check()
 
     async def steer(self, content: Content) -> Turn | TurnConflict:
         """Add a message to this running turn: the model sees it at its next step.
@@ -644,9 +659,10 @@ class Turn:
         """
         await self._session._writable("steer")
         blocks = message_content(content, self._session._agent.model)
-        turn = await self._turn()
-        if turn.session.steer(turn, blocks):
-            await turn.session.runtime.store.flush()  # acknowledged once durable
+        live, turn = await self._turn()
+        runtime = self._session._runtime
+        if runtime.steer(live, turn.id, blocks):
+            await runtime.flush()  # acknowledged once durable
             return self
         return TurnConflict(turn_id=self.id)
 
@@ -656,10 +672,11 @@ class Turn:
         Returns once the turn has ended: this turn, or ``TurnConflict`` if it was not the
         active turn.
         """
-        turn = await self._turn()
-        if turn.session.active is not turn:
+        live, turn = await self._turn()
+        runtime = self._session._runtime
+        if live.state.active != turn.id:
             return TurnConflict(turn_id=self.id)
-        turn.stop("interrupted")
-        await turn.done.wait()
-        await turn.session.runtime.store.flush()  # acknowledged once its end is durable
+        runtime.stop_turn(live, turn.id, StopCause.INTERRUPTED)
+        await runtime.turn_done(live, turn.id).wait()
+        await runtime.flush()  # acknowledged once its end is durable
         return self

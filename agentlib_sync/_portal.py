@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 import trio
 
 import agentlib
-from agentlib._engine._runtime import set_current_runtime
 from agentlib._errors import add_note
+from agentlib._open import enter
 
 __all__ = ["Portal", "off_thread", "portal"]
 
@@ -109,7 +109,7 @@ class Portal:
         scope = trio.CancelScope()
 
         async def task() -> None:
-            set_current_runtime(runtime)
+            enter(runtime)
             try:
                 with scope:
                     try:

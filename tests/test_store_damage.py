@@ -211,7 +211,7 @@ SHAPES: dict[str, tuple[str, str, str, type[BaseException]]] = {
         "turns",
         "UPDATE turns SET step = ? WHERE session_id = ? AND step IS NOT NULL",
         json.dumps({"note": SECRET}),
-        KeyError,
+        ValidationError,
     ),
     "a tool step whose call is of no known shape": (
         "turns",

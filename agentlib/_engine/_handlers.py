@@ -20,9 +20,10 @@ import trio
 from .._callbacks import Callback, KeepCallbackOpen, OpenClientToolCall
 from .._errors import ClientToolAnswerError, SdkError
 from ._log import EventLog
+from ._machine import find_callback
 
 if TYPE_CHECKING:
-    from ._core import SessionCore
+    from ._live import Engine, LiveSession
 
 __all__ = ["HandlerRun", "Waiter", "invoke"]
 
@@ -65,16 +66,19 @@ class HandlerRun:
         return isinstance(self.callback, OpenClientToolCall)
 
 
-def start_run(core: SessionCore, callback: Callback, handler: Handler) -> HandlerRun:
-    """The run answering ``callback`` (opened in ``core``): the running one, or a new one."""
-    run = core.handler_runs.get(callback.id)
+def start_run(
+    engine: Engine, owner: LiveSession, callback: Callback, handler: Handler
+) -> HandlerRun:
+    """The run answering ``callback`` (opened in ``owner``): the running one, or a new one."""
+    run = owner.handler_runs.get(callback.id)
     if run is None:
-        run = core.handler_runs[callback.id] = HandlerRun(callback)
-        core.runtime.spawn(_run, core, handler, run, name=f"agentlib handler {callback.id}")
+        run = owner.handler_runs[callback.id] = HandlerRun(callback)
+        name = f"agentlib handler {callback.id}"
+        engine.spawn(_run, engine, owner, handler, run, name=name)
     return run
 
 
-async def _run(core: SessionCore, handler: Handler, run: HandlerRun) -> None:
+async def _run(engine: Engine, owner: LiveSession, handler: Handler, run: HandlerRun) -> None:
     """Run ``handler`` on ``run.callback`` and send its answer; record how it went."""
     callback = run.callback
     name = _NAMES.get(getattr(callback, "type", ""), "the handler")
@@ -83,10 +87,10 @@ async def _run(core: SessionCore, handler: Handler, run: HandlerRun) -> None:
             try:
                 answer = await invoke(handler, callback)
             except Exception as error:
-                pending = core.callbacks[callback.id]
-                if run.for_client_tool and core.agent.tool_errors == "report":
+                if run.for_client_tool and owner.agent.tool_errors == "report":
                     # As for a failing tool: the model is told, and the turn goes on.
-                    core.close_callback(pending, error=f"{type(error).__name__}: {error}")
+                    message = f"{type(error).__name__}: {error}"
+                    engine.close_callback(owner, callback.id, error=message)
                 else:
                     run.error = error
                 return
@@ -94,7 +98,7 @@ async def _run(core: SessionCore, handler: Handler, run: HandlerRun) -> None:
                 run.kept_open = True
                 return
             try:
-                await core.answer(callback.id, answer)
+                await engine.answer(owner, callback.id, answer)
             except ClientToolAnswerError as error:
                 run.error = ClientToolAnswerError(
                     f"{name} answered call {callback.id}, but the answer could not be sent; "
@@ -106,8 +110,8 @@ async def _run(core: SessionCore, handler: Handler, run: HandlerRun) -> None:
                     f"which stays open: {error}"
                 )
     finally:
-        if core.handler_runs.get(callback.id) is run:
-            del core.handler_runs[callback.id]
+        if owner.handler_runs.get(callback.id) is run:
+            del owner.handler_runs[callback.id]
         run.done.set()
 
 
@@ -116,7 +120,8 @@ class Waiter:
     """One wait (``turn.result``): the handler runs it watches, and its deadline.
 
     Attributes:
-        core: The session waited on; callbacks of its subagents count too.
+        engine: The runtime.
+        live: The session waited on; callbacks of its subagents count too.
         handler_for: The waiting reference's handler for a callback, if it has one.
         deadline: When the wait ends; pushed back by the time client tool handlers take.
         scope: The wait's cancel scope, which holds the deadline.
@@ -125,7 +130,8 @@ class Waiter:
             handler runs it follows are over.
     """
 
-    core: SessionCore
+    engine: Engine
+    live: LiveSession
     handler_for: Callable[[Callback], Handler | None]
     deadline: float
     scope: trio.CancelScope = attrs.field(init=False)
@@ -137,18 +143,19 @@ class Waiter:
         self.scope = trio.CancelScope(deadline=self.deadline)
 
     def is_open(self, callback: Callback) -> bool:
-        return self.core.find_open(callback.id) is not None
+        found = find_callback(self.engine.states, self.live.id, callback.id)
+        return found is not None and found.open
 
     def handle(self, callback: Callback) -> None:
         """Have ``callback`` answered by the reference's handler, or left to the caller."""
-        pending = self.core.find_open(callback.id)
-        if pending is None:
+        if not self.is_open(callback):
             return
         handler = self.handler_for(callback)
         if handler is None:
             self.blocked = True
             return
-        self.watched[callback.id] = start_run(pending.turn.session, callback, handler)
+        owner = self.engine.live(callback.session_id)
+        self.watched[callback.id] = start_run(self.engine, owner, callback, handler)
 
     def settle(self) -> None:
         """Take the outcomes of the handler runs that are over.

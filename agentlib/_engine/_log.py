@@ -10,13 +10,9 @@ import trio
 from .._errors import InvalidCursorError, ObservationLost, StoreError
 from .._events import Event
 from .._records import TurnState
+from ._machine import format_cursor
 
 __all__ = ["EventLog", "format_cursor"]
-
-
-def format_cursor(session_id: str, seq: int) -> str:
-    """The cursor of a session's ``seq``-th event (1-based); strings sort like positions."""
-    return f"{session_id}:{seq:012d}"
 
 
 #: How a log reads events it no longer holds: (after seq, how many) -> the events after.

@@ -1,46 +1,56 @@
-"""The runtime: the nursery where turns run, the sessions it holds, and its store."""
+"""The runtime: the nursery where turns run, the sessions it holds, and its store.
+
+It is the only part of the engine that does I/O. The state of its sessions lives in
+``_machine``; the runtime asks the machine's transitions what follows an input, and does
+it: writes their facts to the store, publishes their events to the readers, spawns the
+turns and the tools they ask for, and wakes whoever waits on a callback that closed.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import math
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
+from .._callbacks import AllowApproval, DenyApproval, KeepCallbackOpen, SignInAnswer
 from .._entries import Entry
-from .._errors import SessionNotFoundError
+from .._errors import SdkError, SessionNotFoundError, StoreError
+from .._events import TurnEnded
 from .._history import new_id
+from .._ops import CallbackRow, EventRow, Op, PruneRow
+from .._records import AlreadySettled, Answered, NotFound, TurnState
 from .._store import open_store
-from .._store._base import EventRow, Op, PruneRow, Store, StoreError
-from ._core import SessionCore, TurnCore
+from .._store._base import Store
+from . import _machine as machine
+from ._live import LiveSession, LiveTurn, check_callback_id
 from ._log import EventLog
-from ._loop import run_turn
+from ._machine import CallbackPhase, SessionMachine, StopCause
+from ._restore import restore
+from ._turns import run_turn
 
 if TYPE_CHECKING:
-    from .._agent import Agent
+    from .._definition import AgentDefinition
 
-__all__ = ["Runtime", "check_trio", "current_runtime", "open_runtime"]
-
-_CURRENT: contextvars.ContextVar[Runtime] = contextvars.ContextVar("agentlib_runtime")
+__all__ = ["Runtime", "not_found", "open_engine"]
 
 
 @attrs.define(eq=False)
 class Runtime:
     """Owns the engine: the nursery where turns run, the sessions, and the store. Use
-    :func:`open_runtime` to get one.
+    :func:`agentlib.open_runtime` to get one.
 
     Attributes:
         store: Where the sessions live.
         owner: This runtime's name in the store's leases.
         lease_seconds: How long a lease on a session lasts without renewal.
         event_retention: How many events each session keeps (None: all).
+        sessions: The sessions this runtime holds, by id.
     """
 
     _nursery: trio.Nursery
@@ -48,22 +58,111 @@ class Runtime:
     owner: str = attrs.field(factory=lambda: uuid.uuid4().hex)
     lease_seconds: float = 30.0
     event_retention: int | None = None
-    sessions: dict[str, SessionCore] = attrs.field(factory=dict)
+    sessions: dict[str, LiveSession] = attrs.field(factory=dict)
+    states: dict[str, SessionMachine] = attrs.field(factory=dict, repr=False)
     agents: dict[str, Any] = attrs.field(factory=dict)  # Agents, by name
     _session_keys: dict[str, str] = attrs.field(factory=dict)
     _loads: trio.Lock = attrs.field(factory=trio.Lock)
     _renewal: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _renewed: trio.Event = attrs.field(factory=trio.Event)
     _closing: bool = False
+    # Events written and not yet durable, oldest first: (session, seq).
+    _unseen: list[tuple[LiveSession, int]] = attrs.field(factory=list)
+    _written: trio.Event = attrs.field(factory=trio.Event)
 
-    def spawn_turn(self, turn: TurnCore) -> None:
-        self._nursery.start_soon(run_turn, turn, name=f"agentlib turn {turn.id}")
+    # -- doing what the machine decided -------------------------------------------------------
+
+    def commit(self, facts: Iterable[Op]) -> None:
+        """Do what the facts of a transition ask: write them to the store; publish their
+        events (to readers once durable); wake the waits on the callbacks they close; and
+        note the ends of turns. The machine applied them already."""
+        durable = self.store.durable
+        for fact in facts:
+            self.store.write(fact)
+            if isinstance(fact, EventRow):
+                live = self.sessions.get(fact.session_id)
+                if live is None:
+                    continue
+                live.log.append(fact.event)
+                if durable:
+                    self._unseen.append((live, fact.seq))
+                    self._written.set()
+                else:  # nothing to wait for: readers see it at once
+                    live.log.made_visible(fact.seq)
+                if isinstance(fact.event, TurnEnded):
+                    self._turn_ended(live, fact.event)
+            elif isinstance(fact, CallbackRow) and fact.state != "open":
+                live = self.sessions.get(fact.session_id)
+                if live is not None:
+                    self._callback_closed(live, fact.callback.id)
+
+    def _callback_closed(self, live: LiveSession, callback_id: str) -> None:
+        answer = live.state.callbacks[callback_id].answer
+        if isinstance(answer, SignInAnswer):  # never stored: this runtime keeps them
+            live.credentials.update(answer.credentials)
+        closed = live.closed.get(callback_id)
+        if closed is not None:
+            closed.set()
+        run = live.handler_runs.get(callback_id)
+        if run is not None:
+            run.scope.cancel()  # its answer is moot now
+
+    def _turn_ended(self, live: LiveSession, ended: TurnEnded) -> None:
+        """Prune the session's oldest events beyond the retention (never those of the turn
+        that just ended, whose readers read them, nor any a reader cannot see yet); a
+        subagent's session runs one turn, and ends with it."""
+        keep = self.event_retention
+        log = live.log
+        if keep is not None:
+            first_seq = live.state.turns[ended.turn_id or ""].first_seq
+            before = min(log.last_seq - keep + 1, first_seq, log.visible + 1)
+            if before > log.first_seq:
+                log.prune(before)
+                self.store.write(PruneRow(live.id, before))
+        if live.state.parent_id is not None:
+            log.close()
+
+    async def flush(self) -> None:
+        """Return once everything written so far is durable, and readers see its events:
+        what a caller is told after this survives any crash.
+
+        Raises:
+            StoreError: The store failed.
+        """
+        batch, self._unseen = self._unseen, []
+        try:
+            await self.store.flush()
+        except BaseException:
+            self._unseen[:0] = batch
+            raise
+        for live, seq in batch:
+            live.log.made_visible(seq)
+
+    async def _publish(self) -> None:
+        """Show readers the events the store made durable, as it does (a durable store)."""
+        while True:
+            await self._written.wait()
+            self._written = trio.Event()
+            try:
+                await self.flush()
+            except StoreError:
+                # Every reader hears of it: their waits return, and raise StoreError.
+                for live in self.sessions.values():
+                    live.log.wake()
+                return
 
     def spawn(self, function: Callable[..., Awaitable[None]], *args: Any, name: str) -> None:
         """Run ``function(*args)`` in the runtime's nursery; it must not raise."""
         self._nursery.start_soon(function, *args, name=name)
 
-    def know(self, agent: Agent) -> None:
+    def spawn_turn(self, live: LiveSession, turn_id: str, *, resume: bool = False) -> LiveTurn:
+        """Run the turn in a task of its own (going on from its tool step, ``resume``)."""
+        turn = live.turns[turn_id] = LiveTurn()
+        name = f"agentlib turn {turn_id}"
+        self._nursery.start_soon(run_turn, self, live, turn_id, resume, name=name)
+        return turn
+
+    def know(self, agent: AgentDefinition) -> None:
         """Remember ``agent`` and its subagents, to resume their sessions from the store."""
         if self.agents.get(agent.name) is agent:
             return
@@ -71,69 +170,58 @@ class Runtime:
         for sub in agent.subagents:
             self.know(sub)
 
-    # -- the store ---------------------------------------------------------------------------
+    # -- sessions ---------------------------------------------------------------------------
 
-    def committed(self, ops: Sequence[Op]) -> None:
-        """The store made ``ops`` durable: readers may see their events. No op: the store
-        failed, and every reader hears of it."""
-        if not ops:
-            for held in self.sessions.values():
-                held.log.wake()
-        for op in ops:
-            if isinstance(op, EventRow):
-                core = self.sessions.get(op.session_id)
-                if core is not None:
-                    core.log.made_visible(op.seq)
-
-    def turn_ended(self, core: SessionCore, turn: TurnCore) -> None:
-        """Prune the session's oldest events beyond the retention: never those of the turn
-        that just ended (its readers are reading them), nor any a reader cannot see yet."""
-        keep = self.event_retention
-        if keep is None:
-            return
-        before = min(core.log.last_seq - keep + 1, turn.first_seq, core.log.visible + 1)
-        if before > core.log.first_seq:
-            core.log.prune(before)
-            core.write(PruneRow(core.id, before))
-
-    # -- sessions ----------------------------------------------------------------------------
+    def adopt(
+        self,
+        state: SessionMachine,
+        agent: AgentDefinition,
+        *,
+        first_seq: int = 1,
+        stored_seq: int | None = None,
+        ready: bool = True,
+    ) -> LiveSession:
+        """Hold a session whose state is ``state``, run by ``agent`` (read back from the
+        store: its events from ``first_seq`` to ``stored_seq`` are there)."""
+        live = LiveSession(
+            state=state,
+            agent=agent,
+            log=self.event_log(state.id, first_seq=first_seq, stored_seq=stored_seq),
+            ready=ready,
+        )
+        self.sessions[state.id] = live
+        if state.key is not None:
+            self._session_keys[state.key] = state.id
+        return live
 
     def new_session(
         self,
-        agent: Agent,
+        agent: AgentDefinition,
         inputs: Mapping[str, Any],
         *,
         key: str | None = None,
-        parent: tuple[SessionCore, TurnCore] | None = None,
-    ) -> SessionCore:
-        """A new session, written to the store."""
-        if self._closing:
-            raise RuntimeError("this runtime is closing; open a new one to start sessions")
+        history: Sequence[Entry] = (),
+    ) -> LiveSession:
+        """A new session, written to the store (leased as it is made)."""
+        self.check_open()
         session_id = new_id()
-        core = SessionCore(
-            id=session_id,
-            agent=agent,
-            runtime=self,
-            log=self.event_log(session_id),
-            idempotency_key=key,
-            inputs=dict(inputs),
-        )
-        if parent is not None:
-            core.parent, core.parent_turn = parent
-        self.sessions[session_id] = core
-        if key is not None:
-            self._session_keys[key] = session_id
         lease = (self.owner, self.lease_seconds) if self.store.durable else None
-        core.write(attrs.evolve(core.row, lease=lease))  # leased from the start
-        return core
+        facts = machine.new_session(
+            self.states, session_id, agent.name, dict(inputs), key=key, lease=lease
+        )
+        live = self.adopt(self.states[session_id], agent)
+        self.commit(facts)
+        if history:
+            self.commit(machine.import_history(self.states, session_id, history))
+        return live
 
     async def start_session(
         self,
-        agent: Agent,
+        agent: AgentDefinition,
         history: Sequence[Entry],
         inputs: Mapping[str, Any],
         idempotency_key: str | None,
-    ) -> SessionCore:
+    ) -> LiveSession:
         """A new session (or the one ``idempotency_key`` started) with ``history`` and
         ``inputs`` (JSON by input id), acknowledged once durable."""
         self.know(agent)
@@ -143,17 +231,15 @@ class Runtime:
                 if known is None:
                     known = await self.store.session_for_key(idempotency_key)
                 if known is None:
-                    core = self.new_session(agent, inputs, key=idempotency_key)
+                    live = self.new_session(agent, inputs, key=idempotency_key, history=history)
             if known is not None:
-                core = await self.session(known, agent)
-                await self.store.flush()  # the first start may still wait for the store
-                return core
+                live = await self.session(known, agent)
+                await self.flush()  # the first start may still wait for the store
+                return live
         else:
-            core = self.new_session(agent, inputs, key=None)
-        for entry in history:
-            core.add_entry(entry)
-        await self.store.flush()
-        return core
+            live = self.new_session(agent, inputs, history=history)
+        await self.flush()
+        return live
 
     def event_log(
         self, session_id: str, *, first_seq: int = 1, stored_seq: int | None = None
@@ -164,19 +250,8 @@ class Runtime:
             read = functools.partial(self.store.read_events, session_id)
         return EventLog(session_id, first_seq=first_seq, stored_seq=stored_seq, read=read)
 
-    def core(self, session_id: str) -> SessionCore:
-        """The live state of a session this runtime holds.
-
-        Raises:
-            SessionNotFoundError: It holds none with this id.
-        """
-        try:
-            return self.sessions[session_id]
-        except KeyError:
-            raise not_found(session_id) from None
-
-    async def session(self, session_id: str, agent: Agent) -> SessionCore:
-        """The live state of a session, loaded from the store (with its whole tree of
+    async def session(self, session_id: str, agent: AgentDefinition) -> LiveSession:
+        """A session this runtime holds, read back from the store (with its whole tree of
         subagent sessions) the first time.
 
         Raises:
@@ -186,21 +261,27 @@ class Runtime:
             StoreError: The store failed, or is damaged.
             RuntimeError: The runtime is closing.
         """
-        core = self.sessions.get(session_id)
-        if core is not None and core.ready:
-            return core
-        from ._restore import restore
-
+        live = self.sessions.get(session_id)
+        if live is not None and live.ready:
+            return live
         self.know(agent)
         # One load at a time: two loads of one tree (by its root and by a subagent) must not
         # both resume its turns. A read of a session being loaded waits here for the load.
         async with self._loads:
-            core = self.sessions.get(session_id)
-            if core is not None and core.ready:
-                return core
+            live = self.sessions.get(session_id)
+            if live is not None and live.ready:
+                return live
             self.check_open()
             await restore(self, session_id, agent)
-        return self.core(session_id)
+        return self.live(session_id)
+
+    def live(self, session_id: str) -> LiveSession:
+        """Raises:
+        SessionNotFoundError: This runtime holds no such session."""
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise not_found(session_id) from None
 
     def check_open(self) -> None:
         """Raises:
@@ -210,6 +291,153 @@ class Runtime:
                 "this runtime is closing or closed, and changes nothing any more; open a new "
                 "runtime (on the same store, to go on with its sessions)"
             )
+
+    # -- turns ------------------------------------------------------------------------------
+
+    def start_turn(
+        self,
+        live: LiveSession,
+        content: tuple[Any, ...],
+        key: str | None,
+        output_type: Any,
+        max_steps: int | None,
+    ) -> machine.Started | machine.Occupied:
+        """Start a turn (and its task) with ``content``, or say which turn occupies the
+        session."""
+        agent = live.agent
+        started, facts = machine.start_turn(
+            self.states,
+            live.id,
+            content,
+            key,
+            max_steps=agent.max_steps if max_steps is None else max_steps,
+            output_type=output_type,
+            output_type_name=_type_name(output_type),
+        )
+        self.commit(facts)
+        if isinstance(started, machine.Started) and started.new:
+            self.spawn_turn(live, started.turn_id)
+        return started
+
+    def steer(
+        self, live: LiveSession, turn_id: str, content: tuple[Any, ...], key: str | None = None
+    ) -> bool:
+        steered, facts = machine.steer(self.states, live.id, turn_id, content, key)
+        self.commit(facts)
+        return steered
+
+    def turn_done(self, live: LiveSession, turn_id: str) -> trio.Event:
+        """Set once the turn's task has ended (at once for a turn that runs no task here)."""
+        turn = live.turns.get(turn_id)
+        if turn is not None:
+            return turn.done
+        done = trio.Event()
+        done.set()
+        return done
+
+    def stop_turn(self, live: LiveSession, turn_id: str, cause: StopCause) -> None:
+        """Stop the turn's task: it ends Interrupted (with the first cause given)."""
+        machine.stop(self.states, live.id, turn_id, cause)
+        turn = live.turns.get(turn_id)
+        if turn is not None:
+            turn.scope.cancel()
+
+    def suspend_turn(self, live: LiveSession, turn_id: str) -> None:
+        """Stop the turn's task, leaving it unended and its callbacks open in the store, for
+        a later runtime to resume."""
+        turn = live.turns.get(turn_id)
+        if turn is not None:
+            turn.suspended = True
+            turn.scope.cancel()
+
+    def end_turn(self, live: LiveSession, turn_id: str, record: TurnState[Any]) -> None:
+        """Record how the turn ended: TurnEnded is its last event."""
+        _, facts = machine.end_turn(self.states, live.id, turn_id, record)
+        self.commit(facts)
+        turn = live.turns.get(turn_id)
+        if turn is not None:
+            turn.done.set()
+
+    def record(self, live: LiveSession, turn_id: str) -> TurnState[Any]:
+        """The turn's record as readers may see it now."""
+        return machine.record_of(self.states, live.state.turn(turn_id), live.log.visible)
+
+    async def cancel(self, live: LiveSession) -> None:
+        """End the session and its subagents: stop its turn, take no more commands, close
+        the logs."""
+        self.commit(machine.cancel(self.states, live.id))
+        active = live.state.active
+        if active is not None:
+            self.stop_turn(live, active, StopCause.CANCELLED)
+            await self.turn_done(live, active).wait()
+        for child_id in live.state.children:
+            child = self.sessions.get(child_id)
+            if child is not None:
+                await self.cancel(child)
+        if not live.log.closed:
+            live.log.close()
+
+    # -- callbacks --------------------------------------------------------------------------
+
+    def callback_closed(self, owner: LiveSession, callback_id: str) -> trio.Event:
+        """Set once the callback (of ``owner``) closes."""
+        closed = owner.closed.get(callback_id)
+        if closed is None:
+            closed = owner.closed[callback_id] = trio.Event()
+            if not owner.state.callbacks[callback_id].open:
+                closed.set()
+        return closed
+
+    def close_callback(
+        self,
+        owner: LiveSession,
+        callback_id: str,
+        *,
+        answered: bool = True,
+        answer: Any = None,
+        error: str | None = None,
+    ) -> None:
+        facts = machine.close_callback(
+            self.states, owner.id, callback_id, answered=answered, answer=answer, error=error
+        )
+        self.commit(facts)
+
+    async def answer(
+        self, live: LiveSession, callback_id: str, answer: object
+    ) -> Answered | AlreadySettled | NotFound:
+        """Settle callback ``callback_id`` of the session (or of a subagent's below it)
+        with ``answer``; the first answer wins.
+
+        Raises:
+            ValueError: ``callback_id`` is not a UUID.
+            SdkError: ``answer`` does not fit the callback.
+        """
+        callback_id = check_callback_id(callback_id)
+        if isinstance(answer, KeepCallbackOpen):
+            raise SdkError(
+                "KeepCallbackOpen() is a handler's return value, never an answer: to leave "
+                "a callback open, do not answer it"
+            )
+        state = machine.find_callback(self.states, live.id, callback_id)
+        if state is None:
+            return NotFound()
+        owner = self.live(state.callback.session_id)
+        fitted = machine.fit_answer(state.callback, answer, owner.agent.tools_by_name)
+        was_open = state.open
+        # The read above and the write below are two steps, as with any shared store: an
+        # answer that read the callback open may find another answer took it meanwhile.
+        await trio.lowlevel.checkpoint()
+        if was_open and state.open:
+            self.close_callback(owner, callback_id, answer=fitted)
+        if not (was_open and state.phase is CallbackPhase.ANSWERED):
+            return AlreadySettled(session_id=owner.id)
+        taken = state.answer
+        return Answered(
+            answer=taken if isinstance(taken, (AllowApproval, DenyApproval)) else None,
+            session_id=owner.id,
+        )
+
+    # -- leases and closing -------------------------------------------------------------------
 
     async def _renew_leases(self) -> None:
         try:
@@ -221,7 +449,7 @@ class Runtime:
         with self._renewal:
             while True:
                 await trio.sleep(self.lease_seconds / 3)
-                held = [core.id for core in self.sessions.values() if not core.terminated]
+                held = [live.id for live in self.sessions.values() if not live.state.terminated]
                 try:
                     lost = await self.store.renew(held, self.owner, self.lease_seconds)
                 except Exception:  # a busy store: the next round retries
@@ -229,48 +457,57 @@ class Runtime:
                 for session_id in lost:
                     # Another runtime took it over (this one stalled past its lease): this
                     # one lets it go, and leaves its turns to the new owner.
-                    core = self.sessions.pop(session_id, None)
-                    if core is not None and core.active is not None and core.active.record is None:
-                        core.active.suspend()
+                    live = self.sessions.pop(session_id, None)
+                    if live is not None and live.state.active is not None:
+                        self.suspend_turn(live, live.state.active)
 
-    def _stop_turns(self) -> list[TurnCore]:
-        """Stop (or, with a durable store, suspend) the trees of turns still going."""
-        running = [
-            core.active
-            for core in self.sessions.values()
-            if core.active is not None and not core.active.scope.cancel_called
-        ]
-        for turn in running:
-            if turn.session.parent is not None:
+    def _stop_turns(self) -> list[trio.Event]:
+        """Stop (or, with a durable store, suspend) the trees of turns still going; the
+        events set once they have stopped."""
+        stopping = []
+        for live in list(self.sessions.values()):
+            turn_id = live.state.active
+            turn = live.turns.get(turn_id or "")
+            if turn_id is None or turn is None or turn.scope.cancel_called:
+                continue
+            stopping.append(turn.done)
+            if live.state.parent_id is not None:
                 continue  # its parent's turn decides: it stops or suspends its subagents
-            if self.store.durable and turn.resumable():
-                turn.suspend()
+            state = live.state.turns[turn_id]
+            if self.store.durable and machine.resumable(self.states, state):
+                self.suspend_turn(live, turn_id)
             else:
-                turn.stop("cancelled")
-        return running
+                self.stop_turn(live, turn_id, StopCause.CANCELLED)
+        return stopping
 
     async def aclose(self) -> None:
         """Stop every running turn and wait until all have ended; with a durable store, a
         tree of turns blocked on callbacks stays blocked, for the next runtime to resume."""
         self._closing = True
-        running = self._stop_turns()  # at once: no turn takes another step
+        stopping = self._stop_turns()  # at once: no turn takes another step
         async with self._loads:  # no load is half done (a load started now is refused)
             pass
-        running += self._stop_turns()  # those a load resumed meanwhile
-        for turn in running:
-            await turn.done.wait()
-        for core in self.sessions.values():
-            core.log.close()  # readers of a suspended turn stop waiting
+        stopping += self._stop_turns()  # those a load resumed meanwhile
+        for done in stopping:
+            await done.wait()
+        for live in self.sessions.values():
+            live.log.close()  # readers of a suspended turn stop waiting
         self._renewal.cancel()
         if self.store.durable:
             await self._renewed.wait()
         with contextlib.suppress(StoreError):  # a failed store: the callers were told
-            await self.store.flush()
+            await self.flush()
         if self.store.durable:
             # Also once the store failed: a session it can still let go of, the next runtime
             # takes at once; the others' leases expire by themselves.
             with contextlib.suppress(StoreError):
                 await self.store.release(list(self.sessions), self.owner)
+
+
+def _type_name(output_type: Any) -> str | None:
+    if output_type is None:
+        return None
+    return f"{getattr(output_type, '__module__', '?')}.{getattr(output_type, '__qualname__', '?')}"
 
 
 def not_found(session_id: str) -> SessionNotFoundError:
@@ -280,76 +517,11 @@ def not_found(session_id: str) -> SessionNotFoundError:
     )
 
 
-def current_runtime() -> Runtime:
-    """The runtime of the enclosing :func:`open_runtime` block.
-
-    Raises:
-        RuntimeError: There is none, or this is not trio code (asyncio, say).
-    """
-    try:
-        return _CURRENT.get()
-    except LookupError:
-        check_trio()
-        raise RuntimeError(
-            "no agentlib runtime is running here: in trio code, wrap the calls in "
-            "`async with agentlib.open_runtime():`; in a plain script, use `agentlib_sync`, "
-            "which runs one for you"
-        ) from None
-
-
-def check_trio() -> None:
-    """Refuse a call of the async API outside trio, before trio fails deep inside it.
-
-    Raises:
-        RuntimeError: This is not a trio task: an asyncio loop runs here, or no loop does.
-    """
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:
-        raise RuntimeError(
-            "agentlib's async API runs under trio (`trio.run(main)`), and this call is not "
-            "in a trio task; from asyncio code, Jupyter or a plain script, use "
-            "`agentlib_sync`: its blocking calls run the engine on a thread of its own, and "
-            "work inside a running event loop too"
-        ) from None
-
-
-def set_current_runtime(runtime: Runtime) -> contextvars.Token[Runtime]:
-    return _CURRENT.set(runtime)
-
-
-@asynccontextmanager
-async def open_runtime(
-    store: str | Store | None = None,
-    *,
-    event_retention: int | None = None,
-    lease_seconds: float = 30.0,
-) -> AsyncIterator[Runtime]:
-    """Run an engine for the duration of the block; sessions started inside use it.
-
-    Args:
-        store: Where sessions live: ``None`` or ``":memory:"`` keeps them in memory;
-            ``"sqlite:///path.db"`` in a SQLite file (created on first use); or a
-            :class:`Store`.
-        event_retention: Keep only the last N events of each session (pruned when a turn
-            ends); reading before them raises ``ObservationLost``. None keeps them all.
-        lease_seconds: How long this runtime's hold on a session lasts if it stops renewing
-            it (it stalled, or its process died on another host): then another runtime may
-            take the session over. A runtime on this host whose process has ended is taken
-            over at once.
-
-    Leaving the block interrupts running turns (``Interrupted(cause="cancelled")``); with a
-    durable store, a turn blocked on callbacks stays blocked, for the next runtime on the
-    store to resume. Returns once every task has ended.
-
-    Raises:
-        RuntimeError: The block is entered outside trio (under asyncio, say): use
-            ``agentlib_sync`` there.
-        ValueError: ``store`` names a kind of store agentlib does not know, or
-            ``event_retention`` or ``lease_seconds`` is not positive.
-        StoreSchemaError: The store's file was written by a newer agentlib.
-    """
-    check_trio()
+@contextlib.asynccontextmanager
+async def open_engine(
+    store: str | Store | None, *, event_retention: int | None, lease_seconds: float
+) -> Any:
+    """A runtime on ``store`` for the block: see :func:`agentlib.open_runtime`."""
     if event_retention is not None and (
         isinstance(event_retention, bool)
         or not isinstance(event_retention, int)
@@ -370,19 +542,16 @@ async def open_runtime(
             runtime = Runtime(
                 nursery, backend, lease_seconds=lease_seconds, event_retention=event_retention
             )
-            stop_listening = backend.listen(runtime.committed)
             if backend.durable:
+                nursery.start_soon(runtime._publish)
                 nursery.start_soon(runtime._renew_leases)
-            token = _CURRENT.set(runtime)
             try:
                 yield runtime
             except Exception as error:
                 failure = error
             finally:
-                _CURRENT.reset(token)
                 with trio.CancelScope(shield=True):
                     await runtime.aclose()
-                    stop_listening()
                     await backend.aclose()
                 nursery.cancel_scope.cancel()
     if failure is not None:

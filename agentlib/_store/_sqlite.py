@@ -419,7 +419,7 @@ class SQLiteStore(Store):
             db.execute(
                 "UPDATE turns SET step = ? WHERE session_id = ? AND turn_id = ?",
                 (
-                    None if op.step is None else json.dumps(op.step),
+                    None if op.step is None else _dump(op.step),
                     op.session_id,
                     op.turn_id,
                 ),

@@ -1,0 +1,141 @@
+"""What a runtime holds of a session beyond its state: the trio parts, and what only this
+process knows (credentials, handler runs, waits); and what the drivers of turns, handlers
+and restores may ask of the runtime."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+import trio
+
+from .._ops import Op
+from .._records import TurnState
+from .._store._base import Store
+from ._log import EventLog
+from ._machine import SessionMachine, StopCause
+
+if TYPE_CHECKING:
+    from .._definition import AgentDefinition
+    from ._handlers import HandlerRun
+
+__all__ = ["Engine", "LiveSession", "LiveTurn", "check_callback_id"]
+
+
+@attrs.define(eq=False)
+class LiveTurn:
+    """What a running turn is beyond its state: the task that runs it.
+
+    Attributes:
+        scope: Cancelled to stop the turn.
+        done: Set once its task has ended.
+        suspended: It was stopped without an end, for a later runtime to resume.
+    """
+
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    done: trio.Event = attrs.field(factory=trio.Event)
+    suspended: bool = False
+
+
+@attrs.define(eq=False)
+class LiveSession:
+    """A session a runtime holds: its state, its log for readers, and what only this
+    process knows of it (credentials, handler runs, waits).
+
+    Attributes:
+        state: The session's state (``_machine``).
+        agent: Its agent.
+        log: Its events, for readers.
+        ready: False while it is read back from the store: readers wait until it is.
+        credentials: The sign-in credentials it was given (never stored), by source.
+        handler_runs: The handler runs answering its callbacks, by callback id.
+        closed: The waits on its callbacks: set when each closes, by callback id.
+        turns: Its turns that run (or ran) in this runtime, by id.
+    """
+
+    state: SessionMachine
+    agent: AgentDefinition
+    log: EventLog
+    ready: bool = True
+    credentials: dict[str, str] = attrs.field(factory=dict, repr=False)
+    handler_runs: dict[str, HandlerRun] = attrs.field(factory=dict)
+    closed: dict[str, trio.Event] = attrs.field(factory=dict)
+    turns: dict[str, LiveTurn] = attrs.field(factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.state.id
+
+
+def check_callback_id(callback_id: object) -> str:
+    """``callback_id`` in the canonical form of a UUID (as callbacks' ids are written).
+
+    Raises:
+        ValueError: It is not a UUID; nothing was sent.
+    """
+    if not isinstance(callback_id, str):
+        raise ValueError(
+            f"callback_id must be a callback's id (a UUID string), not {type(callback_id).__name__}"
+        )
+    try:
+        return str(uuid.UUID(callback_id))
+    except ValueError:
+        raise ValueError(
+            "callback_id must be a callback's id (a UUID), as listed in Blocked.callbacks"
+        ) from None
+
+
+class Engine(Protocol):
+    """What the drivers of turns, handlers and restores may ask of their runtime, the only
+    part of the engine that does I/O."""
+
+    store: Store
+    owner: str
+    lease_seconds: float
+    states: dict[str, SessionMachine]
+    sessions: dict[str, LiveSession]
+    agents: dict[str, Any]
+
+    def commit(self, facts: Iterable[Op]) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    def spawn(self, function: Callable[..., Awaitable[None]], *args: Any, name: str) -> None: ...
+
+    def spawn_turn(self, live: LiveSession, turn_id: str, *, resume: bool = False) -> LiveTurn: ...
+
+    def adopt(
+        self,
+        state: SessionMachine,
+        agent: AgentDefinition,
+        *,
+        first_seq: int = 1,
+        stored_seq: int | None = None,
+        ready: bool = True,
+    ) -> LiveSession: ...
+
+    def live(self, session_id: str) -> LiveSession: ...
+
+    def turn_done(self, live: LiveSession, turn_id: str) -> trio.Event: ...
+
+    def stop_turn(self, live: LiveSession, turn_id: str, cause: StopCause) -> None: ...
+
+    def suspend_turn(self, live: LiveSession, turn_id: str) -> None: ...
+
+    def end_turn(self, live: LiveSession, turn_id: str, record: TurnState[Any]) -> None: ...
+
+    def callback_closed(self, owner: LiveSession, callback_id: str) -> trio.Event: ...
+
+    def close_callback(
+        self,
+        owner: LiveSession,
+        callback_id: str,
+        *,
+        answered: bool = True,
+        answer: Any = None,
+        error: str | None = None,
+    ) -> None: ...
+
+    async def answer(self, live: LiveSession, callback_id: str, answer: object) -> Any: ...

@@ -1,0 +1,562 @@
+"""Running a turn: the model, then tools, then the model, until it answers.
+
+This is the I/O of a turn: it calls the model, runs hooks and tools, waits on callbacks and
+subagents. What each step changes, and what follows, the machine's transitions decide
+(``_machine``); this module does what they ask and hands their facts to the runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+import typing
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from .._callbacks import Credentials, DenyApproval, OpenApproval, OpenClientToolCall, OpenSignIn
+from .._content import ContentBlock, TextContentBlock, UnknownContentBlock
+from .._convert import unstructure
+from .._entries import ToolCallEntry, ToolResultEntry
+from .._errors import SessionBusyError, ValidationError
+from .._history import new_id
+from .._hooks import DenyToolCall, ModifiedArguments, RequestApproval
+from .._inputs import read_input
+from .._json import TOO_DEEP, json_problem, nesting_problem
+from .._models._base import ModelRequest, ToolCallRequest
+from .._output import output_schema
+from .._records import Completed, Failed, Interrupted, TurnState, UnknownOutcome
+from .._tools import Tool, arguments_problem
+from .._usage import Usage
+from . import _machine as machine
+from ._handlers import invoke
+from ._live import Engine, LiveSession
+from ._machine import Call, CallbackPhase, CallState, StopCause, TurnMachine, error_result
+
+if TYPE_CHECKING:
+    from .._definition import AgentDefinition
+
+__all__ = ["run_turn"]
+
+_CALL_ID_ALPHABET = string.ascii_letters + string.digits
+_CONTENT_CLASSES = typing.get_args(ContentBlock)
+
+#: What the model is told of a call its turn stopped before it finished.
+_UNFINISHED = "the turn was stopped before this call finished"
+
+
+def new_call_id() -> str:
+    """A tool call id of 9 letters and digits: the shape every provider accepts."""
+    return "".join(random.choices(_CALL_ID_ALPHABET, k=9))
+
+
+class _RaiseFromTool(Exception):
+    """A tool failed and the agent's tool_errors is "raise": the turn fails with it."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@attrs.define(eq=False)
+class _Turn:
+    """One turn as its task runs it: its state, its session, and the runtime."""
+
+    engine: Engine
+    live: LiveSession
+    state: TurnMachine
+
+    @property
+    def agent(self) -> AgentDefinition:
+        return self.live.agent
+
+    @property
+    def step(self) -> machine.ToolStep:
+        step = self.state.step
+        assert step is not None, "a call runs in a tool step"
+        return step
+
+    @property
+    def suspended(self) -> bool:
+        return self.live.turns[self.state.id].suspended
+
+    def commit(self, facts: Iterable[Any]) -> None:
+        self.engine.commit(facts)
+
+    def update(self, index: int, **changes: Any) -> None:
+        """Call ``index`` got further: its step is saved, for a later runtime to resume it."""
+        self.commit(
+            machine.update_call(self.engine.states, self.live.id, self.state.id, index, **changes)
+        )
+
+
+async def run_turn(engine: Engine, live: LiveSession, turn_id: str, resume: bool) -> None:
+    """Run the turn to its end and record how it ended; never raises but trio.Cancelled.
+
+    With ``resume``, the turn goes on with the tool step it was in when a runtime before this
+    one stopped. A suspended turn (its runtime closes, and a later one will resume it) ends
+    without a record.
+    """
+    turn = _Turn(engine, live, live.state.turns[turn_id])
+    task = live.turns[turn_id]
+    record: TurnState[Any] | None = None
+    try:
+        with task.scope:
+            if resume:
+                await _finish_tools(turn, {})
+            record = await _loop(turn)
+        if record is None or task.scope.cancelled_caught:
+            record = machine.interrupted(turn.state)
+    except trio.Cancelled:
+        # The runtime itself is closing: the turn ends as cancelled, then the task unwinds.
+        if not task.suspended:
+            machine.stop(engine.states, live.id, turn_id, StopCause.CANCELLED)
+            engine.end_turn(live, turn_id, machine.interrupted(turn.state))
+        task.done.set()
+        raise
+    except _RaiseFromTool as failure:
+        record = machine.failed(turn.state, failure.error)
+    except Exception as error:
+        record = machine.failed(turn.state, error)
+    if task.suspended:
+        task.done.set()
+        return
+    engine.end_turn(live, turn_id, record)
+
+
+async def _loop(turn: _Turn) -> TurnState[Any]:
+    engine, state, agent = turn.engine, turn.state, turn.agent
+    states, session_id = engine.states, turn.live.id
+    schema = output_schema(state.output_type)
+    while True:
+        # A stop may come before a step that never checkpoints (an offline model, say).
+        await trio.lowlevel.checkpoint_if_cancelled()
+        limit, facts = machine.begin_model_step(states, session_id, state.id)
+        turn.commit(facts)
+        if limit is not None:
+            return limit
+        streamed: list[str] = []
+        entry_id = new_id()
+
+        async def on_text(
+            delta: str, entry_id: str = entry_id, streamed: list[str] = streamed
+        ) -> None:
+            first = not streamed
+            streamed.append(delta)
+            turn.commit(machine.text_streamed(states, session_id, state.id, entry_id, delta, first))
+
+        request = ModelRequest(
+            instructions=agent.instructions,
+            entries=machine.model_history(turn.live.state),
+            tools=agent.tool_schemas,
+            output_schema=schema,
+            session_id=session_id,
+            turn_id=state.id,
+            step=state.model_steps,
+        )
+        reply = await agent.model.complete(request, on_text=on_text)
+        text = reply.text
+        if text is None and streamed:
+            text = "".join(streamed)
+        on_text_usage, facts = machine.model_replied(
+            states,
+            session_id,
+            state.id,
+            entry_id,
+            text,
+            streamed=bool(streamed),
+            usage=reply.usage,
+            has_calls=bool(reply.tool_calls),
+        )
+        turn.commit(facts)
+        if not reply.tool_calls:
+            if state.steered:
+                continue  # a message arrived while the model answered: it gets a step
+            return machine.completed(states, session_id, state.id, text or "")
+        await _run_tools(turn, reply.tool_calls, None if on_text_usage else reply.usage)
+
+
+async def _run_tools(turn: _Turn, requests: Sequence[ToolCallRequest], usage: Usage | None) -> None:
+    """Run the calls of a model reply; ``usage`` (the reply's, if it had no text) goes on
+    the first call's entry."""
+    agent = turn.agent
+    calls: list[Call] = []
+    for index, request in enumerate(requests):
+        # Arguments that are not JSON go back to the model, which may call again. The entry
+        # keeps text the model sent, but no other value that is not JSON.
+        problem = arguments_problem(request.arguments)
+        not_json = problem is not None and not isinstance(request.arguments, str)
+        entry = ToolCallEntry(
+            id=new_id(),
+            turn_id=turn.state.id,
+            name=request.name,
+            arguments=None if not_json else request.arguments,
+            tool_call_id=request.id or new_call_id(),
+            tool_kind=_kind(agent.tools_by_name.get(request.name)),
+            usage=usage if index == 0 else None,
+        )
+        calls.append(Call(entry=entry, refusal=problem))
+    failures: dict[int, BaseException] = {}
+    hooked = [index for index, call in enumerate(calls) if call.refusal is None]
+    if agent.hooks and hooked:  # a refused call never runs: no hook sees it
+
+        async def hook(index: int) -> None:
+            calls[index], failure = await _run_hooks(turn, calls[index])
+            if failure is not None:
+                failures[index] = failure
+
+        await _each(hooked, hook)
+    turn.commit(machine.begin_tool_step(turn.engine.states, turn.live.id, turn.state.id, calls))
+    await _finish_tools(turn, failures)
+
+
+async def _finish_tools(turn: _Turn, failures: dict[int, BaseException]) -> None:
+    """Sign in, run the step's calls, and add their results to the history, in call order.
+
+    ``failures`` holds the calls that failed already (``tool_errors="raise"``): then none
+    runs, and the turn fails with the first.
+    """
+    # With tool_errors="raise", the first failure stops the other calls: the turn fails.
+    failed = trio.CancelScope()
+
+    async def run_call(index: int) -> None:
+        await _run_call(turn, index, failures)
+        if index in failures:
+            failed.cancel()
+
+    try:
+        with failed:
+            if not failures:
+                # Credentials are never stored: a resumed step asks again for those it lacks.
+                await _sign_in(turn)
+                await _each(range(len(turn.step.calls)), run_call)
+    finally:
+        if not turn.suspended:
+            turn.commit(
+                machine.end_tool_step(turn.engine.states, turn.live.id, turn.state.id, _UNFINISHED)
+            )
+    for index in sorted(failures):
+        raise _RaiseFromTool(failures[index])
+
+
+def _kind(tool: Tool | None) -> str:
+    return "local" if tool is None else tool.kind
+
+
+async def _each(items: Iterable[int], step: Callable[[int], Awaitable[None]]) -> None:
+    """Run ``step`` for every item: at once when there are several."""
+    items = list(items)
+    if len(items) == 1:
+        await step(items[0])
+        return
+    async with trio.open_nursery() as nursery:
+        for item in items:
+            nursery.start_soon(step, item)
+
+
+async def _run_hooks(turn: _Turn, call: Call) -> tuple[Call, BaseException | None]:
+    """Run the agent's hooks, in order, on one call; the first refusal stops them. Returns
+    the call as they left it, and the failure that fails the turn (``tool_errors="raise"``)."""
+    reasons = []
+    for hook in turn.agent.hooks:
+        try:
+            inputs = turn.live.state.inputs
+            values = {d.name: read_input(inputs, d) for d in hook.dependencies}
+            decision = await invoke(hook.function, call.entry, **values)
+            if isinstance(decision, ModifiedArguments):
+                if not isinstance(decision.arguments, Mapping):
+                    raise TypeError("ModifiedArguments takes a JSON object of arguments")
+                call = attrs.evolve(
+                    call, entry=attrs.evolve(call.entry, arguments=decision.arguments)
+                )
+            elif isinstance(decision, DenyToolCall):
+                return attrs.evolve(call, refusal=f"this call was refused: {decision.reason}"), None
+            elif isinstance(decision, RequestApproval):
+                call = attrs.evolve(call, hook_approval=True)
+                if decision.reason:
+                    reasons.append(decision.reason)
+            elif decision is not None:
+                raise TypeError(
+                    f"a hook returns None, ModifiedArguments, DenyToolCall or "
+                    f"RequestApproval, not a {type(decision).__name__}"
+                )
+        except Exception as error:
+            refused = attrs.evolve(
+                call, refusal=f"hook {hook.name} failed: {type(error).__name__}: {error}"
+            )
+            return refused, error if turn.agent.tool_errors == "raise" else None
+    return attrs.evolve(call, approval_reason="; ".join(reasons) or None), None
+
+
+async def _sign_in(turn: _Turn) -> None:
+    """Sign in, with one callback, to every source the calls need credentials for."""
+    tools = turn.agent.tools_by_name
+    needs = {}
+    for index, call in enumerate(turn.step.calls):
+        tool = tools.get(call.entry.name)
+        if tool is not None and tool.requires_sign_in:
+            assert tool.source is not None
+            needs[index] = tool.source
+    sources = machine.sources_to_sign_in(turn.state, needs, turn.live.credentials)
+    if not sources:
+        return
+    states, session_id, turn_id = turn.engine.states, turn.live.id, turn.state.id
+    # A sign-in a runtime before this one opened, or a new one.
+    callback_id, facts = machine.open_sign_in(states, session_id, turn_id, sources)
+    turn.commit(facts)
+    await _wait(turn, callback_id)
+    missing = tuple(source for source in sources if source not in turn.live.credentials)
+    if missing:  # answered before a restart, whose credentials are not stored: ask again
+        callback_id, facts = machine.open_callback(
+            states, session_id, turn_id, OpenSignIn, sources=missing
+        )
+        turn.commit(facts)
+        await _wait(turn, callback_id)
+
+
+async def _wait(turn: _Turn, callback_id: str) -> machine.CallbackState:
+    """Wait until the callback (of the turn's session) is answered; a stopped turn closes
+    it unanswered (a suspended one leaves it open, for the next runtime)."""
+    live = turn.live
+    try:
+        await turn.engine.callback_closed(live, callback_id).wait()
+    finally:
+        if not turn.suspended and live.state.callbacks[callback_id].open:
+            turn.engine.close_callback(live, callback_id, answered=False)
+    return live.state.callbacks[callback_id]
+
+
+async def _wait_for(turn: _Turn, index: int, callback_id: str) -> machine.CallbackState:
+    """``_wait`` for call ``index``, whose state says so while it waits."""
+    turn.update(index, state=CallState.WAITING, callback=callback_id)
+    return await _wait(turn, callback_id)
+
+
+async def _run_call(turn: _Turn, index: int, failures: dict[int, BaseException]) -> None:
+    try:
+        result = await _call_tool(turn, index)
+    except _RaiseFromTool as failure:
+        failures[index] = failure.error
+        entry = turn.step.calls[index].entry
+        result = error_result(entry, f"{type(failure.error).__name__}: {failure}")
+    turn.update(index, state=CallState.DONE, result=result)
+
+
+async def _call_tool(turn: _Turn, index: int) -> ToolResultEntry:
+    agent = turn.agent
+    call = turn.step.calls[index]
+    entry = call.entry
+    if call.state is CallState.DONE and call.result is not None:
+        return call.result
+    if call.refusal is not None:
+        return error_result(entry, call.refusal)
+    tool = agent.tools_by_name.get(entry.name)
+    subagent = agent.subagents_by_name.get(entry.name)
+    if subagent is None and tool is None:
+        known = ", ".join(sorted([*agent.tools_by_name, *agent.subagents_by_name])) or "none"
+        return error_result(entry, f"unknown tool {entry.name!r}; the tools are: {known}")
+    arguments: dict[str, Any] = {}
+    if tool is not None:
+        try:
+            arguments = tool.structure_arguments(entry.arguments)
+        except ValidationError as error:
+            return error_result(entry, str(error))
+    denied = await _approve(turn, index, tool)
+    if denied is not None:
+        return denied
+    if subagent is not None:
+        return await _delegate(turn, index, subagent)
+    assert tool is not None
+    if tool.kind == "client":
+        callback_id = _restored(turn, index, OpenClientToolCall)
+        if callback_id is None:
+            callback_id, facts = machine.open_callback(
+                turn.engine.states,
+                turn.live.id,
+                turn.state.id,
+                OpenClientToolCall,
+                tool_name=tool.name,
+                arguments=entry.arguments,
+            )
+            turn.commit(facts)
+        answered = await _wait_for(turn, index, callback_id)
+        if answered.error is not None:
+            return error_result(entry, answered.error)
+        if answered.phase is not CallbackPhase.ANSWERED:
+            return error_result(entry, "the client tool call closed unanswered")
+        return _result_entry(entry, answered.answer)
+    try:
+        for dependency in tool.dependencies:
+            if dependency.annotation is Credentials:
+                assert tool.source is not None
+                value: Any = Credentials(
+                    source=tool.source, value=turn.live.credentials[tool.source]
+                )
+            else:
+                value = read_input(turn.live.state.inputs, dependency)
+            arguments[dependency.name] = value
+        # Durable before it runs: after a crash, a call that may have run is never run again.
+        turn.update(index, state=CallState.RUNNING)
+        await turn.engine.flush()
+        value = await tool.call(arguments)
+    except Exception as error:
+        if agent.tool_errors == "raise":
+            raise _RaiseFromTool(error) from error
+        return error_result(entry, f"{type(error).__name__}: {error}")
+    return _result_entry(entry, value)
+
+
+def _restored(turn: _Turn, index: int, kind: type[OpenApproval | OpenClientToolCall]) -> str | None:
+    """The callback of ``kind`` call ``index`` waited on when a runtime before this one
+    stopped, if any: open, or answered since (before the resumed turn came back to it)."""
+    call = turn.step.calls[index]
+    if call.state is not CallState.WAITING or call.callback is None:
+        return None
+    state = turn.live.state.callbacks.get(call.callback)
+    if state is None or not isinstance(state.callback, kind):
+        return None
+    return call.callback
+
+
+async def _approve(turn: _Turn, index: int, tool: Tool | None) -> ToolResultEntry | None:
+    """Wait for the call's approval if it needs one; the refusal's result if it is denied.
+
+    One approval per call: a hook's, which is allowed once only, or else the tool's own.
+    """
+    call = turn.step.calls[index]
+    restored = _restored(turn, index, OpenApproval)
+    if call.state in (CallState.APPROVED, CallState.DELEGATED) or (
+        call.state is CallState.WAITING and restored is None
+    ):
+        return None  # approved before (the call waits on something else now)
+    session = turn.live.state
+    tool_approval = (
+        tool is not None and tool.requires_approval and tool.name not in session.approved_tools
+    )
+    callback_id = restored
+    if callback_id is None and (tool_approval or call.hook_approval):
+        callback_id, facts = machine.open_callback(
+            turn.engine.states,
+            session.id,
+            turn.state.id,
+            OpenApproval,
+            tool_name=call.entry.name,
+            arguments=call.entry.arguments,
+            source="hook" if call.hook_approval else "tool",
+            reason=call.approval_reason,
+        )
+        turn.commit(facts)
+    if callback_id is None:
+        return None
+    answered = await _wait_for(turn, index, callback_id)
+    if answered.phase is not CallbackPhase.ANSWERED:  # closed unanswered: never an approval
+        return error_result(call.entry, "the call's approval closed unanswered")
+    if isinstance(answered.answer, DenyApproval):
+        reason = answered.answer.reason
+        return error_result(
+            call.entry, "the client denied this call" + (f": {reason}" if reason else "")
+        )
+    return None
+
+
+async def _delegate(turn: _Turn, index: int, subagent: AgentDefinition) -> ToolResultEntry:
+    """Run a turn of a new subagent session on the task; its answer is the call's result."""
+    engine = turn.engine
+    call = turn.step.calls[index]
+    entry = call.entry
+    if call.child is not None:  # delegated before a restart: that turn goes on
+        child_id, child_turn_id = call.child
+        child = engine.live(child_id)
+    else:
+        arguments = entry.arguments
+        message = arguments.get("message") if isinstance(arguments, Mapping) else None
+        if not isinstance(message, str) or not message.strip() or len(arguments) != 1:
+            return error_result(
+                entry, f'{subagent.name} takes one argument, "message": the task, as a string'
+            )
+        root = engine.live(machine.root_of(engine.states, turn.live.id).id)
+        child_id = new_id()
+        try:
+            child_turn_id, facts = machine.start_subagent(
+                engine.states,
+                turn.live.id,
+                turn.state.id,
+                child_id=child_id,
+                agent=subagent.name,
+                message=message,
+                limit=root.agent.max_running_subagents,
+                max_steps=subagent.max_steps,
+                output_type=subagent.output_type,
+                lease=(engine.owner, engine.lease_seconds) if engine.store.durable else None,
+            )
+        except SessionBusyError as busy:
+            return error_result(entry, f"SessionBusyError: {busy}")
+        child = engine.adopt(engine.states[child_id], subagent)
+        turn.commit(facts)
+        turn.update(index, state=CallState.DELEGATED, child=(child_id, child_turn_id))
+        engine.spawn_turn(child, child_turn_id)
+    try:
+        await engine.turn_done(child, child_turn_id).wait()
+    except BaseException:
+        # The parent turn stops: its subagent's turn stops the same way, and first.
+        child_state = child.state.turns[child_turn_id]
+        if turn.suspended and machine.resumable(engine.states, child_state):
+            engine.suspend_turn(child, child_turn_id)
+        else:
+            engine.stop_turn(child, child_turn_id, turn.state.stop_cause or StopCause.CANCELLED)
+        with trio.CancelScope(shield=True):
+            await engine.turn_done(child, child_turn_id).wait()
+        raise
+    record = child.state.turns[child_turn_id].record
+    match record:
+        case Completed(output=output, text=text):
+            return _result_entry(entry, text if subagent.output_type is None else output)
+        case Failed(error=info):
+            return error_result(entry, f"{subagent.name} failed: {info.type}: {info.message}")
+        case Interrupted(cause=cause):
+            return error_result(entry, f"the turn of {subagent.name} was {cause}")
+        case UnknownOutcome():
+            return error_result(
+                entry,
+                f"the outcome of {subagent.name}'s turn is unknown: the runtime stopped while "
+                "it ran, and it was not run again",
+            )
+    return error_result(entry, f"the turn of {subagent.name} ended as {type(record).__name__}")
+
+
+def _result_entry(call: ToolCallEntry, value: Any) -> ToolResultEntry:
+    structured: Any = None
+    if isinstance(value, str):
+        content: tuple[Any, ...] = (TextContentBlock(text=value),)
+    elif isinstance(value, _CONTENT_CLASSES) and not isinstance(value, UnknownContentBlock):
+        content = (value,)
+    elif (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(item, _CONTENT_CLASSES) for item in value)
+    ):
+        content = tuple(value)
+    else:
+        # What goes back to the model is JSON within the nesting limit, or an error saying why
+        # not; checked before the converter walks the value, recursively.
+        problem = nesting_problem(value)
+        if problem is None:
+            try:
+                structured = unstructure(value)
+            except (TypeError, ValueError):
+                structured = value  # what is not JSON in it is named below
+            problem = json_problem(structured)
+        if problem is not None:
+            what = f"is {TOO_DEEP}" if problem.too_deep else f"is not JSON: {problem.reason}"
+            return error_result(
+                call,
+                f"the tool returned a {type(value).__name__} that {what}; return JSON values, "
+                f"attrs classes, dataclasses or content blocks @ ${problem.at}",
+            )
+        content = (TextContentBlock(text=json.dumps(structured)),)
+    return attrs.evolve(
+        error_result(call, ""), content=content, structured_content=structured, is_error=False
+    )

@@ -1,0 +1,101 @@
+"""Opening a runtime: an engine for the block, and the front door through which ``Agent``
+reaches it (to start sessions, or refer to one) without importing it."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ._context import check_trio, current_door, reset_door, set_door
+from ._engine._runtime import Runtime, open_engine
+from ._entries import Entry
+from ._session import Session
+from ._store._base import Store
+
+if TYPE_CHECKING:
+    from ._definition import AgentDefinition
+
+__all__ = ["current_runtime", "enter", "open_runtime"]
+
+
+@attrs.define(eq=False)
+class _Door:
+    """The verbs of the public API that need the current runtime."""
+
+    runtime: Runtime
+
+    async def start_session(
+        self,
+        agent: AgentDefinition,
+        *,
+        history: Sequence[Entry],
+        inputs: Any,
+        idempotency_key: str | None,
+        **handlers: Any,
+    ) -> Session:
+        live = await self.runtime.start_session(agent, history, inputs, idempotency_key)
+        return Session(self.runtime, live.id, agent=agent, **handlers)
+
+    def session(self, agent: AgentDefinition, session_id: str, **handlers: Any) -> Session:
+        return Session(self.runtime, session_id, agent=agent, **handlers)
+
+
+@asynccontextmanager
+async def open_runtime(
+    store: str | Store | None = None,
+    *,
+    event_retention: int | None = None,
+    lease_seconds: float = 30.0,
+) -> AsyncIterator[Runtime]:
+    """Run an engine for the duration of the block; sessions started inside use it.
+
+    Args:
+        store: Where sessions live: ``None`` or ``":memory:"`` keeps them in memory;
+            ``"sqlite:///path.db"`` in a SQLite file (created on first use); or a
+            :class:`Store`.
+        event_retention: Keep only the last N events of each session (pruned when a turn
+            ends); reading before them raises ``ObservationLost``. None keeps them all.
+        lease_seconds: How long this runtime's hold on a session lasts if it stops renewing
+            it (it stalled, or its process died on another host): then another runtime may
+            take the session over. A runtime on this host whose process has ended is taken
+            over at once.
+
+    Leaving the block interrupts running turns (``Interrupted(cause="cancelled")``); with a
+    durable store, a turn blocked on callbacks stays blocked, for the next runtime on the
+    store to resume. Returns once every task has ended.
+
+    Raises:
+        RuntimeError: The block is entered outside trio (under asyncio, say): use
+            ``agentlib_sync`` there.
+        ValueError: ``store`` names a kind of store agentlib does not know, or
+            ``event_retention`` or ``lease_seconds`` is not positive.
+        StoreSchemaError: The store's file was written by a newer agentlib.
+    """
+    check_trio()
+    async with open_engine(
+        store, event_retention=event_retention, lease_seconds=lease_seconds
+    ) as runtime:
+        token = set_door(_Door(runtime))
+        try:
+            yield runtime
+        finally:
+            reset_door(token)
+
+
+def enter(runtime: Runtime) -> contextvars.Token[Any]:
+    """Make ``runtime`` the current one in this context (a task the blocking facade runs)."""
+    return set_door(_Door(runtime))
+
+
+def current_runtime() -> Runtime:
+    """The runtime of the enclosing :func:`open_runtime` block.
+
+    Raises:
+        RuntimeError: There is none.
+    """
+    runtime: Runtime = current_door().runtime
+    return runtime
