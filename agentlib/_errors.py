@@ -29,10 +29,7 @@ value of a session input.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ._records import Busy, TurnState
+from typing import Any
 
 __all__ = [
     "ClientToolAnswerError",
@@ -120,11 +117,12 @@ class TurnNotCompletedError(SdkError):
     of an ``Interrupted`` one, the open callbacks of a ``Blocked`` one.
 
     Attributes:
-        record: The record that has no output (or the ``Busy`` answer); read it, or
-            ``match`` it, to handle each case.
+        record: The record that has no output (a ``TurnState`` other than ``Completed``,
+            or the ``Busy`` answer); read it, or ``match`` it, to handle each case.
     """
 
-    def __init__(self, message: str, *, record: TurnState[Any] | Busy[Any]) -> None:
+    # The records' module raises it: typed loosely here, so that errors import no record.
+    def __init__(self, message: str, *, record: Any) -> None:
         super().__init__(message)
         self.record = record
 

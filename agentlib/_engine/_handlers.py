@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._callbacks import Callback, KeepCallbackOpen, OpenClientToolCall
+from .._callbacks import Callback, KeepCallbackOpen
 from .._errors import ClientToolAnswerError, SdkError
+from ._live import HandlerRun
 from ._log import EventLog
 from ._machine import find_callback
 
@@ -39,31 +40,6 @@ async def invoke(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
     if inspect.isawaitable(result):
         result = await result
     return result
-
-
-@attrs.define(eq=False)
-class HandlerRun:
-    """One run of a handler on one callback.
-
-    Attributes:
-        callback: The callback it answers.
-        scope: Cancelled when the callback closes before the handler returns.
-        done: Set when the run is over.
-        kept_open: The handler returned ``KeepCallbackOpen()``.
-        error: What the handler raised, or the error of an answer that did not fit.
-        error_raised: Whether a wait has raised ``error`` already (the others raise a copy).
-    """
-
-    callback: Callback
-    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    done: trio.Event = attrs.field(factory=trio.Event)
-    kept_open: bool = False
-    error: BaseException | None = None
-    error_raised: bool = False
-
-    @property
-    def for_client_tool(self) -> bool:
-        return isinstance(self.callback, OpenClientToolCall)
 
 
 def start_run(

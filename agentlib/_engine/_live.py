@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import trio
 
+from .._callbacks import Callback, OpenClientToolCall
 from .._ops import Op
 from .._records import TurnState
 from .._store._base import Store
@@ -19,9 +20,33 @@ from ._machine import SessionMachine, StopCause
 
 if TYPE_CHECKING:
     from .._definition import AgentDefinition
-    from ._handlers import HandlerRun
 
-__all__ = ["Engine", "LiveSession", "LiveTurn", "check_callback_id"]
+__all__ = ["Engine", "HandlerRun", "LiveSession", "LiveTurn", "check_callback_id"]
+
+
+@attrs.define(eq=False)
+class HandlerRun:
+    """One run of a handler on one callback.
+
+    Attributes:
+        callback: The callback it answers.
+        scope: Cancelled when the callback closes before the handler returns.
+        done: Set when the run is over.
+        kept_open: The handler returned ``KeepCallbackOpen()``.
+        error: What the handler raised, or the error of an answer that did not fit.
+        error_raised: Whether a wait has raised ``error`` already (the others raise a copy).
+    """
+
+    callback: Callback
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    done: trio.Event = attrs.field(factory=trio.Event)
+    kept_open: bool = False
+    error: BaseException | None = None
+    error_raised: bool = False
+
+    @property
+    def for_client_tool(self) -> bool:
+        return isinstance(self.callback, OpenClientToolCall)
 
 
 @attrs.define(eq=False)

@@ -535,7 +535,7 @@ def resumable(sessions: Mapping[str, SessionMachine], turn: TurnMachine) -> bool
     the calls of its step that still run are cut short, and a later runtime gives the model
     an error result for each (:func:`restart`).
     """
-    if turn.record is not None or turn.step is None:
+    if turn.record is not None or turn.step is None or sessions[turn.session_id].terminated:
         return False
     if open_below(sessions, turn):
         return True
