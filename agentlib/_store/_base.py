@@ -1,9 +1,15 @@
-"""The store interface: where sessions' event logs, and the state derived from them, live.
+"""The store contract: what a store keeps of sessions, and what the runtime counts on.
 
-The engine writes to a store in order, without waiting (:meth:`Store.write`), and waits for
-the store (:meth:`Store.flush`) before it acknowledges anything to a caller: a started turn,
-a taken answer, an event a reader sees. A store reads back one whole session tree at a time
-(:meth:`Store.load`), and leases sessions to one runtime at a time.
+A store keeps each session as an append-only event log plus the state derived from it: its
+history, its turns, the step a turn is in, steered messages, callbacks, idempotency keys. The
+runtime tells it what changed with op rows (:data:`Op`), written in order and without waiting
+(:meth:`Store.write`); it waits for the store (:meth:`Store.flush`) before it acknowledges
+anything to a caller: a started turn, a taken answer, an event a reader sees. It reads one
+whole session back at a time (:meth:`Store.load`), and leases the sessions it runs so that
+one runtime at a time runs each.
+
+The rules are on :class:`Store` and its methods; :mod:`agentlib.testing.store_contract` is
+the suite a store passes.
 
 A runtime writes a turn's row before any row that names the turn (an entry, a steered
 message, a callback, an idempotency key): a store that reads back a row naming a turn it
@@ -55,59 +61,151 @@ __all__ = [
 
 @attrs.frozen
 class StoredSession:
-    """One session as a store holds it."""
+    """One session as a store reads it back (:meth:`Store.load`): everything written to it,
+    whole.
+
+    Attributes:
+        row: Its row, as last written, without a lease.
+        first_seq: The seq of its first event still stored (older ones were pruned).
+        last_seq: The seq of its last event (``first_seq - 1`` if none is stored):
+            :meth:`Store.read_events` reads those from ``first_seq`` to it.
+        entries: Its history, by index.
+        turns: Its turns, in the order they started.
+        steps: The step of each turn that is in one (not None), by turn id.
+        steers: The messages steered into each turn, in the order written, by turn id.
+        callbacks: Its callbacks, one each, in the order they were opened.
+        keys: Its idempotency keys, in any order.
+        children: The ids of its subagents' sessions, in the order their rows were
+            written.
+    """
 
     row: SessionRow
-    first_seq: int  # the seq of its first event still stored (older ones were pruned)
-    last_seq: int  # the seq of its last event (first_seq - 1 if none): read_events reads them
+    first_seq: int
+    last_seq: int
     entries: Sequence[Entry]
     turns: Sequence[TurnRow]
     steps: dict[str, Any]
-    steers: Mapping[str, Sequence[Entry]]  # by turn id
+    steers: Mapping[str, Sequence[Entry]]
     callbacks: Sequence[CallbackRow]
     keys: Sequence[KeyRow]
     children: Sequence[str]
 
 
 class Store(abc.ABC):
-    """Where a runtime keeps its sessions. Subclass it to keep them elsewhere.
+    """Where a runtime keeps its sessions: subclass it to keep them elsewhere. The rules
+    below are what the runtime counts on; :mod:`agentlib.testing.store_contract` checks them.
 
-    Writes are applied in the order they were made. A store calls :meth:`committed`, in the
-    runtime's trio thread, with each group of writes once it is durable.
+    **One runtime per store object.** :func:`agentlib.open_runtime` opens the store
+    (:meth:`open`), and closes it (:meth:`aclose`) when it closes; it calls every method
+    from its trio thread. Several runtimes, in one process or several, share sessions
+    through several store objects on one database: each object tells its own leases from
+    the others'. A store object may be opened again once closed.
+
+    **Writes.** The runtime writes op rows (:data:`Op`) with :meth:`write`, which never
+    waits, and waits with :meth:`flush` before it acknowledges anything. The store commits
+    them soon, without waiting for a flush (readers see an event only once it is committed),
+    in the order they were written: once a write is durable, so is every write made before
+    it. It may commit several writes at once, in one transaction: such a group is durable
+    whole, or not at all.
+
+    **Notification.** Once a group of writes is durable, the store calls :meth:`committed`
+    with it, in the runtime's thread (from :meth:`write` itself where each write is durable
+    at once): the runtime then shows their events to readers, so a flush returns only after
+    its writes were reported. A store that fails calls it with no op, so that those waiting
+    hear of it. It reports the writes made through its own object: not those another
+    store object made on the same database.
+
+    **Reads.** :meth:`load` reads a session back whole, :meth:`read_events` its events a page
+    at a time, :meth:`session_for_key` finds the session a ``start_session`` key made. What
+    a read returns is what the writes before it made (those flushed, at least).
+
+    **Leases.** A session is run by one runtime at a time: the runtime leases the sessions it
+    runs (:meth:`acquire`, or the ``lease`` of a new session's :class:`SessionRow`), renews
+    its leases every third of their length (:meth:`renew`), and lets them go when it closes
+    (:meth:`release`). An owner is a runtime's name, unique to it. A lease lasts ``seconds``
+    on the store's clock unless renewed; then another owner may take it. A store that can
+    tell that an owner died (the SQLite store: its process, on this host, has ended) may
+    take its leases at once; it never takes a live owner's lease before it expires.
+
+    **Fencing.** A runtime that stalls past its lease (a paused process, a frozen machine)
+    may write after another runtime took its session over. Its store refuses such a write:
+    in the transaction of each commit it checks that every session the group writes to, of
+    those this store object leased (by :meth:`acquire` or a :class:`SessionRow`), is still
+    leased to the owner it leased it to. If one is not, nothing of the group is written,
+    nor anything after it: :attr:`failure` becomes :class:`LeaseLost`, the store calls
+    :meth:`committed` with no op, every later :meth:`flush` and :meth:`check` raises
+    ``LeaseLost``, and the store lets go of its other sessions. A store on a database
+    shared by several hosts, where an owner's death is known only by its lease expiring,
+    relies on this: it may give each lease an epoch, a number bumped each time the session
+    is leased to an owner other than the one holding it, remember the epoch of each lease
+    it took, and refuse a commit when a session's epoch has moved on. The epoch also tells
+    apart two leases of one owner with another's in between.
+
+    **Errors.** A store raises :class:`StoreError` when it fails (a full disk, a lost
+    connection) or reads back what it cannot have written (:meth:`damaged`), never its
+    driver's errors (those are the ``__cause__``); :class:`StoreSchemaError` from
+    :meth:`open` for a database of a newer version, or one that is no store; and
+    :class:`LeaseRefused` from :meth:`acquire`. A store that can no longer commit records
+    why in :attr:`failure`: then every wait for it raises (:meth:`check`), it writes
+    nothing more, and it lets go of its sessions where the database still takes that much,
+    so that another runtime takes them over at once.
     """
 
-    #: Whether sessions outlive the runtime: then a runtime that closes leaves a turn that
-    #: is blocked on callbacks blocked, for the next one to resume.
+    #: Whether sessions outlive the runtime. A durable store is given every write, and the
+    #: sessions a runtime runs are leased; one that is not (``":memory:"``, whose sessions end
+    #: with the runtime that holds them) is given only some writes, and takes no lease.
+    #: With a durable store, a runtime that closes leaves a turn blocked on callbacks
+    #: blocked, for the next one to resume.
     durable: bool = True
 
     def listen(self, listener: Callable[[Sequence[Op]], None]) -> Callable[[], None]:
-        """Call ``listener`` with each group of writes once it is durable (in the runtime's
-        thread); returns the function that stops it. Each runtime on the store listens."""
+        """Call ``listener`` with each group of writes once it is durable, and with no op
+        when the store fails, in the runtime's thread; returns the function that stops it.
+
+        The runtime listens while it is open; a store calls :meth:`committed`, which calls
+        the listeners, and need not override this.
+        """
         listeners: list[Callable[[Sequence[Op]], None]] = self.__dict__.setdefault("_listeners", [])
         listeners.append(listener)
         return lambda: listeners.remove(listener)
 
     def committed(self, ops: Sequence[Op]) -> None:
-        """Tell the listeners that ``ops`` are durable: a store calls it for every write,
-        and with no op when it fails (so that those waiting for it hear of it)."""
+        """Tell the listeners that ``ops`` are durable, the very objects written, in the
+        order written: a store calls it once for every group it commits (each write in
+        exactly one), in the runtime's thread, before a flush waiting for them returns. It
+        calls it with no op when it fails, so that those waiting for it hear of it."""
         for listener in self.__dict__.get("_listeners", ()):
             listener(ops)
 
-    #: Why the store can no longer commit, once it cannot.
+    #: Why the store can no longer commit, once it cannot: then :meth:`check` raises.
     failure: BaseException | None = None
 
     def damaged(self, session_id: str, table: str, reason: str) -> StoreError:
-        """The error for a session the store gave back in a shape it cannot have written
-        (the runtime found it so while reading it back): ``reason`` says what, in words
-        that quote no row. A store names itself and says how to check it."""
+        """The error for a session the store gave back in a shape it cannot have written:
+        the runtime found it so while reading it back, and raises it.
+
+        A store names itself and says how to check it; it never quotes a row (a row may hold
+        a session's inputs).
+
+        Args:
+            session_id: The session.
+            table: Where the store keeps what is wrong (``"turns"``, say).
+            reason: What is wrong, in words that quote no row.
+        """
         return StoreError(
             f"the store is damaged: session {session_id} cannot be read from table {table} "
             f"({reason}); restore it from a backup"
         )
 
     def check(self) -> None:
-        """Raises:
-        StoreError: The store failed; what was not acknowledged is lost."""
+        """Raise if the store can no longer commit (:attr:`failure` is set); return at once
+        otherwise. The runtime calls it before it takes a change it would have to write.
+
+        Raises:
+            LeaseLost: The store refused a write: another runtime took over a session (a new
+                error each call).
+            StoreError: The store failed; what was not acknowledged is lost.
+        """
         lost = self.failure
         if isinstance(lost, LeaseLost):  # a new one for each call that raises it
             raise LeaseLost(lost.session_id, lost.owner, store=lost.store)
@@ -119,23 +217,47 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def open(self, start_soon: Callable[..., Any]) -> None:
-        """Prepare the store; ``start_soon`` runs a background task in the runtime."""
+        """Prepare the store (connect, create or check its tables) before the runtime uses
+        it. A store that commits in the background starts its task here.
+
+        Args:
+            start_soon: Runs a task in the runtime's nursery (``nursery.start_soon``): it
+                runs until the store's :meth:`aclose` ends it.
+
+        Raises:
+            StoreSchemaError: The database was written by a newer version of the store, or
+                is not one of its databases: it is left as it was.
+            StoreError: The database cannot be reached.
+        """
 
     @abc.abstractmethod
     async def aclose(self) -> None:
-        """Commit what was written, then release the store."""
+        """Commit what was written (as :meth:`flush`, but raising nothing for a failed
+        store), end the store's tasks and release what it holds: a runtime's last call.
+        The runtime has released its leases before."""
 
     @abc.abstractmethod
     def write(self, op: Op) -> None:
-        """Queue ``op``; never waits. :meth:`flush` waits until it is durable."""
+        """Queue ``op``, to commit after every write made before it; never waits, never
+        raises for the store's state (a failed store reports it at :meth:`flush`).
+        ``op`` is the runtime's: keep it as it is, and report that very object to
+        :meth:`committed`."""
 
     @abc.abstractmethod
     async def flush(self) -> None:
-        """Return once every write made so far is durable."""
+        """Return once every write made so far is durable (and reported to
+        :meth:`committed`).
+
+        Raises:
+            LeaseLost: The store refused a write: another runtime took over one of its
+                sessions.
+            StoreError: The store failed, or is closed: those writes may be lost.
+        """
 
     @abc.abstractmethod
     async def load(self, session_id: str) -> StoredSession | None:
-        """The session, or None if the store never had it.
+        """The session, whole, as every write flushed so far made it; None if the store
+        never had it.
 
         Raises:
             StoreError: The store failed, or holds the session damaged: rows that cannot be
@@ -144,7 +266,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def session_for_key(self, key: str) -> str | None:
-        """The session an idempotency key of ``start_session`` started.
+        """The id of the session whose :class:`SessionRow` has this ``idempotency_key``
+        (a turn's key is not one), or None.
 
         Raises:
             StoreError: The store failed, or is damaged.
@@ -152,8 +275,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
-        """Up to ``limit`` events of the session after seq ``after``: the first kept one
-        after it, and each after that, none skipped (the engine checks).
+        """A page of the session's events: up to ``limit`` of them after seq ``after``,
+        from the first kept one after it (pruned events are gone), each after that, none
+        skipped; empty past the last, or for a session the store does not have. The runtime
+        checks that none is skipped.
 
         Raises:
             StoreError: The store failed, or lost events it never pruned.
@@ -161,23 +286,30 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
-        """Lease the sessions to ``owner`` for ``seconds``, or renew its lease.
-
-        A store that can tell that another owner died (the SQLite store: its process, on
-        this host, has ended) takes its leases at once; it never takes a live owner's.
+        """Lease the sessions (all stored) to ``owner`` for ``seconds``, all or none; an
+        owner's own lease is renewed. A session whose lease has expired, or was released,
+        is taken; so may be one whose owner the store knows to have died.
 
         Raises:
             LeaseRefused: Another owner's lease on one of them has not expired, and that
-                owner is not known to have died. None of the sessions is taken.
+                owner is not known to have died: it names the session, that owner and when
+                its lease expires. None of the sessions is taken.
+            StoreError: The store failed.
         """
 
     async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
         """Renew ``owner``'s leases on the sessions for ``seconds`` (at once, where the store
-        can) and return those ``owner`` no longer holds: another owner took them over (and
-        may have let them go since). Sessions the store does not have yet are skipped.
+        can) and return those ``owner`` does not hold: another owner took them over (and
+        may have let them go since), or they were never leased. Sessions the store does not
+        have are skipped. A renewal takes no session: the runtime lets the ones returned go,
+        and writes to them are refused (see fencing, above).
 
         This one renews them one by one with :meth:`acquire`, which cannot tell a session
-        let go by another owner from one never leased; stores override it.
+        let go by another owner from one never leased, nor skip those the store does not
+        have; a store overrides it to pass the contract's suite.
+
+        Raises:
+            StoreError: The store failed.
         """
         lost = []
         for session_id in session_ids:
@@ -189,4 +321,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
-        """End ``owner``'s leases on the sessions."""
+        """End ``owner``'s leases on the sessions, at once: another owner may take them.
+        A session another owner holds is left be. It works on a failed store too, where
+        the database still takes it.
+
+        Raises:
+            StoreError: The store failed.
+        """
