@@ -273,6 +273,21 @@ async def test_session_rows_and_their_children_in_order(store: Store) -> None:
         assert list(again.children) == [first, second]
 
 
+async def test_a_sessions_later_row_changes_only_terminated_and_none_reads_back_a_lease(
+    store: Store,
+) -> None:
+    session = new_id()
+    async with opened(store):
+        store.write(SessionRow(session, "agent", inputs={"n": 1}, lease=("A", 30)))
+        await store.flush()
+        assert (await load(store, session)).row == SessionRow(session, "agent", inputs={"n": 1})
+        store.write(SessionRow(session, "other", inputs={"n": 2}, terminated=True))
+        await store.flush()
+        assert (await load(store, session)).row == SessionRow(
+            session, "agent", inputs={"n": 1}, terminated=True
+        )
+
+
 async def test_session_for_key_finds_the_session_its_key_started(store: Store) -> None:
     one, two = new_id(), new_id()
     async with opened(store):
@@ -428,12 +443,18 @@ async def test_a_turn_gets_its_record_later(store: Store) -> None:
             TurnRow(session, second, 8),
         ]
 
+        # The end record's row names no output type (the runtime's does not): the first
+        # row's stays, as does where the turn's events start.
         interrupted = Interrupted(
             turn_id=second, session_id=session, cursor=cursor(session, 9), cause="cancelled"
         )
-        store.write(TurnRow(session, second, 8, record=interrupted))
+        store.write(TurnRow(session, first, 1, record=interrupted))
+        store.write(TurnRow(session, second, 99, output_type="builtins.int", record=interrupted))
         await store.flush()
-        assert list((await load(store, session)).turns)[1].record == interrupted
+        assert list((await load(store, session)).turns) == [
+            TurnRow(session, first, 1, output_type="builtins.str", record=interrupted),
+            TurnRow(session, second, 8, record=interrupted),
+        ]
 
 
 async def test_steps_are_set_and_cleared(store: Store) -> None:

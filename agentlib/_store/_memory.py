@@ -46,7 +46,16 @@ class _Session:
 
 class MemoryStore(Store):
     """Sessions in memory, for as long as the store object lives: every write is durable at
-    once. Reopen a runtime on the same object to resume its sessions."""
+    once. Reopen a runtime on the same object to resume its sessions.
+
+    Its sessions live in the object, which runtimes share to share them: it cannot tell
+    their writes apart, and refuses none (see :class:`Store`'s fencing).
+
+    Args:
+        durable: Whether it keeps sessions for the next runtime (``":memory:"`` is a
+            MemoryStore that does not: sessions end with their runtime).
+        clock: The wall clock leases are measured on (seconds).
+    """
 
     def __init__(self, *, durable: bool = True, clock: Callable[[], float] = time.time) -> None:
         self.durable = durable
@@ -68,7 +77,7 @@ class MemoryStore(Store):
         if isinstance(op, SessionRow):
             known = self._sessions.get(op.session_id)
             if known is None:
-                self._sessions[op.session_id] = _Session(op)
+                self._sessions[op.session_id] = _Session(attrs.evolve(op, lease=None))
                 if op.lease is not None:
                     owner, seconds = op.lease
                     self._sessions[op.session_id].lease = (owner, self._clock() + seconds)
@@ -76,8 +85,8 @@ class MemoryStore(Store):
                     self._sessions[op.parent_id].children.append(op.session_id)
                 if op.idempotency_key is not None:
                     self._keys[op.idempotency_key] = op.session_id
-            else:
-                known.row = op
+            else:  # the session is terminated: the rest of its row stays as it was
+                known.row = attrs.evolve(known.row, terminated=op.terminated)
         else:
             session = self._sessions[op.session_id]
             if isinstance(op, EventRow):
@@ -85,7 +94,10 @@ class MemoryStore(Store):
             elif isinstance(op, EntryRow):
                 session.entries.append(op.entry)
             elif isinstance(op, TurnRow):
-                session.turns[op.turn_id] = op
+                started = session.turns.get(op.turn_id)
+                session.turns[op.turn_id] = (
+                    op if started is None else attrs.evolve(started, record=op.record)
+                )
             elif isinstance(op, StepRow):
                 session.steps[op.turn_id] = op.step
             elif isinstance(op, SteerRow):
