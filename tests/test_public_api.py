@@ -1,4 +1,5 @@
-"""The public names of agentlib and agentlib_sync (SPEC sections 1 and 10)."""
+"""The public names of agentlib, agentlib_sync and agentlib.store (SPEC sections 1, 10 and
+14)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import agentlib
+import agentlib.store
 import agentlib_sync
 
 #: The modules that define the data classes and errors `agentlib_sync` re-exports unchanged.
@@ -175,3 +177,66 @@ def test_the_lease_errors_are_caught_as_a_busy_session_and_a_store_error() -> No
     lost = agentlib.LeaseLost("s-1", "runtime-b", store="/data/s.db")
     assert "/data/s.db" in str(lost)
     assert "open a new runtime" in str(lost)
+
+
+# --- agentlib.store -----------------------------------------------------------------------
+
+STORE_NAMES = agentlib.store.__all__
+
+
+def test_store_all_is_sorted_and_lists_exactly_the_public_names() -> None:
+    store_names = agentlib.store.__all__
+    assert store_names == sorted(set(store_names))
+    assert set(STORE_NAMES) == public_namespace(agentlib.store)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Store",
+        "StoredSession",
+        "Op",
+        "SessionRow",
+        "EventRow",
+        "EntryRow",
+        "TurnRow",
+        "StepRow",
+        "SteerRow",
+        "CallbackRow",
+        "KeyRow",
+        "PruneRow",
+        "StoreError",
+        "StoreSchemaError",
+        "LeaseLost",
+        "LeaseRefused",
+        "MemoryStore",
+        "SQLiteStore",
+        "open_store",
+    ],
+)
+def test_store_exports_what_a_store_author_needs(name: str) -> None:
+    assert name in STORE_NAMES
+
+
+@pytest.mark.parametrize("name", [name for name in STORE_NAMES if name in agentlib.__all__])
+def test_store_names_agentlib_exports_are_agentlibs_objects(name: str) -> None:
+    assert getattr(agentlib.store, name) is getattr(agentlib, name)
+    assert getattr(agentlib.store, name).__module__ == "agentlib"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        name
+        for name in STORE_NAMES
+        if name not in agentlib.__all__
+        and isinstance(getattr(agentlib.store, name), (type, types.FunctionType))
+    ],
+)
+def test_store_class_or_function_belongs_to_agentlib_store(name: str) -> None:
+    assert getattr(agentlib.store, name).__module__ == "agentlib.store"
+
+
+def test_op_is_the_union_of_the_row_classes() -> None:
+    rows = {name for name in STORE_NAMES if name.endswith("Row")}
+    assert {member.__name__ for member in typing.get_args(agentlib.store.Op)} == rows

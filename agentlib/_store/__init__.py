@@ -12,8 +12,12 @@ _SQLITE = "sqlite:///"
 
 
 def open_store(store: str | Store | None) -> Store:
-    """The store ``store`` names: ``None`` or ``":memory:"``, ``"sqlite:///path.db"``
-    (``"sqlite:////absolute/path.db"``), or a :class:`Store` itself.
+    """The store ``store`` names, not opened yet: the runtime opens it.
+
+    Args:
+        store: ``None`` or ``":memory:"`` (a :class:`MemoryStore` whose sessions end with
+            their runtime), ``"sqlite:///path.db"`` (``"sqlite:////absolute/path.db"``: a
+            :class:`SQLiteStore`), or a :class:`Store`, given back as it is.
 
     Raises:
         ValueError: ``store`` names no kind of store agentlib knows.
