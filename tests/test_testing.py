@@ -1,10 +1,13 @@
-"""agentlib.testing: TestModel, Agent.override and block_model_requests (SPEC section 15)."""
+"""agentlib.testing: TestModel, Agent.override and block_model_requests (SPEC section 15), and
+the store contract's suite, agentlib.testing.store_contract (SPEC section 14)."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 import json
+import subprocess
+import sys
 from typing import Annotated, Any, Literal
 
 import attrs
@@ -16,6 +19,7 @@ from _http_server import Server, recording, serve
 
 import agentlib
 import agentlib.testing
+import agentlib.testing.store_contract
 from agentlib import (
     Agent,
     Blocked,
@@ -770,3 +774,32 @@ async def test_a_block_entered_in_another_thread_blocks_this_ones_requests(serve
             leave.set()
     assert isinstance(record, Failed)
     assert server.requests == []
+
+
+# --- agentlib.testing.store_contract ----------------------------------------------------------
+
+
+def test_store_contract_exports_every_test_of_the_suite_its_clock_and_its_fixture() -> None:
+    suite = agentlib._store._contract
+    tests = [name for name in vars(suite) if name.startswith("test_")]
+    assert agentlib.testing.store_contract.__all__ == sorted(["ManualClock", "clock", *tests])
+
+
+def test_every_test_of_the_store_contract_runs_under_pytest_trio() -> None:
+    for name in agentlib.testing.store_contract.__all__:
+        if name.startswith("test_"):
+            test = getattr(agentlib.testing.store_contract, name)
+            assert "trio" in [mark.name for mark in test.pytestmark], name
+
+
+def test_agentlib_and_its_namespaces_never_import_pytest() -> None:
+    """pytest is a dependency of a store's tests, not of agentlib: only the suite imports it."""
+    code = (
+        "import sys, agentlib, agentlib.store, agentlib.testing, agentlib_sync\n"
+        "suite = ('pytest', 'agentlib._store._contract')\n"
+        "print([name for name in suite if name in sys.modules])"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert ran.stdout == "[]\n"

@@ -3,12 +3,15 @@ that keeps HTTP models from sending requests.
 
 ``Agent.override(model=...)`` (a method of :class:`agentlib.Agent`) runs an agent on one of
 these models for a ``with`` block.
+
+:mod:`agentlib.testing.store_contract`, imported on its own, is the test suite a store passes;
+it needs pytest and pytest-trio.
 """
 
-from ._models._block import block_model_requests as block_model_requests
-from ._models._scripted import FunctionModel as FunctionModel
-from ._models._scripted import ScriptedModel as ScriptedModel
-from ._models._test import TestModel as TestModel
+from .._models._block import block_model_requests as block_model_requests
+from .._models._scripted import FunctionModel as FunctionModel
+from .._models._scripted import ScriptedModel as ScriptedModel
+from .._models._test import TestModel as TestModel
 
 __all__ = ["FunctionModel", "ScriptedModel", "TestModel", "block_model_requests"]
 

@@ -1,0 +1,940 @@
+"""The store contract's test suite: what :mod:`agentlib.testing.store_contract` exports.
+
+Each test drives a store as a runtime does, through :class:`~agentlib.store.Store` alone:
+it opens the store in a trio nursery, writes op rows, flushes, reads them back, leases
+sessions, and closes it. The fixtures a store's own test module defines (``store`` and
+``other_store``) give the stores; ``clock`` is the wall clock leases are measured on, which
+the tests move by hand.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from .._callbacks import AllowApproval, DenyApproval, OpenApproval, OpenClientToolCall, OpenSignIn
+from .._content import TextContentBlock
+from .._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry
+from .._errors import LeaseLost, LeaseRefused
+from .._events import (
+    CallbackClosed,
+    CallbackOpened,
+    EntryAdded,
+    EntryCompleted,
+    EntryDelta,
+    Event,
+    TurnEnded,
+    TurnStarted,
+    UnknownEvent,
+)
+from .._records import Completed, Interrupted
+from ._base import (
+    CallbackRow,
+    EntryRow,
+    EventRow,
+    KeyRow,
+    Op,
+    PruneRow,
+    SessionRow,
+    SteerRow,
+    StepRow,
+    Store,
+    StoredSession,
+    TurnRow,
+)
+
+# --- the clock, and helpers -------------------------------------------------------------------
+
+
+class ManualClock:
+    """A wall clock (seconds since the epoch) that moves only when a test moves it. The
+    store under test measures its leases on it: the tests let a lease expire without
+    waiting for it.
+
+    Attributes:
+        now: The time it tells; a test moves it on (``clock.now += 31``).
+    """
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        """The time: :attr:`now`."""
+        return self.now
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The clock the ``store`` and ``other_store`` fixtures give their stores."""
+    return ManualClock()
+
+
+@asynccontextmanager
+async def opened(store: Store) -> AsyncIterator[Store]:
+    """The store, open in a nursery for the block; closed (committing everything) after.
+    What the block raises leaves it as it is, not in the nursery's exception group."""
+    failure: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        await store.open(nursery.start_soon)
+        try:
+            yield store
+        except Exception as error:
+            failure = error
+        finally:
+            await store.aclose()
+    if failure is not None:
+        raise failure
+
+
+def recording(store: Store) -> list[Op]:
+    """Every op the store reports committed, in the order it reports them."""
+    seen: list[Op] = []
+    store.listen(seen.extend)
+    return seen
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def cursor(session_id: str, seq: int) -> str:
+    return f"{session_id}:{seq:012d}"
+
+
+def text(value: str) -> tuple[TextContentBlock, ...]:
+    return (TextContentBlock(text=value),)
+
+
+def user_message(turn_id: str, value: str) -> MessageEntry:
+    return MessageEntry(id=new_id(), turn_id=turn_id, role="user", content=text(value))
+
+
+def events_of_a_turn(session_id: str, turn_id: str, first_seq: int = 1) -> list[Event]:
+    """A turn's worth of events of several types, numbered from ``first_seq``."""
+    message = user_message(turn_id, "hello")
+    answer = MessageEntry(id=new_id(), turn_id=turn_id, role="assistant", content=text("hi"))
+    approval = approval_callback(session_id, turn_id)
+    kinds: list[Any] = [
+        lambda id: TurnStarted(id=id, session_id=session_id, turn_id=turn_id, message=message),
+        lambda id: CallbackOpened(id=id, session_id=session_id, turn_id=turn_id, callback=approval),
+        lambda id: CallbackClosed(
+            id=id,
+            session_id=session_id,
+            turn_id=turn_id,
+            callback_id=approval.id,
+            answer=AllowApproval(scope="session"),
+        ),
+        lambda id: EntryAdded(
+            id=id,
+            session_id=session_id,
+            turn_id=turn_id,
+            entry=MessageEntry(id=answer.id, turn_id=turn_id, role="assistant"),
+        ),
+        lambda id: EntryDelta(
+            id=id, session_id=session_id, turn_id=turn_id, entry_id=answer.id, delta="h"
+        ),
+        lambda id: EntryDelta(
+            id=id, session_id=session_id, turn_id=turn_id, entry_id=answer.id, delta="i"
+        ),
+        lambda id: TurnEnded(
+            id=id,
+            session_id=session_id,
+            turn_id=turn_id,
+            record=Completed(
+                turn_id=turn_id, session_id=session_id, cursor=id, output="hi", text="hi"
+            ),
+        ),
+    ]
+    return [make(cursor(session_id, first_seq + n)) for n, make in enumerate(kinds)]
+
+
+def approval_callback(session_id: str, turn_id: str, path: str = "/tmp/x") -> OpenApproval:
+    return OpenApproval(
+        id=str(uuid.uuid4()),
+        session_id=session_id,
+        turn_id=turn_id,
+        tool_name="delete",
+        arguments={"path": path},
+    )
+
+
+def write_all(store: Store, ops: Sequence[Op]) -> None:
+    for op in ops:
+        store.write(op)
+
+
+async def load(store: Store, session_id: str) -> StoredSession:
+    stored = await store.load(session_id)
+    assert stored is not None, f"the store lost session {session_id}"
+    return stored
+
+
+async def events_of(store: Store, stored: StoredSession) -> list[Event]:
+    """The events of a session read back, all of them, as ``read_events`` reads them a page
+    at a time; they run from its ``first_seq`` to its ``last_seq``."""
+    session_id = stored.row.session_id
+    events: list[Event] = []
+    while True:
+        page = await store.read_events(session_id, stored.first_seq - 1 + len(events), 2)
+        if not page:
+            break
+        events += page
+    assert stored.last_seq == stored.first_seq - 1 + len(events), "last_seq is not the last"
+    return events
+
+
+# --- reading what was never written -----------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_an_unknown_session_reads_as_nothing(store: Store) -> None:
+    async with opened(store):
+        assert await store.load("nope") is None
+        assert await store.session_for_key("no such key") is None
+        assert await store.read_events("nope", 0, 100) == []
+        # A known session does not make an unknown one appear.
+        store.write(SessionRow("known", "agent"))
+        await store.flush()
+        assert await store.load("nope") is None
+        assert await store.load("known") is not None
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_session_rows_and_their_children_in_order(store: Store) -> None:
+    root, first, second, grandchild = (new_id() for _ in range(4))
+    turn = new_id()
+    async with opened(store):
+        write_all(
+            store,
+            [
+                SessionRow(root, "root", idempotency_key="k-root", inputs={"repo": {"name": "x"}}),
+                TurnRow(root, turn, 1),
+                SessionRow(first, "sub", parent_id=root, parent_turn_id=turn),
+                SessionRow(second, "sub", parent_id=root, parent_turn_id=turn),
+                SessionRow(grandchild, "leaf", parent_id=second, parent_turn_id="t2"),
+            ],
+        )
+        await store.flush()
+
+        stored = await load(store, root)
+        assert stored.row == SessionRow(
+            root, "root", idempotency_key="k-root", inputs={"repo": {"name": "x"}}
+        )
+        assert list(stored.children) == [first, second]  # in the order they were written
+        assert stored.first_seq == 1
+        assert await events_of(store, stored) == []
+        assert list(stored.entries) == []
+        assert list(stored.callbacks) == []
+        assert list(stored.keys) == []
+        assert stored.steps == {}
+
+        sub = await load(store, second)
+        assert sub.row == SessionRow(second, "sub", parent_id=root, parent_turn_id=turn)
+        assert list(sub.children) == [grandchild]
+        assert list((await load(store, first)).children) == []
+        assert (await load(store, grandchild)).row.parent_id == second
+
+        # A later row of the same session (it was cancelled) updates it.
+        store.write(
+            SessionRow(
+                root,
+                "root",
+                idempotency_key="k-root",
+                inputs={"repo": {"name": "x"}},
+                terminated=True,
+            )
+        )
+        await store.flush()
+        again = await load(store, root)
+        assert again.row.terminated is True
+        assert again.row.inputs == {"repo": {"name": "x"}}
+        assert list(again.children) == [first, second]
+
+
+@pytest.mark.trio
+async def test_a_sessions_later_row_changes_only_terminated_and_none_reads_back_a_lease(
+    store: Store,
+) -> None:
+    session = new_id()
+    async with opened(store):
+        store.write(SessionRow(session, "agent", inputs={"n": 1}, lease=("A", 30)))
+        await store.flush()
+        assert (await load(store, session)).row == SessionRow(session, "agent", inputs={"n": 1})
+        store.write(SessionRow(session, "other", inputs={"n": 2}, terminated=True))
+        await store.flush()
+        assert (await load(store, session)).row == SessionRow(
+            session, "agent", inputs={"n": 1}, terminated=True
+        )
+
+
+@pytest.mark.trio
+async def test_session_for_key_finds_the_session_its_key_started(store: Store) -> None:
+    one, two = new_id(), new_id()
+    async with opened(store):
+        store.write(SessionRow(one, "a", idempotency_key="key-1"))
+        store.write(SessionRow(two, "a", idempotency_key="key-2"))
+        store.write(SessionRow(new_id(), "a"))
+        await store.flush()
+        assert await store.session_for_key("key-1") == one
+        assert await store.session_for_key("key-2") == two
+        assert await store.session_for_key("key-3") is None
+
+
+# --- events -----------------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_events_come_back_as_written_whatever_their_fields(store: Store) -> None:
+    """Events come back equal, also those a store may lay out apart: an id that is not the
+    cursor, an event of another turn than its entry's (or of none), one entry carried by
+    several events, an event type of a later version."""
+    session = new_id()
+    turn = new_id()
+    entry = user_message(turn, "hello")
+    later = UnknownEvent(
+        id=cursor(session, 6),
+        session_id=session,
+        turn_id=turn,
+        event_type="turn_paused",
+        raw={"reason": "later version", "nested": {"n": 1}},
+    )
+    events: list[Event] = [
+        TurnStarted(id=cursor(session, 1), session_id=session, turn_id=turn, message=entry),
+        EntryAdded(id="not-a-cursor", session_id=session, turn_id=turn, entry=entry),
+        EntryCompleted(id=cursor(session, 3), session_id=session, turn_id="other", entry=entry),
+        EntryCompleted(id=cursor(session, 4), session_id=session, turn_id=None, entry=entry),
+        EntryAdded(
+            id=cursor(session, 5),
+            session_id=session,
+            turn_id=turn,
+            entry=MessageEntry(id=new_id(), role="user", content=text("imported")),
+        ),
+        later,
+    ]
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        for seq, event in enumerate(events, start=1):
+            store.write(EventRow(session, seq, event))
+        await store.flush()
+        stored = await load(store, session)
+        assert await events_of(store, stored) == events
+        assert await store.read_events(session, 1, 3) == events[1:4]
+
+
+@pytest.mark.trio
+async def test_events_come_back_in_order(store: Store) -> None:
+    session = new_id()
+    turn_1, turn_2 = new_id(), new_id()
+    events = events_of_a_turn(session, turn_1) + events_of_a_turn(session, turn_2, first_seq=8)
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, turn_1, 1))
+        for seq, event in enumerate(events[:7], start=1):
+            store.write(EventRow(session, seq, event))
+        await store.flush()
+        # A second group, written after the first was committed.
+        store.write(TurnRow(session, turn_2, 8))
+        for seq, event in enumerate(events[7:], start=8):
+            store.write(EventRow(session, seq, event))
+        await store.flush()
+
+        stored = await load(store, session)
+        assert await events_of(store, stored) == events
+        assert [event.id for event in events] == [cursor(session, n) for n in range(1, 15)]
+        assert (stored.first_seq, stored.last_seq) == (1, 14)
+
+        assert await store.read_events(session, 0, 100) == events
+        assert await store.read_events(session, 0, 3) == events[:3]
+        assert await store.read_events(session, 3, 4) == events[3:7]
+        assert await store.read_events(session, 12, 100) == events[12:]
+        assert await store.read_events(session, 14, 100) == []
+        assert await store.read_events(session, 99, 100) == []
+
+
+@pytest.mark.trio
+async def test_events_of_sessions_stay_apart(store: Store) -> None:
+    one, two = new_id(), new_id()
+    turn = new_id()
+    async with opened(store):
+        store.write(SessionRow(one, "agent"))
+        store.write(SessionRow(two, "agent"))
+        mine = events_of_a_turn(one, turn)
+        theirs = events_of_a_turn(two, turn)
+        for seq, (a, b) in enumerate(zip(mine, theirs, strict=True), start=1):  # interleaved writes
+            store.write(EventRow(one, seq, a))
+            store.write(EventRow(two, seq, b))
+        await store.flush()
+        assert await store.read_events(one, 0, 100) == mine
+        assert await store.read_events(two, 0, 100) == theirs
+        assert await events_of(store, await load(store, two)) == theirs
+
+
+# --- entries, turns, steps --------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_entries_come_back_in_order(store: Store) -> None:
+    session, turn = new_id(), new_id()
+    call = ToolCallEntry(
+        id=new_id(),
+        turn_id=turn,
+        name="lookup",
+        arguments={"term": "trio", "depth": [1, 2]},
+        tool_call_id="abc123XYZ",
+    )
+    entries: list[Entry] = [
+        MessageEntry(id=new_id(), turn_id=None, role="system", content=text("imported")),
+        user_message(turn, "look trio up"),
+        call,
+        ToolResultEntry(
+            id=new_id(),
+            turn_id=turn,
+            name="lookup",
+            content=text("about trio"),
+            tool_call_id="abc123XYZ",
+        ),
+        MessageEntry(id=new_id(), turn_id=turn, role="assistant", content=text("done")),
+    ]
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, turn, 1))  # a runtime writes a turn before its entries
+        for index, entry in enumerate(entries):
+            store.write(EntryRow(session, index, entry))
+        await store.flush()
+        assert list((await load(store, session)).entries) == entries
+
+
+@pytest.mark.trio
+async def test_a_turn_gets_its_record_later(store: Store) -> None:
+    session = new_id()
+    first, second = new_id(), new_id()
+    record = Completed(
+        turn_id=first, session_id=session, cursor=cursor(session, 7), output="hi", text="hi"
+    )
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, first, 1, output_type="builtins.str"))
+        await store.flush()
+        (row,) = (await load(store, session)).turns
+        assert row == TurnRow(session, first, 1, output_type="builtins.str", record=None)
+
+        # The end record comes in a second row of the same turn.
+        store.write(TurnRow(session, first, 1, output_type="builtins.str", record=record))
+        store.write(TurnRow(session, second, 8))
+        await store.flush()
+        turns = list((await load(store, session)).turns)
+        assert turns == [
+            TurnRow(session, first, 1, output_type="builtins.str", record=record),
+            TurnRow(session, second, 8),
+        ]
+
+        # The end record's row names no output type (the runtime's does not): the first
+        # row's stays, as does where the turn's events start.
+        interrupted = Interrupted(
+            turn_id=second, session_id=session, cursor=cursor(session, 9), cause="cancelled"
+        )
+        store.write(TurnRow(session, first, 1, record=interrupted))
+        store.write(TurnRow(session, second, 99, output_type="builtins.int", record=interrupted))
+        await store.flush()
+        assert list((await load(store, session)).turns) == [
+            TurnRow(session, first, 1, output_type="builtins.str", record=interrupted),
+            TurnRow(session, second, 8, record=interrupted),
+        ]
+
+
+@pytest.mark.trio
+async def test_steps_are_set_and_cleared(store: Store) -> None:
+    session = new_id()
+    first, second = new_id(), new_id()
+    step = {"signed_in": False, "calls": [{"state": "waiting", "callback": "c", "n": [1, 2.5]}]}
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, first, 1))
+        store.write(TurnRow(session, second, 5))
+        store.write(StepRow(session, first, step))
+        await store.flush()
+        assert (await load(store, session)).steps == {first: step}
+
+        later = {"signed_in": True, "calls": [{"state": "done", "callback": None}]}
+        store.write(StepRow(session, first, later))  # a later state of the step replaces it
+        store.write(StepRow(session, second, step))
+        await store.flush()
+        assert (await load(store, session)).steps == {first: later, second: step}
+
+        store.write(StepRow(session, first, None))  # the step is over
+        await store.flush()
+        assert (await load(store, session)).steps == {second: step}
+        store.write(StepRow(session, second, None))
+        await store.flush()
+        assert (await load(store, session)).steps == {}
+
+
+@pytest.mark.trio
+async def test_steered_messages_are_kept_by_turn(store: Store) -> None:
+    session = new_id()
+    first, second = new_id(), new_id()
+    one, two, three = (
+        user_message(first, "one"),
+        user_message(first, "two"),
+        user_message(second, "three"),
+    )
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, first, 1))
+        store.write(SteerRow(session, first, one))
+        await store.flush()
+        steers = (await load(store, session)).steers
+        assert {turn: list(messages) for turn, messages in steers.items()} == {first: [one]}
+
+        store.write(TurnRow(session, second, 9))
+        store.write(SteerRow(session, second, three))
+        store.write(SteerRow(session, first, two))
+        await store.flush()
+        steers = (await load(store, session)).steers
+        assert {turn: list(messages) for turn, messages in steers.items()} == {
+            first: [one, two],  # in the order they were steered
+            second: [three],
+        }
+
+
+# --- callbacks --------------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_callbacks_open_then_settled(store: Store) -> None:
+    session, turn = new_id(), new_id()
+    once = approval_callback(session, turn, "/a")
+    for_session = approval_callback(session, turn, "/b")
+    denied = approval_callback(session, turn, "/c")
+    client = OpenClientToolCall(
+        id=str(uuid.uuid4()),
+        session_id=session,
+        turn_id=turn,
+        tool_name="client.pick",
+        arguments={"prompt": "which?"},
+    )
+    sources: Any = ("notion", "github")  # converted to a tuple: a type checker reads neither
+    sign_in = OpenSignIn(id=str(uuid.uuid4()), session_id=session, turn_id=turn, sources=sources)
+    stopped = approval_callback(session, turn, "/d")
+    opened_rows = [CallbackRow(session, c) for c in (once, for_session, denied, client, sign_in)]
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, turn, 1))
+        write_all(store, opened_rows)
+        await store.flush()
+        assert list((await load(store, session)).callbacks) == opened_rows
+
+        settled = [
+            CallbackRow(session, once, "answered", AllowApproval()),
+            CallbackRow(session, for_session, "answered", AllowApproval(scope="session")),
+            CallbackRow(session, denied, "answered", DenyApproval(reason="no")),
+            CallbackRow(session, client, "answered", 3),
+            CallbackRow(session, sign_in, "answered", None),  # credentials are never stored
+        ]
+        write_all(store, settled)
+        store.write(CallbackRow(session, stopped))
+        store.write(CallbackRow(session, stopped, "closed"))
+        await store.flush()
+        callbacks = list((await load(store, session)).callbacks)
+        # One row per callback, in the order they were opened; a settled one loads equal.
+        assert callbacks == [*settled, CallbackRow(session, stopped, "closed")]
+        assert type(callbacks[0].answer) is AllowApproval
+        assert type(callbacks[2].answer) is DenyApproval
+
+
+# --- idempotency keys -------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_key_rows(store: Store) -> None:
+    session, other = new_id(), new_id()
+    turn_1, turn_2 = new_id(), new_id()
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(SessionRow(other, "agent"))
+        store.write(TurnRow(session, turn_1, 1))
+        store.write(KeyRow(session, "t1", turn_1, "f" * 64))
+        store.write(TurnRow(session, turn_2, 5))
+        store.write(KeyRow(session, "t2", turn_2, "0" * 64))
+        store.write(TurnRow(other, "x", 1))
+        store.write(KeyRow(other, "t1", "x", "1" * 64))  # keys are per session
+        await store.flush()
+        keys = sorted((await load(store, session)).keys, key=lambda row: row.key)
+        assert keys == [
+            KeyRow(session, "t1", turn_1, "f" * 64),
+            KeyRow(session, "t2", turn_2, "0" * 64),
+        ]
+        assert list((await load(store, other)).keys) == [KeyRow(other, "t1", "x", "1" * 64)]
+        # A turn's key is not a session's key.
+        assert await store.session_for_key("t1") is None
+
+
+# --- pruning ----------------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_prune_forgets_old_events(store: Store) -> None:
+    session, turn = new_id(), new_id()
+    events = events_of_a_turn(session, turn)  # seq 1..7
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        store.write(TurnRow(session, turn, 1))
+        for seq, event in enumerate(events, start=1):
+            store.write(EventRow(session, seq, event))
+        store.write(PruneRow(session, 4))
+        await store.flush()
+        stored = await load(store, session)
+        assert stored.first_seq == 4
+        assert await events_of(store, stored) == events[3:]
+        assert await store.read_events(session, 0, 100) == events[3:]
+        assert await store.read_events(session, 4, 2) == events[4:6]
+
+        # Pruning less than is gone already changes nothing; pruning more moves on.
+        store.write(PruneRow(session, 2))
+        await store.flush()
+        assert (await load(store, session)).first_seq == 4
+        store.write(PruneRow(session, 7))
+        await store.flush()
+        stored = await load(store, session)
+        assert stored.first_seq == 7
+        assert await events_of(store, stored) == events[6:]
+
+        # Later events are kept, numbered on.
+        more = events_of_a_turn(session, new_id(), first_seq=8)
+        for seq, event in enumerate(more, start=8):
+            store.write(EventRow(session, seq, event))
+        await store.flush()
+        stored = await load(store, session)
+        assert stored.first_seq == 7
+        assert await events_of(store, stored) == [events[6], *more]
+        assert await store.read_events(session, 7, 100) == more
+
+
+@pytest.mark.trio
+async def test_pruning_past_the_last_event_keeps_the_numbering(store: Store) -> None:
+    session = new_id()
+    events = events_of_a_turn(session, new_id())
+    async with opened(store):
+        store.write(SessionRow(session, "agent"))
+        for seq, event in enumerate(events[:3], start=1):
+            store.write(EventRow(session, seq, event))
+        store.write(PruneRow(session, 10))
+        await store.flush()
+        stored = await load(store, session)
+        assert (stored.first_seq, stored.last_seq) == (4, 3)
+        assert await events_of(store, stored) == []
+        for seq, event in enumerate(events[3:], start=4):
+            store.write(EventRow(session, seq, event))
+        await store.flush()
+        stored = await load(store, session)
+        assert (stored.first_seq, stored.last_seq) == (4, 7)
+        assert await events_of(store, stored) == events[3:]
+
+
+# --- leases -----------------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_leases(store: Store, clock: ManualClock) -> None:
+    one, two = new_id(), new_id()
+    async with opened(store):
+        store.write(SessionRow(one, "agent"))
+        store.write(SessionRow(two, "agent"))
+        await store.flush()
+
+        await store.acquire([one], "A", 30)
+        await store.acquire([one], "A", 30)  # the owner renews
+        with pytest.raises(LeaseRefused) as refused:
+            await store.acquire([one], "B", 30)
+        assert refused.value.session_id == one
+        assert refused.value.owner == "A"
+        assert refused.value.until == pytest.approx(clock.now + 30)
+
+        # A refused acquire takes none of the sessions it names.
+        with pytest.raises(LeaseRefused):
+            await store.acquire([two, one], "B", 30)
+        await store.acquire([two], "A", 30)
+
+        clock.now += 29.5  # not expired yet
+        with pytest.raises(LeaseRefused):
+            await store.acquire([one], "B", 30)
+        await store.acquire([one], "A", 30)  # renewed: now until now + 30
+        clock.now += 29.5
+        with pytest.raises(LeaseRefused):
+            await store.acquire([one], "B", 30)
+
+        clock.now += 1  # past the expiry: the owner is taken for dead
+        await store.acquire([one], "B", 10)
+        with pytest.raises(LeaseRefused) as refused:
+            await store.acquire([one], "A", 30)
+        assert refused.value.owner == "B"
+
+        # Release lets the other one in at once; releasing another's lease does nothing.
+        await store.release([one], "A")
+        with pytest.raises(LeaseRefused):
+            await store.acquire([one], "A", 30)
+        await store.release([one], "B")
+        await store.acquire([one], "A", 30)
+        await store.release([one, two], "A")
+        await store.acquire([one, two], "B", 30)
+
+
+@pytest.mark.trio
+async def test_renewing_leases(store: Store, clock: ManualClock) -> None:
+    """A renewal extends the owner's leases at once, and names the sessions the owner no
+    longer holds: taken over by another owner (theirs now), or let go since."""
+    one, two, unleased = new_id(), new_id(), new_id()
+    async with opened(store):
+        for session in (one, two, unleased):
+            store.write(SessionRow(session, "agent"))
+        await store.flush()
+        await store.acquire([one, two], "A", 30)
+
+        clock.now += 20
+        assert await store.renew([one, two, unleased, "never-written"], "A", 30) == [unleased]
+        clock.now += 29  # 49 s after the first lease: renewed, so held
+        with pytest.raises(LeaseRefused):
+            await store.acquire([one], "B", 30)
+
+        clock.now += 2  # past the renewed lease: A stalled
+        await store.acquire([two], "B", 30)
+        assert await store.renew([one, two], "A", 30) == [two]
+        with pytest.raises(LeaseRefused) as refused:
+            await store.acquire([two], "A", 30)
+        assert refused.value.owner == "B"
+        await store.release([two], "B")
+        assert await store.renew([one, two], "A", 30) == [two]  # let go, still not A's
+        await store.acquire([one], "A", 30)  # still A's
+
+
+@pytest.mark.trio
+async def test_a_session_is_leased_as_its_row_is_written(store: Store, clock: ManualClock) -> None:
+    session = new_id()
+    async with opened(store):
+        store.write(SessionRow(session, "agent", lease=("A", 30)))
+        store.write(SessionRow(session, "agent", terminated=True))  # leaves the lease be
+        await store.flush()
+        with pytest.raises(LeaseRefused) as refused:
+            await store.acquire([session], "B", 30)
+        assert refused.value.until == pytest.approx(clock.now + 30)
+        assert await store.renew([session], "A", 30) == []
+        clock.now += 31
+        await store.acquire([session], "B", 30)
+
+
+# --- commits ----------------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_committed_sees_every_op_once_in_order(store: Store) -> None:
+    seen = recording(store)
+    session, child, turn = new_id(), new_id(), new_id()
+    callback = approval_callback(session, turn)
+    events = events_of_a_turn(session, turn)
+    ended = events[-1]
+    assert isinstance(ended, TurnEnded)
+    first_group: list[Op] = [
+        SessionRow(session, "agent", idempotency_key="k"),
+        TurnRow(session, turn, 1),
+        KeyRow(session, "t", turn, "f" * 64),
+        *(EventRow(session, seq, event) for seq, event in enumerate(events[:3], start=1)),
+        EntryRow(session, 0, user_message(turn, "hello")),
+        CallbackRow(session, callback),
+        StepRow(session, turn, {"calls": []}),
+        SteerRow(session, turn, user_message(turn, "and also")),
+        SessionRow(child, "sub", parent_id=session, parent_turn_id=turn),
+    ]
+    second_group: list[Op] = [
+        CallbackRow(session, callback, "answered", AllowApproval()),
+        StepRow(session, turn, None),
+        *(EventRow(session, seq, event) for seq, event in enumerate(events[3:], start=4)),
+        TurnRow(session, turn, 1, record=ended.record),
+        PruneRow(session, 3),
+    ]
+    async with opened(store):
+        write_all(store, first_group)
+        await store.flush()
+        assert seen == first_group
+        write_all(store, second_group)
+        await store.flush()
+        assert seen == first_group + second_group
+        # Each op is the very object written, not a copy.
+        assert all(a is b for a, b in zip(seen, first_group + second_group, strict=True))
+        await store.flush()  # nothing new: nothing reported again
+        assert len(seen) == len(first_group) + len(second_group)
+    assert len(seen) == len(first_group) + len(second_group)
+
+
+@pytest.mark.trio
+async def test_aclose_commits_what_was_written(store: Store) -> None:
+    seen = recording(store)
+    session, turn = new_id(), new_id()
+    events = events_of_a_turn(session, turn)
+    ops: list[Op] = [
+        SessionRow(session, "agent"),
+        *(EventRow(session, seq, event) for seq, event in enumerate(events, start=1)),
+    ]
+    async with opened(store):
+        write_all(store, ops)  # no flush: closing commits them
+    assert seen == ops
+    async with opened(store):
+        assert await events_of(store, await load(store, session)) == events
+
+
+@pytest.mark.trio
+async def test_a_store_object_opens_again_after_aclose(store: Store) -> None:
+    """One store object, opened for a runtime, closed, and opened for the next one: its
+    writes of the second opening are committed too."""
+    async with opened(store):
+        store.write(SessionRow("first", "agent"))
+    async with trio.open_nursery() as nursery:
+        await store.open(nursery.start_soon)
+        committed = True
+        for n in range(3):
+            store.write(SessionRow(f"again-{n}", "agent"))
+            with trio.move_on_after(30) as waited:  # only a flush that waits forever takes this
+                await store.flush()
+            if waited.cancelled_caught:
+                committed = False
+                break
+        if not committed:
+            # aclose() may wait for the same commit: leave the store as it is.
+            nursery.cancel_scope.cancel()
+        else:
+            assert (await load(store, "first")).row.agent == "agent"
+            for n in range(3):
+                assert (await load(store, f"again-{n}")).row.session_id == f"again-{n}"
+            await store.aclose()
+    assert committed, "the second opening's writes were never committed (flush waits forever)"
+
+
+# --- several store objects on one database ----------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_a_store_object_opened_later_reads_the_same(store: Store, other_store: Store) -> None:
+    root, child, turn = new_id(), new_id(), new_id()
+    callback = approval_callback(root, turn)
+    events = events_of_a_turn(root, turn)
+    ops: list[Op] = [
+        SessionRow(root, "root", idempotency_key="k", inputs={"repo": {"name": "x"}}),
+        TurnRow(root, turn, 1, output_type="builtins.str"),
+        KeyRow(root, "t", turn, "f" * 64),
+        *(EventRow(root, seq, event) for seq, event in enumerate(events, start=1)),
+        EntryRow(root, 0, user_message(turn, "hello")),
+        CallbackRow(root, callback),
+        CallbackRow(root, callback, "answered", AllowApproval(scope="session")),
+        StepRow(root, turn, {"signed_in": True, "calls": []}),
+        SteerRow(root, turn, user_message(turn, "and also")),
+        SessionRow(child, "sub", parent_id=root, parent_turn_id=turn),
+        PruneRow(root, 2),
+    ]
+    async with opened(store):
+        write_all(store, ops)
+        await store.flush()
+        before = (await load(store, root), await load(store, child))
+    async with opened(other_store):
+        after = (await load(other_store, root), await load(other_store, child))
+        assert after == before
+        assert await other_store.session_for_key("k") == root
+        assert await other_store.read_events(root, 0, 100) == events[1:]
+        # It goes on where the first left off.
+        other_store.write(EventRow(root, 8, events_of_a_turn(root, turn, first_seq=8)[0]))
+        await other_store.flush()
+        assert [event.id for event in await other_store.read_events(root, 6, 100)] == [
+            cursor(root, 7),
+            cursor(root, 8),
+        ]
+
+
+@pytest.mark.trio
+async def test_leases_hold_across_store_objects(
+    store: Store, other_store: Store, clock: ManualClock
+) -> None:
+    session = new_id()
+    mine, theirs = store, other_store
+    async with opened(mine), opened(theirs):
+        mine.write(SessionRow(session, "agent"))
+        await mine.flush()
+        await mine.acquire([session], "A", 30)
+        with pytest.raises(LeaseRefused) as refused:
+            await theirs.acquire([session], "B", 30)
+        assert refused.value.owner == "A"
+        assert refused.value.until == pytest.approx(clock.now + 30)
+        clock.now += 31
+        await theirs.acquire([session], "B", 30)
+        with pytest.raises(LeaseRefused):
+            await mine.acquire([session], "A", 30)
+        assert await mine.renew([session], "A", 30) == [session]
+        await theirs.release([session], "B")
+        await mine.acquire([session], "A", 30)
+
+
+# --- fencing ----------------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_a_write_to_a_session_taken_over_is_refused(
+    store: Store, other_store: Store, clock: ManualClock
+) -> None:
+    """A runtime that stalled past its lease may write before its next renewal finds the
+    session taken over: its store refuses the write, writes nothing more, and the new
+    owner's writes are untouched."""
+    session = new_id()
+    turn = new_id()
+    events = events_of_a_turn(session, turn)
+    mine, theirs = store, other_store
+    async with opened(mine), opened(theirs):
+        mine.write(SessionRow(session, "agent"))
+        mine.write(EventRow(session, 1, events[0]))
+        await mine.flush()
+        await mine.acquire([session], "A", 30)
+        mine.write(EventRow(session, 2, events[1]))
+        await mine.flush()  # A holds the lease: written
+
+        clock.now += 31
+        await theirs.acquire([session], "B", 30)
+        mine.write(EventRow(session, 3, events[2]))
+        with pytest.raises(LeaseLost) as refused:
+            await mine.flush()
+        assert (refused.value.session_id, refused.value.owner) == (session, "B")
+        with pytest.raises(LeaseLost):
+            mine.check()
+
+        theirs.write(EventRow(session, 3, events[3]))
+        await theirs.flush()
+        stored = await load(theirs, session)
+        assert await events_of(theirs, stored) == [*events[:2], events[3]]
+
+
+@pytest.mark.parametrize("let_go", [False, True])
+@pytest.mark.trio
+async def test_a_session_leased_as_it_was_made_is_fenced(
+    store: Store, other_store: Store, clock: ManualClock, let_go: bool
+) -> None:
+    """A session leased by its own row (a new session, a subagent's) is fenced like one
+    acquired; so is one the new owner has let go of since."""
+    session = new_id()
+    events = events_of_a_turn(session, new_id())
+    mine, theirs = store, other_store
+    async with opened(mine), opened(theirs):
+        mine.write(SessionRow(session, "agent", lease=("A", 30)))
+        mine.write(EventRow(session, 1, events[0]))
+        await mine.flush()
+        clock.now += 31
+        await theirs.acquire([session], "B", 30)
+        if let_go:
+            await theirs.release([session], "B")
+        mine.write(EventRow(session, 2, events[1]))
+        with pytest.raises(LeaseLost) as refused:
+            await mine.flush()
+        assert refused.value.owner == (None if let_go else "B")
+        assert await events_of(theirs, await load(theirs, session)) == events[:1]
