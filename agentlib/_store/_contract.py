@@ -9,6 +9,7 @@ the tests move by hand.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -20,7 +21,7 @@ import trio
 from .._callbacks import AllowApproval, DenyApproval, OpenApproval, OpenClientToolCall, OpenSignIn
 from .._content import TextContentBlock
 from .._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry
-from .._errors import LeaseLost, LeaseRefused
+from .._errors import LeaseLost, LeaseRefused, StoreError
 from .._events import (
     CallbackClosed,
     CallbackOpened,
@@ -730,6 +731,48 @@ async def test_a_session_is_leased_as_its_row_is_written(store: Store, clock: Ma
         await store.acquire([session], "B", 30)
 
 
+# --- order ------------------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_writes_apply_in_the_order_they_were_made(store: Store) -> None:
+    """Writes made one after the other, with no flush between them (as the runtime makes
+    a turn's): each applies over the ones before it."""
+    session, turn = new_id(), new_id()
+    events = events_of_a_turn(session, turn)
+    callback = approval_callback(session, turn)
+    record = Completed(
+        turn_id=turn, session_id=session, cursor=cursor(session, 7), output="hi", text="hi"
+    )
+    async with opened(store):
+        write_all(
+            store,
+            [
+                SessionRow(session, "agent"),
+                TurnRow(session, turn, 1, output_type="builtins.str"),
+                StepRow(session, turn, {"n": 1}),
+                *(EventRow(session, seq, event) for seq, event in enumerate(events, start=1)),
+                CallbackRow(session, callback),
+                StepRow(session, turn, None),
+                PruneRow(session, 4),
+                CallbackRow(session, callback, "answered", AllowApproval()),
+                StepRow(session, turn, {"n": 2}),
+                TurnRow(session, turn, 1, record=record),
+                SessionRow(session, "agent", terminated=True),
+            ],
+        )
+        await store.flush()
+        stored = await load(store, session)
+        assert stored.row.terminated
+        assert list(stored.turns) == [TurnRow(session, turn, 1, "builtins.str", record)]
+        assert stored.steps == {turn: {"n": 2}}
+        assert list(stored.callbacks) == [
+            CallbackRow(session, callback, "answered", AllowApproval())
+        ]
+        assert (stored.first_seq, stored.last_seq) == (4, 7)
+        assert await events_of(store, stored) == events[3:]
+
+
 # --- commits ----------------------------------------------------------------------------------
 
 
@@ -790,6 +833,28 @@ async def test_aclose_commits_what_was_written(store: Store) -> None:
 
 
 @pytest.mark.trio
+async def test_listeners_hear_in_the_runtimes_thread_until_they_stop(store: Store) -> None:
+    threads: list[int] = []
+    heard: list[Sequence[Op]] = []
+
+    def listener(ops: Sequence[Op]) -> None:
+        threads.append(threading.get_ident())
+        heard.append(ops)
+
+    session = new_id()
+    async with opened(store):
+        stop = store.listen(listener)
+        store.write(SessionRow(session, "agent"))
+        await store.flush()
+        assert [op for ops in heard for op in ops] == [SessionRow(session, "agent")]
+        assert set(threads) == {threading.get_ident()}
+        stop()
+        store.write(SessionRow(session, "agent", terminated=True))
+        await store.flush()
+        assert len([op for ops in heard for op in ops]) == 1
+
+
+@pytest.mark.trio
 async def test_a_store_object_opens_again_after_aclose(store: Store) -> None:
     """One store object, opened for a runtime, closed, and opened for the next one: its
     writes of the second opening are committed too."""
@@ -817,6 +882,23 @@ async def test_a_store_object_opens_again_after_aclose(store: Store) -> None:
 
 
 # --- several store objects on one database ----------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_what_a_flush_made_durable_another_store_object_reads(
+    store: Store, other_store: Store
+) -> None:
+    session, turn = new_id(), new_id()
+    events = events_of_a_turn(session, turn)
+    async with opened(store), opened(other_store):
+        store.write(SessionRow(session, "agent", idempotency_key="k"))
+        store.write(TurnRow(session, turn, 1))
+        for seq, event in enumerate(events, start=1):
+            store.write(EventRow(session, seq, event))
+        await store.flush()
+        assert await other_store.session_for_key("k") == session
+        assert await other_store.load(session) == await store.load(session)
+        assert await other_store.read_events(session, 2, 3) == events[2:5]
 
 
 @pytest.mark.trio
@@ -882,32 +964,49 @@ async def test_leases_hold_across_store_objects(
 
 
 @pytest.mark.trio
-async def test_a_write_to_a_session_taken_over_is_refused(
+async def test_a_write_to_a_session_taken_over_is_refused_and_nothing_more_is_written(
     store: Store, other_store: Store, clock: ManualClock
 ) -> None:
     """A runtime that stalled past its lease may write before its next renewal finds the
-    session taken over: its store refuses the write, writes nothing more, and the new
-    owner's writes are untouched."""
-    session = new_id()
-    turn = new_id()
-    events = events_of_a_turn(session, turn)
+    session taken over: its store refuses the write with LeaseLost, tells its listeners with
+    no op, writes nothing more, and lets go of its other sessions; the new owner's writes
+    are untouched."""
+    session, kept, later = new_id(), new_id(), new_id()
+    events = events_of_a_turn(session, new_id())
     mine, theirs = store, other_store
+    groups: list[Sequence[Op]] = []
+    mine.listen(groups.append)
     async with opened(mine), opened(theirs):
         mine.write(SessionRow(session, "agent"))
+        mine.write(SessionRow(kept, "agent"))
         mine.write(EventRow(session, 1, events[0]))
         await mine.flush()
-        await mine.acquire([session], "A", 30)
+        await mine.acquire([session, kept], "A", 30)
         mine.write(EventRow(session, 2, events[1]))
         await mine.flush()  # A holds the lease: written
+        mine.check()
 
-        clock.now += 31
+        clock.now += 31  # A stalled: it renewed one lease only
+        assert await mine.renew([kept], "A", 30) == []
         await theirs.acquire([session], "B", 30)
+        groups.clear()
         mine.write(EventRow(session, 3, events[2]))
+        mine.write(SessionRow(later, "agent"))  # after the refused write
         with pytest.raises(LeaseLost) as refused:
             await mine.flush()
         assert (refused.value.session_id, refused.value.owner) == (session, "B")
+        assert isinstance(refused.value, StoreError)
+        assert [list(ops) for ops in groups] == [[]]  # the failure, with no op
         with pytest.raises(LeaseLost):
             mine.check()
+        assert isinstance(mine.failure, LeaseLost)
+
+        mine.write(EventRow(kept, 1, events_of_a_turn(kept, new_id())[0]))
+        with pytest.raises(LeaseLost):
+            await mine.flush()
+        assert await theirs.load(later) is None
+        assert await theirs.read_events(kept, 0, 10) == []
+        await theirs.acquire([kept], "B", 30)  # let go of, though A renewed it
 
         theirs.write(EventRow(session, 3, events[3]))
         await theirs.flush()
@@ -938,3 +1037,26 @@ async def test_a_session_leased_as_it_was_made_is_fenced(
             await mine.flush()
         assert refused.value.owner == (None if let_go else "B")
         assert await events_of(theirs, await load(theirs, session)) == events[:1]
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_a_store_that_commits_is_durable_and_checks_out(store: Store) -> None:
+    async with opened(store):
+        assert store.durable
+        store.write(SessionRow(new_id(), "agent"))
+        await store.flush()
+        assert store.failure is None
+        store.check()
+
+
+@pytest.mark.trio
+async def test_damaged_is_a_store_error_naming_the_session_and_the_table(store: Store) -> None:
+    session = new_id()
+    async with opened(store):
+        error = store.damaged(session, "turns", "turn t-1, which delegated, is missing")
+    assert isinstance(error, StoreError)
+    assert session in str(error)
+    assert "turns" in str(error)
