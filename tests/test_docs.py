@@ -19,6 +19,7 @@ import attrs
 import pytest
 
 import agentlib
+import agentlib.store
 import agentlib.testing
 import agentlib_sync
 
@@ -134,6 +135,23 @@ def test_every_public_name_of_agentlib_sync_has_a_reference_entry(name: str) -> 
 @pytest.mark.parametrize("name", agentlib.testing.__all__)
 def test_every_public_name_of_agentlib_testing_has_a_reference_entry(name: str) -> None:
     assert f"::: agentlib.testing.{name}\n" in (REFERENCE / "agentlib_testing.md").read_text()
+
+
+@pytest.mark.parametrize("name", agentlib.store.__all__)
+def test_every_public_name_of_agentlib_store_has_a_reference_entry(name: str) -> None:
+    page = (REFERENCE / "agentlib_store.md").read_text()
+    own = f"::: agentlib.store.{name}\n" in page
+    shared = f"[agentlib.{name}]" in page and getattr(agentlib.store, name) is getattr(
+        agentlib, name, None
+    )
+    assert own or shared
+
+
+def test_the_store_contracts_suite_has_a_reference_entry_showing_every_test() -> None:
+    page = (REFERENCE / "agentlib_testing.md").read_text()
+    assert "::: agentlib.testing.store_contract\n" in page
+    entry = page[page.index("::: agentlib.testing.store_contract\n") :]
+    assert "show_if_no_docstring: true" in entry  # a test's name states its rule
 
 
 def test_every_reference_page_is_in_the_nav() -> None:

@@ -1,5 +1,6 @@
 """The store contract's suite (``agentlib.testing.store_contract``), run against every store
-agentlib ships, as a store's own tests run it.
+agentlib ships and against the example store of the guide "Writing a store", as a store's own
+tests run it.
 
 A :class:`MemoryStore` keeps its sessions in the object: no second object reaches them, and
 the tests of several store objects on one database are skipped for it. What only the SQLite
@@ -8,7 +9,13 @@ store promises is in ``test_sqlite_store.py``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,21 +23,45 @@ from agentlib.store import MemoryStore, SQLiteStore, Store
 from agentlib.testing.store_contract import *  # noqa: F403
 from agentlib.testing.store_contract import ManualClock
 
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "stores.md"
 
-@pytest.fixture(params=["memory", "sqlite"])
+
+@functools.cache
+def guide_store() -> dict[str, Any]:
+    """The names the guide's example store defines: its page's first script, run as the
+    docs' tests run it (what it prints aside)."""
+    found = re.search(r"^```python\n(.*?)^```\n", GUIDE.read_text(), re.MULTILINE | re.DOTALL)
+    assert found is not None, "the guide shows no store"
+    namespace: dict[str, Any] = {"__name__": "docs_stores"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(found.group(1), GUIDE.name, "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture(params=["memory", "sqlite", "guide"])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
-def store(kind: str, tmp_path: Path, clock: ManualClock) -> Store:
+def make_store(kind: str, tmp_path: Path, clock: ManualClock) -> Callable[[], Store]:
+    """Makes store objects of the kind, each on the test's one database."""
     if kind == "memory":
-        return MemoryStore(clock=clock)
-    return SQLiteStore(str(tmp_path / "s.db"), clock=clock)
+        return lambda: MemoryStore(clock=clock)
+    if kind == "sqlite":
+        return lambda: SQLiteStore(str(tmp_path / "s.db"), clock=clock)
+    guide = guide_store()
+    database = guide["Database"]()
+    return lambda: guide["DictStore"](database, clock=clock)
 
 
 @pytest.fixture
-def other_store(kind: str, tmp_path: Path, clock: ManualClock) -> Store:
+def store(make_store: Callable[[], Store]) -> Store:
+    return make_store()
+
+
+@pytest.fixture
+def other_store(kind: str, make_store: Callable[[], Store]) -> Store:
     if kind == "memory":
         pytest.skip("a MemoryStore's sessions live in the object: no other object reaches them")
-    return SQLiteStore(str(tmp_path / "s.db"), clock=clock)
+    return make_store()

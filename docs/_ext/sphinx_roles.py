@@ -16,23 +16,61 @@ from typing import Any
 
 import griffe
 
+import agentlib
+
 ROLE = re.compile(r":(?:class|meth|func|attr|exc|data|obj|mod):`(~?)([\w.]+)`(?:\\ )?")
 LITERAL_BLOCK = re.compile(r"(?<=\S)::$", re.MULTILINE)
 
 
+#: The modules whose public names have reference entries (or link to agentlib's).
+MODULES = (
+    "agentlib",
+    "agentlib_sync",
+    "agentlib.store",
+    "agentlib.testing",
+    "agentlib.testing.store_contract",
+)
+#: Modules that have an entry of their own, shown whole.
+MODULE_ENTRIES = ("agentlib.testing.store_contract",)
+#: Where a name given without its module is looked up, in order.
+UNQUALIFIED = ("agentlib", "agentlib.store")
+
+
 def _target(name: str) -> str | None:
     """The reference entry ``name`` stands for, or None if it has none."""
-    path = name if name.split(".")[0] in ("agentlib", "agentlib_sync") else f"agentlib.{name}"
-    package, public, *members = path.split(".")
-    module = importlib.import_module(package)
+    if name in MODULE_ENTRIES:
+        return name
+    if name.split(".")[0] in ("agentlib", "agentlib_sync"):
+        within = [module for module in MODULES if name.startswith(f"{module}.")]
+        if not within:
+            return None
+        module = max(within, key=len)
+        places = [(module, name[len(module) + 1 :])]
+    else:
+        places = [(module, name) for module in UNQUALIFIED]
+    for module, rest in places:
+        path = _entry(module, rest)
+        if path is not None:
+            return path
+    return None
+
+
+def _entry(module_name: str, rest: str) -> str | None:
+    """The entry of ``rest`` (``"Store.flush"``) in the module, or None if it has none. A
+    name the module shares with agentlib (the same object) has agentlib's entry."""
+    public, *members = rest.split(".")
+    module = importlib.import_module(module_name)
     if public not in module.__all__:
         return None
     value: Any = getattr(module, public)
+    shared = public in agentlib.__all__ and getattr(agentlib, public) is value
+    if shared:
+        module_name = "agentlib"
     for member in members:
         if member.startswith("_") or not hasattr(value, member):
             return None
         value = getattr(value, member)
-    return path
+    return f"{module_name}.{rest}"
 
 
 def _link(match: re.Match[str]) -> str:
