@@ -24,7 +24,9 @@ __all__ = ["Holder", "gone", "this_process"]
 
 @attrs.frozen(kw_only=True)
 class Holder:
-    """A process holding leases.
+    """A process holding leases. A store records, with each lease it takes, the process
+    taking it (:func:`this_process`); another runtime may then take at once a lease whose
+    holder is :func:`gone`, rather than wait for it to expire.
 
     Attributes:
         host: Its host's identity; None where this platform cannot give one that tells
@@ -53,7 +55,8 @@ _THIS: dict[int, Holder] = {}
 def gone(holder: Holder) -> bool:
     """Whether ``holder`` has surely ended: it ran on this very host, and no process has its
     pid now, or the one that has is another (it started at another time), or it has ended
-    and only waits for its parent to reap it."""
+    and only waits for its parent to reap it. When in doubt (another host, a platform that
+    cannot tell), it has not."""
     if holder.host is None or holder.host != host_identity() or holder.pid <= 0:
         return False  # kill(0) and kill(-1) reach groups of processes, not one
     stat = _stat(holder.pid)
