@@ -2,9 +2,9 @@
 agentlib ships and against the example store of the guide "Writing a store", as a store's own
 tests run it.
 
-A :class:`MemoryStore` keeps its sessions in the object: no second object reaches them, and
-the tests of several store objects on one database are skipped for it. What only the SQLite
-store promises is in ``test_sqlite_store.py``.
+A :class:`MemoryStore` keeps its sessions in the object: its second object, for the tests of
+several store objects on one database, is made ``shared_with`` the first. What only the
+SQLite store promises is in ``test_sqlite_store.py``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,10 @@ def store(make_store: Callable[[], Store]) -> Store:
 
 
 @pytest.fixture
-def other_store(kind: str, make_store: Callable[[], Store]) -> Store:
-    if kind == "memory":
-        pytest.skip("a MemoryStore's sessions live in the object: no other object reaches them")
+def other_store(
+    kind: str, store: Store, make_store: Callable[[], Store], clock: ManualClock
+) -> Store:
+    if kind == "memory":  # its sessions live in the object: another shares them
+        assert isinstance(store, MemoryStore)
+        return MemoryStore(shared_with=store, clock=clock)
     return make_store()

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from .._entries import Entry
+from .._errors import LeaseLost
 from .._events import Event
 from ._base import (
     CallbackRow,
@@ -49,19 +50,32 @@ class MemoryStore(Store):
     once. Reopen a runtime on the same object to resume its sessions.
 
     Its sessions live in the object, which runtimes share to share them: it cannot tell
-    their writes apart, and refuses none (see :class:`Store`'s fencing).
+    their writes apart. Another object made ``shared_with`` it holds the same sessions, as
+    a second process on one database would see them; each object fences its own leases (a
+    write to a session another object's owner took over is refused with ``LeaseLost``).
 
     Args:
         durable: Whether it keeps sessions for the next runtime (``":memory:"`` is a
             MemoryStore that does not: sessions end with their runtime).
         clock: The wall clock leases are measured on (seconds).
+        shared_with: A MemoryStore whose sessions this one holds too.
     """
 
-    def __init__(self, *, durable: bool = True, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        durable: bool = True,
+        clock: Callable[[], float] = time.time,
+        shared_with: MemoryStore | None = None,
+    ) -> None:
         self.durable = durable
         self._sessions: dict[str, _Session] = {}
         self._keys: dict[str, str] = {}
+        if shared_with is not None:
+            self._sessions = shared_with._sessions
+            self._keys = shared_with._keys
         self._clock = clock
+        self._held: dict[str, str] = {}  # session id -> the owner this object leased it to
 
     async def open(self, start_soon: Callable[..., Any]) -> None:
         return None
@@ -74,6 +88,8 @@ class MemoryStore(Store):
             if isinstance(op, EventRow):
                 self.committed((op,))
             return
+        if self.failure is not None or self._fenced(op):
+            return  # a store that refused a write writes nothing more
         if isinstance(op, SessionRow):
             known = self._sessions.get(op.session_id)
             if known is None:
@@ -81,6 +97,7 @@ class MemoryStore(Store):
                 if op.lease is not None:
                     owner, seconds = op.lease
                     self._sessions[op.session_id].lease = (owner, self._clock() + seconds)
+                    self._held[op.session_id] = owner
                 if op.parent_id is not None:
                     self._sessions[op.parent_id].children.append(op.session_id)
                 if op.idempotency_key is not None:
@@ -112,8 +129,29 @@ class MemoryStore(Store):
                 session.first_seq += drop
         self.committed((op,))
 
+    def _fenced(self, op: Op) -> bool:
+        """Whether ``op`` writes to a session this object leased, which another owner took
+        over since: then the write is refused, nothing more is written, and the object lets
+        go of its other sessions."""
+        owner = self._held.get(op.session_id)
+        if owner is None:
+            return False
+        lease = self._sessions[op.session_id].lease
+        holder = None if lease is None else lease[0]
+        if holder == owner:
+            return False
+        self.failure = LeaseLost(op.session_id, holder)
+        for session_id, held_by in self._held.items():
+            session = self._sessions[session_id]
+            if session.lease is not None and session.lease[0] == held_by:
+                session.lease = None
+        self._held.clear()
+        self.committed(())
+        return True
+
     async def flush(self) -> None:
-        return None
+        if self.failure is not None:
+            self.check()
 
     async def load(self, session_id: str) -> StoredSession | None:
         session = self._sessions.get(session_id)
@@ -143,6 +181,7 @@ class MemoryStore(Store):
         return session.events[start : start + limit]
 
     async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
+        self.check()  # a store that can no longer commit takes no lease
         now = self._clock()
         for session_id in session_ids:
             lease = self._sessions[session_id].lease
@@ -150,8 +189,10 @@ class MemoryStore(Store):
                 raise LeaseRefused(session_id, *lease)
         for session_id in session_ids:
             self._sessions[session_id].lease = (owner, now + seconds)
+            self._held[session_id] = owner
 
     async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
+        self.check()  # a store that refused a write renews nothing
         now = self._clock()
         lost = []
         for session_id in session_ids:
@@ -166,6 +207,7 @@ class MemoryStore(Store):
 
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
         for session_id in session_ids:
+            self._held.pop(session_id, None)
             session = self._sessions.get(session_id)
             if session is not None and session.lease is not None and session.lease[0] == owner:
                 session.lease = None
