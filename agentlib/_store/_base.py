@@ -108,12 +108,14 @@ class Store(abc.ABC):
     it. It may commit several writes at once, in one transaction: such a group is durable
     whole, or not at all.
 
-    **Notification.** Once a group of writes is durable, the store calls :meth:`committed`
-    with it, in the runtime's thread (from :meth:`write` itself where each write is durable
-    at once): the runtime then shows their events to readers, so a flush returns only after
-    its writes were reported. A store that fails calls it with no op, so that those waiting
-    hear of it. It reports the writes made through its own object: not those another
-    store object made on the same database.
+    **Notification.** The runtime learns what is durable from :meth:`flush`: once a flush
+    returns, it shows readers the events written before it (it keeps a task flushing while
+    it writes). The store never calls the runtime. It tells its own listeners
+    (:meth:`listen`: observers of the store) of each group of writes once it is durable,
+    through :meth:`committed`, in the runtime's thread (from :meth:`write` itself where each
+    write is durable at once); a store that fails calls it with no op, so that those
+    listening hear of it. It reports the writes made through its own object: not those
+    another store object made on the same database.
 
     **Reads.** :meth:`load` reads a session back whole, :meth:`read_events` its events a page
     at a time, :meth:`session_for_key` finds the session a ``start_session`` key made. What
@@ -162,8 +164,8 @@ class Store(abc.ABC):
         """Call ``listener`` with each group of writes once it is durable, and with no op
         when the store fails, in the runtime's thread; returns the function that stops it.
 
-        The runtime listens while it is open; a store calls :meth:`committed`, which calls
-        the listeners, and need not override this.
+        A store calls :meth:`committed`, which calls the listeners, and need not override
+        this; the runtime itself does not listen (it flushes).
         """
         listeners: list[Callable[[Sequence[Op]], None]] = self.__dict__.setdefault("_listeners", [])
         listeners.append(listener)
