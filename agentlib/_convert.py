@@ -12,6 +12,7 @@ translates them, here and only here, into :class:`~agentlib.ValidationError`.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 import types
@@ -156,7 +157,11 @@ def make_converter() -> cattrs.Converter:
     def is_plain_union(tp: Any) -> bool:
         if typing.get_origin(tp) not in (typing.Union, types.UnionType) or tp in families:
             return False
-        return len([arg for arg in typing.get_args(tp) if arg is not type(None)]) > 1
+        members = [arg for arg in typing.get_args(tp) if arg is not type(None)]
+        # Of classes only, cattrs tells the members apart by their fields (a dict that fits
+        # the first class may be meant for a second with more fields): it structures those.
+        classes = [m for m in members if attrs.has(m) or dataclasses.is_dataclass(m)]
+        return len(members) > 1 and len(classes) < len(members)
 
     def union_structure_factory(tp: Any) -> Callable[[Any, Any], Any]:
         members = [arg for arg in typing.get_args(tp) if arg is not type(None)]
@@ -197,10 +202,12 @@ def make_converter() -> cattrs.Converter:
         return (typing.get_origin(tp) or tp) is tuple
 
     def collection_structure_factory(tp: Any) -> Callable[[Any, Any], Any]:
-        args = typing.get_args(tp) or (Any,)
+        declared = typing.get_args(tp)
+        args = declared or (Any,)
         make = collections[typing.get_origin(tp) or tp]
-        # tuple[int, str]: an item of its own type at each position; else one type for all.
-        fixed = make is tuple and args[-1] is not Ellipsis and args != ((),)
+        # tuple[int, str]: an item of its own type at each position; else (tuple[int, ...], a
+        # bare tuple, a list) one type for all.
+        fixed = make is tuple and bool(declared) and args[-1] is not Ellipsis
         elements = list(args) if fixed else [args[0]]
         hooks = [conv.get_structure_hook(element) for element in elements]
 
