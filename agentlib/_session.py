@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import inspect
 import math
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, Union, overload
 
@@ -120,7 +120,9 @@ def _for_reader(record: TurnState[Any], output_type: Any) -> TurnState[Any]:
     """A turn record as a reference with ``output_type`` reads it."""
     if not isinstance(record, Completed) or output_type is None:
         return record
-    if inspect.isclass(output_type) and isinstance(record.output, output_type):
+    # list[str] is a class to inspect on Python 3.10, and isinstance refuses it.
+    plain = isinstance(output_type, type) and typing.get_origin(output_type) is None
+    if plain and isinstance(record.output, output_type):
         return record  # the turn already structured it
     try:
         return attrs.evolve(record, output=parse_output(record.text, output_type))
