@@ -13,7 +13,7 @@ from typing import Any, Union
 
 import attrs
 
-__all__ = ["docstring_parameters", "json_schema", "lift_defs"]
+__all__ = ["Definitions", "docstring_parameters", "json_schema", "lift_defs"]
 
 _SIMPLE: dict[Any, dict[str, Any]] = {
     str: {"type": "string"},
@@ -36,15 +36,36 @@ def json_schema(tp: Any) -> dict[str, Any]:
     Raises:
         TypeError: ``tp`` has no JSON form (a callable, a custom class...).
     """
-    defs: dict[str, Any] = {}
-    schema = _schema(tp, _Classes(defs))
-    return {**schema, "$defs": defs} if defs else schema
+    definitions = Definitions()
+    schema = definitions.schema(tp)
+    return {**schema, "$defs": definitions.defs} if definitions.defs else schema
+
+
+class Definitions:
+    """The ``$defs`` of schemas placed in one document (a tool's parameters in its
+    arguments' object): each class that holds itself described once, under a name no other
+    class of the document has.
+
+    Attributes:
+        defs: The definitions, by name, for the document's root.
+    """
+
+    def __init__(self) -> None:
+        self.defs: dict[str, Any] = {}
+        self._classes = _Classes(self.defs)
+
+    def schema(self, tp: Any) -> dict[str, Any]:
+        """The JSON schema of ``tp``, its definitions joining :attr:`defs`.
+
+        Raises:
+            TypeError: ``tp`` has no JSON form.
+        """
+        return _schema(tp, self._classes)
 
 
 def lift_defs(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """``schema`` without its ``"$defs"``, which join ``defs``: for a schema placed inside
-    another (a tool's parameter in its arguments' object), whose references are to the
-    root of the whole."""
+    another, whose references are to the root of the whole."""
     found = schema.pop("$defs", None)
     if found:
         defs.update(found)
@@ -126,7 +147,8 @@ def _class_schema(cls: type[Any], classes: _Classes) -> dict[str, Any]:
 
 
 def _fields_schema(cls: type[Any], classes: _Classes) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls, include_extras=True)
+    # A class defined in a function refers to itself by a name its module does not hold.
+    hints = typing.get_type_hints(cls, localns={cls.__name__: cls}, include_extras=True)
     properties: dict[str, Any] = {}
     required: list[str] = []
     if attrs.has(cls):

@@ -18,7 +18,7 @@ from ._errors import ClientToolAnswerError
 from ._inputs import Dependency, dependencies_of
 from ._json import TOO_DEEP, InvalidValue, NotJson, json_problem, nesting_problem, read_json
 from ._models._base import ToolSchema
-from ._schema import docstring_parameters, json_schema, lift_defs
+from ._schema import Definitions, docstring_parameters
 
 __all__ = ["Tool", "ToolSource", "arguments_problem", "client_tool", "tool"]
 
@@ -196,7 +196,7 @@ def _make_tool(
     summary, documented = docstring_parameters(function)
     hints = typing.get_type_hints(function, include_extras=True)
     properties: dict[str, Any] = {}
-    definitions: dict[str, Any] = {}
+    definitions = Definitions()  # one document: a class is named once in its $defs
     required: list[str] = []
     signature: list[_Parameter] = []
     tool_name: str = name or str(getattr(function, "__name__", ""))
@@ -235,8 +235,7 @@ def _make_tool(
             )
         annotation = hints[parameter.name]
         try:
-            # The definitions a parameter's schema refers to go to the root of the whole.
-            schema = lift_defs(json_schema(annotation), definitions)
+            schema = definitions.schema(annotation)
         except TypeError as exc:
             raise TypeError(f"tool {tool_name!r}, parameter {parameter.name!r}: {exc}") from None
         if parameter.name in documented:
@@ -265,7 +264,7 @@ def _make_tool(
             "properties": properties,
             "required": required,
             "additionalProperties": False,
-            **({"$defs": definitions} if definitions else {}),
+            **({"$defs": definitions.defs} if definitions.defs else {}),
         },
         function=function,
         requires_approval=requires_approval,
