@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._callbacks import Credentials
@@ -143,8 +143,7 @@ class Agent:
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r})"
 
-    @contextlib.contextmanager
-    def override(self, *, model: Model | str) -> Iterator[None]:
+    def override(self, *, model: Model | str) -> contextlib.AbstractContextManager[None]:
         """Run this agent on ``model`` for the ``with`` block, for tests.
 
         Every step a session of this agent takes inside the block asks ``model``: sessions
@@ -173,18 +172,7 @@ class Agent:
                 "agentlib.testing.TestModel(), or a string such as "
                 f"'mistral:mistral-small-latest'; not {type(model).__name__}"
             )
-        token = object()
-        with _overrides_lock:
-            if not self._overrides:
-                self._own_model = self.model
-            self._overrides.append((token, model))
-            self.model = model
-        try:
-            yield
-        finally:
-            with _overrides_lock:
-                self._overrides = [entry for entry in self._overrides if entry[0] is not token]
-                self.model = self._overrides[-1][1] if self._overrides else self._own_model
+        return _Override(self, model)
 
     async def start_session(
         self,
@@ -254,6 +242,29 @@ class Agent:
             on_client_tool=on_client_tool,
         )
         return session
+
+
+class _Override(contextlib.AbstractContextManager[None]):
+    """One ``Agent.override`` block. A ``with`` block only: not a decorator, which on an
+    ``async def`` test would end before the test runs."""
+
+    def __init__(self, agent: Agent, model: Model) -> None:
+        self._agent = agent
+        self._model = model
+
+    def __enter__(self) -> None:
+        agent = self._agent
+        with _overrides_lock:
+            if not agent._overrides:
+                agent._own_model = agent.model
+            agent._overrides.append((self, self._model))
+            agent.model = self._model
+
+    def __exit__(self, *exc_info: object) -> None:
+        agent = self._agent
+        with _overrides_lock:
+            agent._overrides = [entry for entry in agent._overrides if entry[0] is not self]
+            agent.model = agent._overrides[-1][1] if agent._overrides else agent._own_model
 
 
 def _tools(agent: str, items: Iterable[Tool | ToolSource | Callable[..., Any]]) -> tuple[Tool, ...]:

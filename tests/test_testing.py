@@ -803,3 +803,13 @@ def test_agentlib_and_its_namespaces_never_import_pytest() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert ran.stdout == "[]\n"
+
+
+def test_override_is_a_with_block_and_never_a_decorator_that_would_end_too_soon() -> None:
+    agent = Agent("a", model=ScriptedModel(["own"]))
+    override = agent.override(model=TestModel())
+    with pytest.raises(TypeError):
+
+        @override  # type: ignore[operator]
+        async def test_something() -> None:
+            pass
