@@ -3,6 +3,7 @@
 # No ``from __future__ import annotations`` here: subclasses of SessionInput are resolved with
 # typing.get_type_hints, which must be able to read SessionInput's own annotation as a type.
 
+import abc
 import typing
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
@@ -40,7 +41,7 @@ class Depends:
 _BUILT = "__agentlib_session_input__"
 
 
-class _InputClass(type):
+class _InputClass(abc.ABCMeta):
     """The type of SessionInput classes: an ``@attrs`` decorator on one changes nothing.
 
     Each subclass is made a frozen, keyword-only attrs class as it is created. A slotted

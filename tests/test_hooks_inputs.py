@@ -12,6 +12,7 @@ without the value ever showing, and what ``start_session(inputs=...)``, ``Sessio
 
 from __future__ import annotations
 
+import abc
 import json
 import pathlib
 from collections.abc import Callable, Sequence
@@ -1477,3 +1478,26 @@ def test_a_client_tool_with_a_depends_parameter_raises_type_error() -> None:
 
     with pytest.raises(TypeError, match="Depends"):
         client_tool(pick)
+
+
+def test_a_session_input_may_also_be_an_abstract_base_class() -> None:
+    class Settings(SessionInput, abc.ABC):
+        input_id = "settings"
+        region: str
+
+        @abc.abstractmethod
+        def where(self) -> str: ...
+
+    class EuSettings(Settings):
+        input_id = "eu_settings"
+
+        def where(self) -> str:
+            return f"in {self.region}"
+
+    with pytest.raises(TypeError):
+        Settings(region="eu")  # type: ignore[abstract]
+    settings = EuSettings(region="eu")
+    assert settings.where() == "in eu"
+    assert attrs.has(EuSettings)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        settings.region = "us"  # type: ignore[misc]
