@@ -754,3 +754,65 @@ async def test_a_parameter_of_a_class_that_holds_itself_is_described_once_and_re
     _, entries = await run_agent(agent)
     assert [result.is_error for result in results(entries)] == [False]
     assert received == [Tree("a", [Tree("b")])]
+
+
+@attrs.frozen
+class Cat:
+    name: str
+
+
+@attrs.frozen
+class Dog:
+    name: str
+    breed: str
+
+
+async def test_a_union_of_classes_takes_the_class_whose_fields_the_arguments_fill() -> None:
+    received: list[object] = []
+
+    def adopt(pet: Cat | Dog, tags: tuple) -> str:  # type: ignore[type-arg]
+        """Adopt a pet."""
+        received.append((pet, tags))
+        return "adopted"
+
+    arguments = {"pet": {"name": "Rex", "breed": "lab"}, "tags": ["a", 1, True]}
+    agent = Agent("a", model=ScriptedModel([call("adopt", arguments), "ok"]), tools=[adopt])
+    _, entries = await run_agent(agent)
+    assert [result.is_error for result in results(entries)] == [False]
+    assert received == [(Dog("Rex", "lab"), ("a", 1, True))]  # a bare tuple: any length
+
+
+def words_tree() -> type:
+    @attrs.frozen
+    class Node:
+        label: str
+        children: list[Node] = attrs.field(factory=list)
+
+    return Node
+
+
+def numbers_tree() -> type:
+    @attrs.frozen
+    class Node:
+        label: int
+        children: list[Node] = attrs.field(factory=list)
+
+    return Node
+
+
+def test_two_classes_of_one_name_in_a_tools_parameters_get_a_definition_each() -> None:
+    Words, Numbers = words_tree(), numbers_tree()
+
+    def both(words: Words, numbers: Numbers) -> str:  # type: ignore[valid-type]
+        """Take two trees."""
+        return "ok"
+
+    both.__annotations__ = {"words": Words, "numbers": Numbers, "return": str}
+    parameters = agentlib.tool(both).parameters
+    defs = parameters["$defs"]
+    assert sorted(defs) == ["Node", "Node2"]
+    labels = {name: node["properties"]["label"]["type"] for name, node in defs.items()}
+    assert labels == {"Node": "string", "Node2": "integer"}
+    words_ref = parameters["properties"]["words"]["properties"]["children"]["items"]["$ref"]
+    numbers_ref = parameters["properties"]["numbers"]["properties"]["children"]["items"]["$ref"]
+    assert (words_ref, numbers_ref) == ("#/$defs/Node", "#/$defs/Node2")
