@@ -26,7 +26,7 @@ import random
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import httpx
@@ -42,22 +42,21 @@ from .._content import (
 )
 from .._entries import ContextMessage, Entry, MessageEntry, ToolCallEntry, ToolResultEntry
 from .._errors import ModelError, ValidationError
-from .._json import TOO_DEEP, NotJson, json_problem, read_json
+from .._json import NotJson, read_json
 from .._usage import Usage
 from ._base import ModelReply, ModelRequest, TextSink, ToolCallRequest, ToolSchema
 from ._block import check_requests_allowed
+from ._options import ChatOptions, ChatSettings
 
-__all__ = ["DEFAULT_TIMEOUT", "MistralModel", "OpenAICompatibleModel", "model_from_string"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-#: Generation is slow: a minute or two between bytes is normal; connecting is not.
-DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=10.0)
+__all__ = ["MistralModel", "OpenAICompatibleModel", "model_from_string"]
+
 #: Where ``"openai:<model>"`` goes unless ``OPENAI_BASE_URL`` says otherwise.
 _OPENAI_URL = "https://api.openai.com/v1"
 
-ToolChoice = Literal["auto", "none", "required"]
-
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-_KEY = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space: what a header value takes
 _NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 _MISTRAL_CALL_ID = re.compile(r"^[a-zA-Z0-9]{9}$")
 _BASE62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -78,15 +77,13 @@ _AUDIO_FORMATS = {
 _CUT = ("length", "model_length")
 
 
-class ChatCompletionsModel:
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ChatCompletionsModel(ChatSettings):
     """A model behind a chat-completions endpoint: :class:`MistralModel` and
-    :class:`OpenAICompatibleModel` (whose arguments are these)."""
+    :class:`OpenAICompatibleModel`."""
 
     #: Who answers, in messages.
     provider: ClassVar[str] = "the model server"
-    #: Examples for the messages of bad arguments.
-    _example: ClassVar[str] = "mistral-small-latest"
-    _example_url: ClassVar[str] = "https://api.mistral.ai/v1"
     #: How to say tool_choice="required"; the content of an assistant message of calls only.
     _required: ClassVar[str] = "required"
     _no_content: ClassVar[str | None] = None
@@ -95,60 +92,9 @@ class ChatCompletionsModel:
     #: Where else the limit of a cut reply may be raised.
     _context_hint: ClassVar[str | None] = None
 
-    def __init__(
-        self,
-        model: str,
-        base_url: str,
-        *,
-        api_key: str | None = None,
-        stream: bool = True,
-        tool_choice: ToolChoice | str | None = None,
-        reset_tool_choice: bool = True,
-        parallel_tool_calls: bool | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int = 3,
-        max_retry_wait: float = 60.0,
-        http_client: httpx.AsyncClient | None = None,
-    ) -> None:
-        if not isinstance(model, str) or not model.strip():
-            raise ValueError(f"{type(self).__name__} needs a model name, such as {self._example!r}")
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"base_url must be an http:// or https:// URL, such as {self._example_url!r}"
-            )
-        if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
-            raise ValueError("api_key must be a non-empty string, or None")
-        if api_key is not None and not _KEY.fullmatch(api_key):
-            raise ValueError(
-                "api_key holds a space, a line break or a character outside ASCII: it would "
-                "not go in an HTTP header; strip what was read with it (the key is not shown)"
-            )
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError("max_retries must be an int >= 0 (0 never retries)")
-        if tool_choice is not None and not isinstance(tool_choice, str):
-            raise ValueError('tool_choice must be "auto", "none", "required" or a tool\'s name')
-        if not isinstance(reset_tool_choice, bool):
-            raise ValueError("reset_tool_choice must be True or False")
-        if extra_body is not None:
-            _check_extra_body(extra_body)
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self._api_key = api_key
-        self.stream = stream
-        self.tool_choice = tool_choice
-        self.reset_tool_choice = reset_tool_choice
-        self.parallel_tool_calls = parallel_tool_calls
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.extra_body = dict(extra_body or {})
-        self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
-        self.max_retries = max_retries
-        self.max_retry_wait = max_retry_wait
-        self._http_client = http_client
-        self._clients: dict[trio.lowlevel.TrioToken, httpx.AsyncClient] = {}
+    _clients: dict[trio.lowlevel.TrioToken, httpx.AsyncClient] = attrs.field(
+        init=False, factory=dict
+    )
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
@@ -653,34 +599,10 @@ class ChatCompletionsModel:
 class MistralModel(ChatCompletionsModel):
     """Mistral's chat completions API (``POST {base_url}/chat/completions``).
 
-    Args:
-        model: The model's name, e.g. ``"mistral-small-latest"``.
-        api_key: The API key; by default the ``MISTRAL_API_KEY`` environment variable.
-        base_url: The API's root; by default the ``MISTRAL_BASE_URL`` environment variable,
-            else ``https://api.mistral.ai/v1``.
-        stream: Stream the reply's text as it is written (as ``EntryDelta`` events).
-        tool_choice: ``"auto"``, ``"none"``, ``"required"`` (sent as Mistral's ``"any"``)
-            or the name of a tool the model must call; None leaves Mistral's default.
-        reset_tool_choice: Whether a forcing ``tool_choice`` (``"required"`` or a tool's
-            name) goes out on the first model step of a turn only, so that the model may
-            answer once it has the results; False sends it on every step, where a model
-            that obeys it calls a tool every time and never answers. ``"auto"`` and
-            ``"none"`` go out on every step either way.
-        parallel_tool_calls: Whether the model may call several tools in one reply; None
-            leaves Mistral's default (it may).
-        temperature: Sampling temperature; None leaves the model's default.
-        max_tokens: The most tokens a reply may take. A reply cut at the limit is no
-            answer: it raises :class:`agentlib.ModelError`, which fails the turn.
-        extra_body: More fields of the request body (``random_seed``, ``safe_prompt``...).
-        timeout: Seconds, or an ``httpx.Timeout``; the read timeout is between bytes.
-        max_retries: How many times a step is retried after a connection error, a timeout,
-            a 408, 429 or 5xx answer.
-        max_retry_wait: The longest ``Retry-After`` waited for; a longer one fails at once.
-        http_client: An ``httpx.AsyncClient`` to send requests with (its own timeout then
-            applies); by default one per trio run, closed when the run ends.
-
-    Raises:
-        ValueError: No API key, or a malformed argument.
+    ``tool_choice="required"`` is sent as Mistral's ``"any"``. A tool call id Mistral
+    would refuse (one from another provider, in imported history) is sent as one of nine
+    letters and digits made from it, the same for the call and its result. Audio goes as
+    the file alone, in any format: Mistral reads the format from it.
     """
 
     provider = "Mistral"
@@ -694,18 +616,18 @@ class MistralModel(ChatCompletionsModel):
         *,
         api_key: str | None = None,
         base_url: str | None = None,
-        stream: bool = True,
-        tool_choice: ToolChoice | str | None = None,
-        reset_tool_choice: bool = True,
-        parallel_tool_calls: bool | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int = 3,
-        max_retry_wait: float = 60.0,
-        http_client: httpx.AsyncClient | None = None,
+        **options: Unpack[ChatOptions],
     ) -> None:
+        """
+        Args:
+            model: The model's name, e.g. ``"mistral-small-latest"``.
+            api_key: The API key; by default the ``MISTRAL_API_KEY`` environment variable.
+            base_url: The API's root; by default the ``MISTRAL_BASE_URL`` environment
+                variable, else ``https://api.mistral.ai/v1``.
+
+        Raises:
+            ValueError: No API key, or a malformed argument.
+        """
         if api_key is None:
             api_key = os.environ.get("MISTRAL_API_KEY") or None
         if api_key is None:
@@ -715,22 +637,7 @@ class MistralModel(ChatCompletionsModel):
             )
         if base_url is None:
             base_url = os.environ.get("MISTRAL_BASE_URL") or "https://api.mistral.ai/v1"
-        super().__init__(
-            model,
-            base_url,
-            api_key=api_key,
-            stream=stream,
-            tool_choice=tool_choice,
-            reset_tool_choice=reset_tool_choice,
-            parallel_tool_calls=parallel_tool_calls,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            extra_body=extra_body,
-            timeout=timeout,
-            max_retries=max_retries,
-            max_retry_wait=max_retry_wait,
-            http_client=http_client,
-        )
+        super().__init__(model=model, base_url=base_url, api_key=api_key, **options)
 
     def _tool_message(
         self, entry: ToolResultEntry, call_id: str, names: _ToolNames
@@ -766,20 +673,10 @@ class OpenAICompatibleModel(ChatCompletionsModel):
     """An OpenAI-compatible chat completions endpoint: vLLM, Ollama (``http://localhost:
     11434/v1``), llama.cpp's server, LM Studio, and hosted ones.
 
-    Args:
-        model: The model's name, as the server knows it.
-        base_url: The API's root, e.g. ``"http://localhost:8000/v1"``.
-        api_key: Sent as a bearer token if given; no environment variable is read, so that
-            no key goes to a server it was not meant for.
-
-    The other arguments are :class:`MistralModel`'s; ``tool_choice="required"`` is sent as
-    is, and a streamed request asks for the usage in its last event. Audio goes in the two
-    formats of OpenAI's schema, ``wav`` and ``mp3`` (``audio/x-wav``, ``audio/mp3`` and the
-    other aliases of their media types mapped); audio of another type raises
-    :class:`agentlib.ModelError` before anything is sent.
-
-    Raises:
-        ValueError: A malformed argument.
+    ``tool_choice="required"`` is sent as is, and a streamed request asks for the usage in
+    its last event. Audio goes in the two formats of OpenAI's schema, ``wav`` and ``mp3``
+    (``audio/x-wav``, ``audio/mp3`` and the other aliases of their media types mapped);
+    audio of another type raises :class:`agentlib.ModelError` before anything is sent.
     """
 
     provider = "the OpenAI-compatible server"
@@ -790,6 +687,26 @@ class OpenAICompatibleModel(ChatCompletionsModel):
         "the server's context size (llama.cpp's --ctx-size, Ollama's num_ctx, vLLM's "
         "--max-model-len)"
     )
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        **options: Unpack[ChatOptions],
+    ) -> None:
+        """
+        Args:
+            model: The model's name, as the server knows it.
+            base_url: The API's root, e.g. ``"http://localhost:8000/v1"``.
+            api_key: Sent as a bearer token if given; no environment variable is read, so
+                that no key goes to a server it was not meant for.
+
+        Raises:
+            ValueError: A malformed argument.
+        """
+        super().__init__(model=model, base_url=base_url, api_key=api_key, **options)
 
     def _stream_options(self) -> dict[str, Any]:
         return {"stream_options": {"include_usage": True}}
@@ -1065,19 +982,6 @@ def _dumps_or_empty(data: Any) -> str:
         return json.dumps(data)
     except (ValueError, TypeError, RecursionError):  # as deep as the body it was read from
         return ""
-
-
-def _check_extra_body(extra_body: Mapping[str, Any]) -> None:
-    try:
-        body = dict(extra_body)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"extra_body must be a JSON object, not {type(extra_body).__name__}"
-        ) from None
-    problem = json_problem(body)
-    if problem is not None:
-        reason = f"it is {TOO_DEEP}" if problem.too_deep else problem.reason
-        raise ValueError(f"extra_body must be a JSON object: {reason} @ ${problem.at}")
 
 
 def _error_details(data: Any) -> tuple[str | None, str | None]:

@@ -6,6 +6,10 @@ agentlib_sync into a link to its reference entry, any other role into code, and 
 block's ``::`` into ``:`` (its indented lines already read as code in Markdown). A class's
 private bases (``_Record``) have no entry: their public members are shown as the class's own,
 and they are left out of its "Bases" line.
+
+Options a constructor takes as ``**options: Unpack[ChatOptions]`` are listed one by one by
+Griffe's ``unpack_typeddict`` extension, with ``...`` for their defaults (a TypedDict holds
+none): each gets the default of the attrs field that keeps it, as ``repr`` shows it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import importlib
 import re
 from typing import Any
 
+import attrs
 import griffe
 
 import agentlib
@@ -88,6 +93,11 @@ class SphinxRoles(griffe.Extension):
             text = ROLE.sub(_link, obj.docstring.value)
             obj.docstring.value = LITERAL_BLOCK.sub(":", text)
 
+    def on_function(self, *, func: griffe.Function, **kwargs: Any) -> None:
+        # After unpack_typeddict's (mkdocs.yml lists it first).
+        if func.name == "__init__" and isinstance(func.parent, griffe.Class):
+            _show_option_defaults(func, func.parent)
+
     def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
         for cls in _classes(pkg):
             private = [base for base in cls.bases if str(base).startswith("_")]
@@ -109,3 +119,25 @@ def _classes(module: griffe.Module) -> list[griffe.Class]:
         elif isinstance(member, griffe.Class):
             found.append(member)
     return found
+
+
+def _show_option_defaults(init: griffe.Function, cls: griffe.Class) -> None:
+    unset = [parameter for parameter in init.parameters if str(parameter.default) == "..."]
+    if not unset:
+        return
+    runtime = getattr(importlib.import_module(cls.module.path), cls.name)
+    if not attrs.has(runtime):  # the TypedDict itself, given an __init__ by the extension
+        return
+    fields = {field.alias: field for field in attrs.fields(runtime)}
+    shown: dict[str, str] = {}
+    for parameter in unset:
+        default = fields[parameter.name].default
+        if isinstance(default, attrs.Factory):
+            default = default.factory()
+        parameter.default = shown[parameter.name] = repr(default)
+    for section in init.docstring.parsed if init.docstring is not None else ():
+        if section.kind is griffe.DocstringSectionKind.parameters:
+            for item in section.value:
+                if item.name in shown:
+                    item.value = shown[item.name]
+                    item.description = ROLE.sub(_link, item.description)
