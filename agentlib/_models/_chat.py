@@ -15,7 +15,6 @@ request in flight.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import email.utils
 import hashlib
@@ -25,28 +24,31 @@ import os
 import random
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import httpx
 import trio
 
-from .._content import (
-    AudioContentBlock,
-    ContentBlock,
-    EmbeddedResourceContentBlock,
-    ImageContentBlock,
-    ResourceLinkContentBlock,
-    TextContentBlock,
-)
-from .._entries import ContextMessage, Entry, MessageEntry, ToolCallEntry, ToolResultEntry
-from .._errors import ModelError, ValidationError
-from .._json import NotJson, read_json
+from .._content import ContentBlock
+from .._errors import ModelError
 from .._usage import Usage
-from ._base import ModelReply, ModelRequest, TextSink, ToolCallRequest, ToolSchema
+from ._base import ModelReply, ModelRequest, TextSink
 from ._block import check_requests_allowed
 from ._options import ChatOptions, ChatSettings
+from ._wire import (
+    CallParts,
+    ChatCodec,
+    Dialect,
+    ToolNames,
+    error_details,
+    excerpt,
+    json_or_none,
+    scrub,
+    text_pieces,
+    usage_of,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -55,26 +57,8 @@ __all__ = ["MistralModel", "OpenAICompatibleModel", "model_from_string"]
 
 #: Where ``"openai:<model>"`` goes unless ``OPENAI_BASE_URL`` says otherwise.
 _OPENAI_URL = "https://api.openai.com/v1"
-
-_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-_NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 _MISTRAL_CALL_ID = re.compile(r"^[a-zA-Z0-9]{9}$")
 _BASE62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-_EXCERPT = 500  # characters of an error body kept on ModelError
-#: The ``input_audio`` formats of OpenAI's schema, by the media types (and their aliases in
-#: use: Python's mimetypes says audio/x-wav) that name them.
-_AUDIO_FORMATS = {
-    **dict.fromkeys(
-        ("audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave", "audio/x-pn-wav"), "wav"
-    ),
-    **dict.fromkeys(
-        ("audio/mpeg", "audio/mp3", "audio/mpeg3", "audio/x-mpeg-3", "audio/x-mp3", "audio/x-mpeg"),
-        "mp3",
-    ),
-}
-#: Finish reasons of a reply the token limit cut: "length" (max_tokens, or the server's
-#: context), and Mistral's "model_length" (the model's context window).
-_CUT = ("length", "model_length")
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -84,13 +68,10 @@ class ChatCompletionsModel(ChatSettings):
 
     #: Who answers, in messages.
     provider: ClassVar[str] = "the model server"
-    #: How to say tool_choice="required"; the content of an assistant message of calls only.
-    _required: ClassVar[str] = "required"
-    _no_content: ClassVar[str | None] = None
+    #: What its endpoint spells its own way.
+    dialect: ClassVar[Dialect] = Dialect(provider=provider)
     #: What a 401 says to check.
     _key_hint: ClassVar[str] = "the api_key"
-    #: Where else the limit of a cut reply may be raised.
-    _context_hint: ClassVar[str | None] = None
 
     _clients: dict[trio.lowlevel.TrioToken, httpx.AsyncClient] = attrs.field(
         init=False, factory=dict
@@ -106,17 +87,18 @@ class ChatCompletionsModel(ChatSettings):
     ) -> ModelReply:
         """Ask the endpoint for the next reply; stream its text to ``on_text``."""
         check_requests_allowed(self)
-        names = _ToolNames(request.tools)
+        codec = self._codec()
+        names = ToolNames(request.tools)
         stream = self.stream and on_text is not None
-        body = self._body(request, names, stream=stream)
+        body = codec.body(request, names, stream=stream)
         client = await self._client()
         attempt = 0
         while True:
             try:
                 if stream:
                     assert on_text is not None
-                    return await self._streamed(client, body, names, on_text)
-                return await self._whole(client, body, names)
+                    return await self._streamed(client, codec, body, names, on_text)
+                return await self._whole(client, codec, body, names)
             except _Retryable as failure:  # nothing of this attempt reached the engine
                 if attempt >= self.max_retries:
                     raise failure.error(attempt + 1) from failure.__cause__
@@ -142,161 +124,7 @@ class ChatCompletionsModel(ChatSettings):
             ModelError: ``tool_choice`` names no tool of the request, or the request holds
                 audio in a format the endpoint does not take.
         """
-        return self._body(request, _ToolNames(request.tools), stream=stream)
-
-    def _body(self, request: ModelRequest, names: _ToolNames, *, stream: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": self._messages(request, names)}
-        if request.tools:
-            body["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": names.wire(tool.name),
-                        "description": tool.description,
-                        "parameters": dict(tool.parameters),
-                    },
-                }
-                for tool in request.tools
-            ]
-            if self.tool_choice is not None:
-                choice = self._tool_choice(self.tool_choice, names, request.tools)
-                # A forcing choice sent again after the results would force another call,
-                # and another: the model could never answer.
-                forcing = self.tool_choice not in ("auto", "none")
-                if request.step == 1 or not forcing or not self.reset_tool_choice:
-                    body["tool_choice"] = choice
-            if self.parallel_tool_calls is not None:
-                body["parallel_tool_calls"] = self.parallel_tool_calls
-        if request.output_schema is not None:
-            schema = dict(request.output_schema)
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": _schema_name(schema), "schema": schema},
-            }
-        if self.temperature is not None:
-            body["temperature"] = self.temperature
-        if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
-        body["stream"] = stream
-        if stream:
-            body.update(self._stream_options())
-        body.update(self.extra_body)
-        return body
-
-    def _stream_options(self) -> dict[str, Any]:
-        return {}
-
-    def _tool_choice(
-        self, choice: str, names: _ToolNames, tools: Sequence[ToolSchema]
-    ) -> str | dict[str, Any]:
-        if choice in ("auto", "none"):
-            return choice
-        if choice == "required":
-            return self._required
-        if choice not in {tool.name for tool in tools}:
-            raise ModelError(
-                f"tool_choice names {choice!r}, which is not a tool of this agent; name one "
-                f'of {sorted(tool.name for tool in tools)}, or use "auto", "none" or "required"'
-            )
-        return {"type": "function", "function": {"name": names.wire(choice)}}
-
-    def _messages(self, request: ModelRequest, names: _ToolNames) -> list[dict[str, Any]]:
-        """The chat messages of ``request``: the instructions, then the history.
-
-        The tool calls of a model step join its assistant message (one without text if the
-        step had none), and their results follow it as tool messages.
-        """
-        messages: list[dict[str, Any]] = []
-        if request.instructions:
-            messages.append({"role": "system", "content": request.instructions})
-        unanswered: list[str] = []  # ids of the calls sent without a result so far
-        for entry in request.entries:
-            last = messages[-1] if messages else None
-            if isinstance(entry, ToolCallEntry):
-                if last is None or last["role"] != "assistant":
-                    self._close_calls(messages, unanswered)
-                    last = {"role": "assistant", "content": self._no_content}
-                    messages.append(last)
-                call_id = self._call_id(entry.tool_call_id)
-                last.setdefault("tool_calls", []).append(
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {
-                            "name": names.wire(entry.name),
-                            "arguments": _arguments_text(entry.arguments),
-                        },
-                    }
-                )
-                unanswered.append(call_id)
-            elif isinstance(entry, ToolResultEntry):
-                call_id = self._call_id(entry.tool_call_id)
-                if call_id in unanswered:
-                    unanswered.remove(call_id)
-                messages.append(self._tool_message(entry, call_id, names))
-            else:
-                message = self._message(entry)
-                if message is not None:
-                    self._close_calls(messages, unanswered)
-                    messages.append(message)
-        self._close_calls(messages, unanswered)
-        return messages
-
-    def _close_calls(self, messages: list[dict[str, Any]], unanswered: list[str]) -> None:
-        """Calls left without a result (their turn stopped): the endpoint wants one each."""
-        for call_id in unanswered:
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": call_id,
-                    "content": "(no result: the turn stopped before this call finished)",
-                }
-            )
-        unanswered.clear()
-
-    def _tool_message(
-        self, entry: ToolResultEntry, call_id: str, names: _ToolNames
-    ) -> dict[str, Any]:
-        content = _text_of(entry.content)
-        if not content and entry.structured_content is not None:
-            content = json.dumps(entry.structured_content, ensure_ascii=False)
-        return {"role": "tool", "tool_call_id": call_id, "content": content}
-
-    def _message(self, entry: Entry) -> dict[str, Any] | None:
-        if not isinstance(entry, MessageEntry):
-            return None  # an entry of a later version: the model never saw it
-        role = "system" if isinstance(entry, ContextMessage) else entry.role
-        if role == "assistant":
-            return {"role": "assistant", "content": _text_of(entry.content)}
-        return {"role": role, "content": self._content(entry.content)}
-
-    def _content(self, blocks: Sequence[ContentBlock]) -> str | list[dict[str, Any]]:
-        parts = [part for block in blocks for part in self._parts(block)]
-        if all(part["type"] == "text" for part in parts):
-            return "".join(part["text"] for part in parts)
-        return parts
-
-    def _parts(self, block: ContentBlock) -> list[dict[str, Any]]:
-        if isinstance(block, TextContentBlock):
-            return [{"type": "text", "text": block.text}]
-        if isinstance(block, ImageContentBlock):
-            return [{"type": "image_url", "image_url": {"url": block.uri}}]
-        if isinstance(block, AudioContentBlock):
-            audio = _data_uri(block.uri)
-            if audio is not None:
-                return [self._audio_part(*audio)]
-            return [{"type": "text", "text": f"[audio: {block.uri}]"}]
-        if isinstance(block, EmbeddedResourceContentBlock):
-            if block.text is not None:
-                return [{"type": "text", "text": block.text}]
-            if block.blob is not None and (block.media_type or "").startswith("image/"):
-                uri = f"data:{block.media_type};base64,{block.blob}"
-                return [{"type": "image_url", "image_url": {"url": uri}}]
-            return [{"type": "text", "text": f"[resource: {block.uri}]"}]
-        if isinstance(block, ResourceLinkContentBlock):
-            label = block.title or block.name or block.uri
-            return [{"type": "text", "text": f"[resource link: {label} <{block.uri}>]"}]
-        return []  # a block of a later version
+        return self._codec().body(request, ToolNames(request.tools), stream=stream)
 
     def check_content(self, blocks: Sequence[ContentBlock]) -> None:
         """Refuse, before a message holding them joins a session's history, blocks this
@@ -306,34 +134,11 @@ class ChatCompletionsModel(ChatSettings):
             ValidationError: A block is audio of a format the endpoint does not take; the
                 message names its media type and where it is (``@ $[index]``).
         """
-        problems = []
-        for index, block in enumerate(blocks):
-            audio = _data_uri(block.uri) if isinstance(block, AudioContentBlock) else None
-            refusal = None if audio is None else self._audio_refusal(audio[0])
-            if refusal is not None:
-                problems.append(f"{refusal} @ $[{index}]")
-        if problems:
-            raise ValidationError("invalid message: " + "; ".join(problems), tuple(problems))
+        self._codec().check_content(blocks)
 
-    def _audio_refusal(self, media_type: str) -> str | None:
-        """Why this endpoint cannot take audio of ``media_type``, or None if it can."""
-        if _AUDIO_FORMATS.get(media_type.partition(";")[0].strip().lower()) is not None:
-            return None
-        return (
-            f"{self.provider} takes audio as wav or mp3 only, and a message holds "
-            f"{media_type}: convert the clip to WAV (audio/wav) or MP3 (audio/mpeg) "
-            "before sending it"
-        )
-
-    def _audio_part(self, media_type: str, data: str) -> dict[str, Any]:
-        refusal = self._audio_refusal(media_type)
-        if refusal is not None:  # the server would refuse the whole request
-            raise ModelError(refusal)
-        audio_format = _AUDIO_FORMATS[media_type.partition(";")[0].strip().lower()]
-        return {"type": "input_audio", "input_audio": {"data": data, "format": audio_format}}
-
-    def _call_id(self, call_id: str) -> str:
-        return call_id
+    def _codec(self) -> ChatCodec:
+        """The wire format, with the settings as they are now."""
+        return ChatCodec(self, self.dialect, self._api_key)
 
     # -- the exchange ----------------------------------------------------------------------
 
@@ -372,7 +177,11 @@ class ChatCompletionsModel(ChatSettings):
                 await client.aclose()
 
     async def _whole(
-        self, client: httpx.AsyncClient, body: Mapping[str, Any], names: _ToolNames
+        self,
+        client: httpx.AsyncClient,
+        codec: ChatCodec,
+        body: Mapping[str, Any],
+        names: ToolNames,
     ) -> ModelReply:
         try:
             response = await client.post(self.url, json=body, headers=self._headers(stream=False))
@@ -380,29 +189,14 @@ class ChatCompletionsModel(ChatSettings):
             raise self._unreachable(error) from error
         if response.status_code != 200:
             raise self._refusal(response.status_code, response.headers, response.text)
-        return self._reply(self._parse(response.status_code, response.text), names)
-
-    def _parse(self, status: int, text: str) -> Any:
-        try:
-            return json.loads(text)
-        except ValueError:
-            raise ModelError(
-                f"{self.provider} answered with a body that is not JSON",
-                status=status,
-                body=self._excerpt(text),
-            ) from None
-        except RecursionError:  # the parser recurses once per level of the text
-            raise ModelError(
-                f"{self.provider} answered with a body nested too deeply to read",
-                status=status,
-                body=self._excerpt(text),
-            ) from None
+        return codec.reply(codec.read(response.status_code, response.text), names)
 
     async def _streamed(
         self,
         client: httpx.AsyncClient,
+        codec: ChatCodec,
         body: Mapping[str, Any],
-        names: _ToolNames,
+        names: ToolNames,
         on_text: TextSink,
     ) -> ModelReply:
         reply = _StreamedReply()
@@ -416,8 +210,8 @@ class ChatCompletionsModel(ChatSettings):
                     raise self._refusal(response.status_code, response.headers, text)
                 if "text/event-stream" not in response.headers.get("content-type", ""):
                     # A server that answers a stream request whole: take it whole.
-                    whole = self._parse(response.status_code, (await response.aread()).decode())
-                    whole_reply = self._reply(whole, names)
+                    whole = codec.read(response.status_code, (await response.aread()).decode())
+                    whole_reply = codec.reply(whole, names)
                     if whole_reply.text:
                         await on_text(whole_reply.text)
                     return whole_reply
@@ -453,10 +247,7 @@ class ChatCompletionsModel(ChatSettings):
                     "retried, so as not to repeat the text already streamed"
                 ) from broken
             raise self._unreachable(broken) from broken
-        if reply.finish_reason == "error":
-            raise ModelError(f"{self.provider} stopped the reply with an error")
-        if reply.finish_reason in _CUT:
-            raise self._cut(reply.finish_reason, reply.usage)
+        codec.check_finish(reply.finish_reason, reply.usage)
         return ModelReply(
             text="".join(reply.text) if reply.text else None,
             tool_calls=[call.request(names) for call in reply.calls],
@@ -482,7 +273,7 @@ class ChatCompletionsModel(ChatSettings):
                 body=self._excerpt(data),
             )
         if "error" in chunk:  # some servers report a failure inside the stream
-            code, message = _error_details(chunk)
+            code, message = error_details(chunk)
             raise ModelError(
                 self._scrub(
                     f"{self.provider} failed mid-stream" + (f": {message}" if message else "")
@@ -491,36 +282,6 @@ class ChatCompletionsModel(ChatSettings):
                 body=self._excerpt(data),
             )
         return chunk
-
-    def _reply(self, data: Any, names: _ToolNames) -> ModelReply:
-        try:
-            choice = data["choices"][0]
-            message = choice["message"]
-            if not isinstance(message, dict):
-                raise TypeError(message)
-        except (KeyError, IndexError, TypeError):
-            raise ModelError(
-                f"{self.provider} answered without a choice holding a message",
-                status=200,
-                body=self._excerpt(_dumps_or_empty(data)),
-            ) from None
-        if choice.get("finish_reason") == "error":
-            raise ModelError(f"{self.provider} stopped the reply with an error", status=200)
-        usage = _usage(data.get("usage"))
-        if choice.get("finish_reason") in _CUT:
-            raise self._cut(
-                choice["finish_reason"],
-                usage,
-                status=200,
-                body=self._excerpt(_dumps_or_empty(data)),
-            )
-        text = "".join(_text_pieces(message.get("content")))
-        calls = []
-        for raw in message.get("tool_calls") or ():
-            call = _CallParts()
-            call.add(raw)
-            calls.append(call.request(names))
-        return ModelReply(text=text or None, tool_calls=calls, usage=usage)
 
     # -- failures --------------------------------------------------------------------------
 
@@ -538,7 +299,7 @@ class ChatCompletionsModel(ChatSettings):
     def _refusal(
         self, status: int, headers: Mapping[str, str], text: str
     ) -> ModelError | _Retryable:
-        code, message = _error_details(_json_or_none(text))
+        code, message = error_details(json_or_none(text))
         what = f"{self.provider} answered HTTP {status}"
         if code:
             what += f" (code {code})"
@@ -552,48 +313,25 @@ class ChatCompletionsModel(ChatSettings):
             )
         return ModelError(what, status=status, code=code, body=body)
 
-    def _cut(
-        self,
-        finish_reason: str,
-        usage: Usage | None,
-        *,
-        status: int | None = None,
-        body: str | None = None,
-    ) -> ModelError:
-        """A reply the token limit cut short: its text may stop mid-sentence and its last
-        call's arguments mid-JSON, so it is neither an answer nor calls to run. Not retried:
-        the same request would be cut again."""
-        after = ""
-        if usage is not None and usage.output_tokens:
-            after = f" after {usage.output_tokens} tokens"
-        if finish_reason == "model_length":
-            how = (
-                "the conversation filled the model's context window: shorten the history or "
-                "the instructions, or use a model with a longer context"
-            )
-        elif self.max_tokens is not None:
-            how = f"raise max_tokens ({self.max_tokens} now) on the model"
-        else:
-            how = "raise the limit with max_tokens=... on the model"
-        if finish_reason != "model_length" and self._context_hint is not None:
-            how += f", or {self._context_hint}"
-        return ModelError(
-            self._scrub(
-                f"the reply from {self.provider} was cut by the token limit{after} "
-                f'(finish_reason "{finish_reason}"): it was not taken as an answer and none of '
-                f"its tool calls ran; {how}"
-            ),
-            status=status,
-            body=body,
-        )
-
     def _scrub(self, text: str) -> str:
-        if self._api_key:
-            text = text.replace(self._api_key, "***")
-        return text
+        return scrub(text, self._api_key)
 
     def _excerpt(self, text: str) -> str:
-        return self._scrub(text)[:_EXCERPT]
+        return excerpt(text, self._api_key)
+
+
+def _mistral_call_id(call_id: str) -> str:
+    """Mistral takes back only ids of 9 letters and digits: another id (from another
+    provider, or imported history) is replaced by one made from it, the same each time, so
+    that a call and its result still match."""
+    if _MISTRAL_CALL_ID.match(call_id):
+        return call_id
+    number = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
+    digits = []
+    for _ in range(9):
+        number, digit = divmod(number, 62)
+        digits.append(_BASE62[digit])
+    return "".join(digits)
 
 
 class MistralModel(ChatCompletionsModel):
@@ -606,8 +344,14 @@ class MistralModel(ChatCompletionsModel):
     """
 
     provider = "Mistral"
-    _required = "any"
-    _no_content = ""
+    dialect = Dialect(
+        provider=provider,
+        required="any",
+        no_content="",
+        names_results=True,
+        call_id=_mistral_call_id,
+        audio_file_alone=True,
+    )
     _key_hint = "the api_key (api_key=... or MISTRAL_API_KEY)"
 
     def __init__(
@@ -639,35 +383,6 @@ class MistralModel(ChatCompletionsModel):
             base_url = os.environ.get("MISTRAL_BASE_URL") or "https://api.mistral.ai/v1"
         super().__init__(model=model, base_url=base_url, api_key=api_key, **options)
 
-    def _tool_message(
-        self, entry: ToolResultEntry, call_id: str, names: _ToolNames
-    ) -> dict[str, Any]:
-        message = super()._tool_message(entry, call_id, names)
-        if entry.name is not None:
-            message["name"] = names.wire(entry.name)
-        return message
-
-    def _call_id(self, call_id: str) -> str:
-        """Mistral takes back only ids of 9 letters and digits: another id (from another
-        provider, or imported history) is replaced by one made from it, the same each time,
-        so that a call and its result still match."""
-        if _MISTRAL_CALL_ID.match(call_id):
-            return call_id
-        number = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
-        digits = []
-        for _ in range(9):
-            number, digit = divmod(number, 62)
-            digits.append(_BASE62[digit])
-        return "".join(digits)
-
-    def _audio_refusal(self, media_type: str) -> str | None:
-        # Mistral takes the file alone, with no format field, and tells the format from its
-        # bytes: there is nothing to map, and no list of formats it documents to check.
-        return None
-
-    def _audio_part(self, media_type: str, data: str) -> dict[str, Any]:
-        return {"type": "input_audio", "input_audio": data}
-
 
 class OpenAICompatibleModel(ChatCompletionsModel):
     """An OpenAI-compatible chat completions endpoint: vLLM, Ollama (``http://localhost:
@@ -680,13 +395,16 @@ class OpenAICompatibleModel(ChatCompletionsModel):
     """
 
     provider = "the OpenAI-compatible server"
+    dialect = Dialect(
+        provider=provider,
+        stream_options={"stream_options": {"include_usage": True}},
+        context_hint=(
+            "the server's context size (llama.cpp's --ctx-size, Ollama's num_ctx, vLLM's "
+            "--max-model-len)"
+        ),
+    )
     _example = "llama3.1"
     _example_url = "http://localhost:11434/v1"
-    _key_hint = "the api_key"
-    _context_hint = (
-        "the server's context size (llama.cpp's --ctx-size, Ollama's num_ctx, vLLM's "
-        "--max-model-len)"
-    )
 
     def __init__(
         self,
@@ -707,9 +425,6 @@ class OpenAICompatibleModel(ChatCompletionsModel):
             ValueError: A malformed argument.
         """
         super().__init__(model=model, base_url=base_url, api_key=api_key, **options)
-
-    def _stream_options(self) -> dict[str, Any]:
-        return {"stream_options": {"include_usage": True}}
 
 
 def model_from_string(spec: str) -> ChatCompletionsModel:
@@ -761,78 +476,13 @@ def _openai(model: str) -> OpenAICompatibleModel:
 # -- helpers -------------------------------------------------------------------------------
 
 
-class _ToolNames:
-    """Tool ids as the endpoint takes them (letters, digits, ``_`` and ``-``, at most 64):
-    ``"notion.search"`` is sent as ``"notion_search"``, and read back as its id."""
-
-    def __init__(self, tools: Iterable[ToolSchema]) -> None:
-        self._wire: dict[str, str] = {}
-        self._ids: dict[str, str] = {}
-        for tool in tools:
-            wire = base = _wire_name(tool.name)
-            n = 1
-            while wire in self._ids:
-                n += 1
-                wire = f"{base[: 64 - len(str(n)) - 1]}_{n}"
-            self._wire[tool.name] = wire
-            self._ids[wire] = tool.name
-
-    def wire(self, name: str) -> str:
-        known = self._wire.get(name)
-        return known if known is not None else _wire_name(name)
-
-    def id_of(self, wire: str) -> str:
-        return self._ids.get(wire, wire)
-
-
-def _wire_name(name: str) -> str:
-    if _NAME.match(name):
-        return name
-    cleaned = _NOT_IN_NAME.sub("_", name) or "tool"
-    if len(cleaned) > 64:
-        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-        cleaned = f"{cleaned[:55]}_{digest}"
-    return cleaned
-
-
-@attrs.define
-class _CallParts:
-    """A tool call as it arrives: whole, or in fragments of a stream."""
-
-    id: str | None = None
-    name: str = ""
-    arguments: str = ""
-    whole: Any = None  # arguments given as a JSON object rather than text
-
-    def add(self, raw: Mapping[str, Any]) -> None:
-        if raw.get("id"):
-            self.id = str(raw["id"])
-        function = raw.get("function") or {}
-        if function.get("name") and not self.name:
-            self.name = str(function["name"])
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            self.arguments += arguments
-        elif arguments is not None:
-            self.whole = arguments
-
-    def request(self, names: _ToolNames) -> ToolCallRequest:
-        arguments: Any = self.whole
-        if arguments is None:
-            try:
-                arguments = read_json(self.arguments) if self.arguments.strip() else {}
-            except NotJson:  # the engine tells the model why its text is not JSON
-                arguments = self.arguments
-        return ToolCallRequest(name=names.id_of(self.name), arguments=arguments, id=self.id)
-
-
 @attrs.define
 class _StreamedReply:
     """A streamed reply, put together event by event."""
 
     text: list[str] = attrs.field(factory=list)
-    calls: list[_CallParts] = attrs.field(factory=list)
-    slots: dict[Any, _CallParts] = attrs.field(factory=dict)
+    calls: list[CallParts] = attrs.field(factory=list)
+    slots: dict[Any, CallParts] = attrs.field(factory=dict)
     usage: Usage | None = None
     finish_reason: str | None = None
     done: bool = False
@@ -844,7 +494,7 @@ class _StreamedReply:
 
     def add(self, chunk: Mapping[str, Any]) -> list[str]:
         """Take in one event; returns its text, in pieces."""
-        usage = _usage(chunk.get("usage"))
+        usage = usage_of(chunk.get("usage"))
         if usage is not None:
             self.usage = usage
         pieces: list[str] = []
@@ -852,7 +502,7 @@ class _StreamedReply:
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
-            for piece in _text_pieces(delta.get("content")):
+            for piece in text_pieces(delta.get("content")):
                 if piece:
                     pieces.append(piece)
                     self.text.append(piece)
@@ -862,7 +512,7 @@ class _StreamedReply:
                 self.finish_reason = choice["finish_reason"]
         return pieces
 
-    def _slot(self, raw: Mapping[str, Any]) -> _CallParts:
+    def _slot(self, raw: Mapping[str, Any]) -> CallParts:
         """The call a fragment belongs to: by its index (unless it brings a new id); else by
         its id; else the last one."""
         call_id = raw.get("id")
@@ -871,13 +521,13 @@ class _StreamedReply:
             key = ("id", call_id) if call_id else None
         if key is None:
             if not self.calls:
-                self.calls.append(_CallParts())
+                self.calls.append(CallParts())
             return self.calls[-1]
         slot = self.slots.get(key)
         # A fragment with another call's id starts a new call, though some servers give
         # every call the same index.
         if slot is None or (call_id and slot.id is not None and slot.id != call_id):
-            slot = self.slots[key] = _CallParts()
+            slot = self.slots[key] = CallParts()
             self.calls.append(slot)
         return slot
 
@@ -909,105 +559,6 @@ class _Retryable(Exception):
             code=self.code,
             body=self.body,
         )
-
-
-def _usage(data: Any) -> Usage | None:
-    if not isinstance(data, dict):
-        return None
-    prompt = _tokens(data.get("prompt_tokens"))
-    completion = _tokens(data.get("completion_tokens"))
-    total = _tokens(data.get("total_tokens")) or prompt + completion
-    return Usage(input_tokens=prompt, output_tokens=completion, total_tokens=total)
-
-
-def _tokens(value: Any) -> int:
-    return value if type(value) is int and value >= 0 else 0
-
-
-def _text_pieces(content: Any) -> list[str]:
-    """The text of a message's content: a string, or a list of chunks (Mistral's)."""
-    if isinstance(content, str):
-        return [content]
-    if isinstance(content, list):
-        return [
-            chunk["text"]
-            for chunk in content
-            if isinstance(chunk, dict) and chunk.get("type") == "text" and "text" in chunk
-        ]
-    return []
-
-
-def _text_of(blocks: Sequence[ContentBlock]) -> str:
-    return "".join(block.text for block in blocks if isinstance(block, TextContentBlock))
-
-
-def _data_uri(uri: str) -> tuple[str, str] | None:
-    """(media type, base64 data) of a ``data:<type>;base64,<data>`` URI."""
-    head, comma, data = uri.partition(",")
-    if not (uri.startswith("data:") and comma and head.endswith(";base64")):
-        return None
-    try:
-        base64.b64decode(data, validate=True)
-    except ValueError:
-        return None
-    return head[5:-7] or "application/octet-stream", data
-
-
-def _schema_name(schema: Mapping[str, Any]) -> str:
-    title = schema.get("title")
-    name = _NOT_IN_NAME.sub("_", title) if isinstance(title, str) and title else "output"
-    return name[:64]
-
-
-def _json_or_none(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):  # the parser recurses once per level of the text
-        return None
-
-
-def _arguments_text(arguments: Any) -> str:
-    """A call's arguments as the endpoint takes them back: JSON text. A call the model made
-    with arguments that were not JSON (its entry holds their text as a str, or None for
-    values such as NaN) goes back with none: an endpoint may refuse a history holding
-    arguments it cannot parse, and the call's error result tells the model what was
-    wrong."""
-    if arguments is None or isinstance(arguments, str):
-        return "{}"
-    return json.dumps(arguments, ensure_ascii=False)
-
-
-def _dumps_or_empty(data: Any) -> str:
-    try:
-        return json.dumps(data)
-    except (ValueError, TypeError, RecursionError):  # as deep as the body it was read from
-        return ""
-
-
-def _error_details(data: Any) -> tuple[str | None, str | None]:
-    """(code, message) of an error body: Mistral's ``{"message", "code"}``, OpenAI's
-    ``{"error": {...}}``, or a validation error's ``{"detail": [...]}``."""
-    if not isinstance(data, dict):
-        return None, None
-    inner = data.get("error")
-    if isinstance(inner, dict):
-        data = inner
-    elif isinstance(inner, str):
-        return None, inner
-    code = data.get("code")
-    message = data.get("message")
-    detail = data.get("detail")
-    if message is None and isinstance(detail, list):
-        message = "; ".join(
-            f"{'.'.join(str(part) for part in item.get('loc', ()))}: {item.get('msg', '')}"
-            for item in detail
-            if isinstance(item, dict)
-        )
-    elif message is None and isinstance(detail, str):
-        message = detail
-    return (str(code) if code not in (None, "") else None), (
-        str(message) if message not in (None, "") else None
-    )
 
 
 def _shorten(message: str) -> str:
