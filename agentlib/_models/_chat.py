@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import hashlib
-import json
 import math
 import os
 import random
@@ -33,12 +32,11 @@ import trio
 
 from .._content import ContentBlock
 from .._errors import ModelError
-from .._usage import Usage
 from ._base import ModelReply, ModelRequest, TextSink
 from ._block import check_requests_allowed
 from ._options import ChatOptions, ChatSettings
+from ._sse import StreamReader
 from ._wire import (
-    CallParts,
     ChatCodec,
     Dialect,
     ToolNames,
@@ -46,8 +44,6 @@ from ._wire import (
     excerpt,
     json_or_none,
     scrub,
-    text_pieces,
-    usage_of,
 )
 
 if TYPE_CHECKING:
@@ -199,7 +195,7 @@ class ChatCompletionsModel(ChatSettings):
         names: ToolNames,
         on_text: TextSink,
     ) -> ModelReply:
-        reply = _StreamedReply()
+        reader = StreamReader(codec, names)
         delivered = False  # text reached the engine: a failure from now on is not retried
         try:
             async with client.stream(
@@ -217,29 +213,17 @@ class ChatCompletionsModel(ChatSettings):
                     return whole_reply
                 # The body is read to its end whatever happens in it: a stream left half
                 # read leaves httpx's readers behind, unfinished.
-                failure: ModelError | None = None
                 async for line in response.aiter_lines():
-                    if reply.done or failure is not None or not line.startswith("data:"):
-                        continue  # comments, event names, blank lines between events
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        reply.done = True
-                        continue
-                    try:
-                        chunk = self._chunk(data)
-                    except ModelError as error:
-                        failure = error
-                        continue
-                    for piece in reply.add(chunk):
+                    for piece in reader.feed(line):
                         delivered = True
                         await on_text(piece)
-                if failure is not None:
-                    raise failure
+                if reader.failure is not None:
+                    raise reader.failure
         except httpx.TransportError as error:
             broken: httpx.TransportError | None = error
         else:
             broken = httpx.RemoteProtocolError("the stream ended before its last event")
-        if broken is not None and not reply.complete:  # lost after the whole reply: no matter
+        if broken is not None and not reader.complete:  # lost after the whole reply: no matter
             if delivered:
                 raise ModelError(
                     f"the stream from {self.provider} broke after part of the reply had "
@@ -247,41 +231,7 @@ class ChatCompletionsModel(ChatSettings):
                     "retried, so as not to repeat the text already streamed"
                 ) from broken
             raise self._unreachable(broken) from broken
-        codec.check_finish(reply.finish_reason, reply.usage)
-        return ModelReply(
-            text="".join(reply.text) if reply.text else None,
-            tool_calls=[call.request(names) for call in reply.calls],
-            usage=reply.usage,
-        )
-
-    def _chunk(self, data: str) -> Mapping[str, Any]:
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            raise ModelError(
-                f"{self.provider} streamed an event that is not JSON",
-                body=self._excerpt(data),
-            ) from None
-        except RecursionError:  # the parser recurses once per level of the text
-            raise ModelError(
-                f"{self.provider} streamed an event nested too deeply to read",
-                body=self._excerpt(data),
-            ) from None
-        if not isinstance(chunk, dict):
-            raise ModelError(
-                f"{self.provider} streamed an event that is not a JSON object",
-                body=self._excerpt(data),
-            )
-        if "error" in chunk:  # some servers report a failure inside the stream
-            code, message = error_details(chunk)
-            raise ModelError(
-                self._scrub(
-                    f"{self.provider} failed mid-stream" + (f": {message}" if message else "")
-                ),
-                code=code,
-                body=self._excerpt(data),
-            )
-        return chunk
+        return reader.reply()
 
     # -- failures --------------------------------------------------------------------------
 
@@ -474,62 +424,6 @@ def _openai(model: str) -> OpenAICompatibleModel:
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-@attrs.define
-class _StreamedReply:
-    """A streamed reply, put together event by event."""
-
-    text: list[str] = attrs.field(factory=list)
-    calls: list[CallParts] = attrs.field(factory=list)
-    slots: dict[Any, CallParts] = attrs.field(factory=dict)
-    usage: Usage | None = None
-    finish_reason: str | None = None
-    done: bool = False
-
-    @property
-    def complete(self) -> bool:
-        """Whether the whole reply arrived: ``[DONE]``, or a finish reason."""
-        return self.done or self.finish_reason is not None
-
-    def add(self, chunk: Mapping[str, Any]) -> list[str]:
-        """Take in one event; returns its text, in pieces."""
-        usage = usage_of(chunk.get("usage"))
-        if usage is not None:
-            self.usage = usage
-        pieces: list[str] = []
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            for piece in text_pieces(delta.get("content")):
-                if piece:
-                    pieces.append(piece)
-                    self.text.append(piece)
-            for raw in delta.get("tool_calls") or ():
-                self._slot(raw).add(raw)
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-        return pieces
-
-    def _slot(self, raw: Mapping[str, Any]) -> CallParts:
-        """The call a fragment belongs to: by its index (unless it brings a new id); else by
-        its id; else the last one."""
-        call_id = raw.get("id")
-        key: Any = raw.get("index")
-        if key is None:
-            key = ("id", call_id) if call_id else None
-        if key is None:
-            if not self.calls:
-                self.calls.append(CallParts())
-            return self.calls[-1]
-        slot = self.slots.get(key)
-        # A fragment with another call's id starts a new call, though some servers give
-        # every call the same index.
-        if slot is None or (call_id and slot.id is not None and slot.id != call_id):
-            slot = self.slots[key] = CallParts()
-            self.calls.append(slot)
-        return slot
 
 
 class _Retryable(Exception):
