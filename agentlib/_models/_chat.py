@@ -15,36 +15,20 @@ request in flight.
 
 from __future__ import annotations
 
-import contextlib
-import email.utils
 import hashlib
-import math
 import os
-import random
 import re
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
-import httpx
-import trio
 
 from .._content import ContentBlock
-from .._errors import ModelError
 from ._base import ModelReply, ModelRequest, TextSink
 from ._block import check_requests_allowed
 from ._options import ChatOptions, ChatSettings
-from ._sse import StreamReader
-from ._wire import (
-    ChatCodec,
-    Dialect,
-    ToolNames,
-    error_details,
-    excerpt,
-    json_or_none,
-    scrub,
-)
+from ._transport import ChatTransport, RunClients
+from ._wire import ChatCodec, Dialect, ToolNames
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -69,12 +53,15 @@ class ChatCompletionsModel(ChatSettings):
     #: What a 401 says to check.
     _key_hint: ClassVar[str] = "the api_key"
 
-    _clients: dict[trio.lowlevel.TrioToken, httpx.AsyncClient] = attrs.field(
-        init=False, factory=dict
-    )
+    _clients: RunClients = attrs.field(init=False, factory=RunClients)
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
+
+    @property
+    def url(self) -> str:
+        """Where requests go."""
+        return f"{self.base_url}/chat/completions"
 
     # -- the protocol ----------------------------------------------------------------------
 
@@ -87,28 +74,16 @@ class ChatCompletionsModel(ChatSettings):
         names = ToolNames(request.tools)
         stream = self.stream and on_text is not None
         body = codec.body(request, names, stream=stream)
-        client = await self._client()
-        attempt = 0
-        while True:
-            try:
-                if stream:
-                    assert on_text is not None
-                    return await self._streamed(client, codec, body, names, on_text)
-                return await self._whole(client, codec, body, names)
-            except _Retryable as failure:  # nothing of this attempt reached the engine
-                if attempt >= self.max_retries:
-                    raise failure.error(attempt + 1) from failure.__cause__
-                wait = failure.retry_after
-                if wait is None:
-                    wait = min(8.0, 0.5 * 2**attempt) + random.uniform(0.0, 1.0)
-                elif wait > self.max_retry_wait:
-                    raise failure.error(
-                        attempt + 1,
-                        f"; it asked to retry after {wait:g} s, more than "
-                        f"max_retry_wait={self.max_retry_wait:g}",
-                    ) from failure.__cause__
-                attempt += 1
-                await trio.sleep(wait)
+        transport = ChatTransport(
+            settings=self,
+            codec=codec,
+            url=self.url,
+            key=self._api_key,
+            http_client=self._http_client,
+            clients=self._clients,
+            key_hint=self._key_hint,
+        )
+        return await transport.send(body, names, on_text=on_text if stream else None)
 
     # -- the request -----------------------------------------------------------------------
 
@@ -135,139 +110,6 @@ class ChatCompletionsModel(ChatSettings):
     def _codec(self) -> ChatCodec:
         """The wire format, with the settings as they are now."""
         return ChatCodec(self, self.dialect, self._api_key)
-
-    # -- the exchange ----------------------------------------------------------------------
-
-    def _headers(self, *, stream: bool) -> dict[str, str]:
-        headers = {"Accept": "text/event-stream" if stream else "application/json"}
-        if self._api_key is not None:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
-
-    @property
-    def url(self) -> str:
-        """Where requests go."""
-        return f"{self.base_url}/chat/completions"
-
-    async def _client(self) -> httpx.AsyncClient:
-        """The client of this trio run: made on first use, closed when the run ends."""
-        if self._http_client is not None:
-            return self._http_client
-        token = trio.lowlevel.current_trio_token()
-        client = self._clients.get(token)
-        if client is None:
-            client = httpx.AsyncClient(timeout=self.timeout)
-            self._clients[token] = client
-            trio.lowlevel.spawn_system_task(self._close_at_end, token, client)
-        return client
-
-    async def _close_at_end(
-        self, token: trio.lowlevel.TrioToken, client: httpx.AsyncClient
-    ) -> None:
-        try:
-            await trio.sleep_forever()
-        finally:  # the run is ending: its system tasks are cancelled
-            self._clients.pop(token, None)
-            # Nothing is to be done about a socket that will not close.
-            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await client.aclose()
-
-    async def _whole(
-        self,
-        client: httpx.AsyncClient,
-        codec: ChatCodec,
-        body: Mapping[str, Any],
-        names: ToolNames,
-    ) -> ModelReply:
-        try:
-            response = await client.post(self.url, json=body, headers=self._headers(stream=False))
-        except httpx.TransportError as error:
-            raise self._unreachable(error) from error
-        if response.status_code != 200:
-            raise self._refusal(response.status_code, response.headers, response.text)
-        return codec.reply(codec.read(response.status_code, response.text), names)
-
-    async def _streamed(
-        self,
-        client: httpx.AsyncClient,
-        codec: ChatCodec,
-        body: Mapping[str, Any],
-        names: ToolNames,
-        on_text: TextSink,
-    ) -> ModelReply:
-        reader = StreamReader(codec, names)
-        delivered = False  # text reached the engine: a failure from now on is not retried
-        try:
-            async with client.stream(
-                "POST", self.url, json=body, headers=self._headers(stream=True)
-            ) as response:
-                if response.status_code != 200:
-                    text = (await response.aread()).decode("utf-8", "replace")
-                    raise self._refusal(response.status_code, response.headers, text)
-                if "text/event-stream" not in response.headers.get("content-type", ""):
-                    # A server that answers a stream request whole: take it whole.
-                    whole = codec.read(response.status_code, (await response.aread()).decode())
-                    whole_reply = codec.reply(whole, names)
-                    if whole_reply.text:
-                        await on_text(whole_reply.text)
-                    return whole_reply
-                # The body is read to its end whatever happens in it: a stream left half
-                # read leaves httpx's readers behind, unfinished.
-                async for line in response.aiter_lines():
-                    for piece in reader.feed(line):
-                        delivered = True
-                        await on_text(piece)
-                if reader.failure is not None:
-                    raise reader.failure
-        except httpx.TransportError as error:
-            broken: httpx.TransportError | None = error
-        else:
-            broken = httpx.RemoteProtocolError("the stream ended before its last event")
-        if broken is not None and not reader.complete:  # lost after the whole reply: no matter
-            if delivered:
-                raise ModelError(
-                    f"the stream from {self.provider} broke after part of the reply had "
-                    f"arrived ({type(broken).__name__}: {broken}); the step was not "
-                    "retried, so as not to repeat the text already streamed"
-                ) from broken
-            raise self._unreachable(broken) from broken
-        return reader.reply()
-
-    # -- failures --------------------------------------------------------------------------
-
-    def _unreachable(self, error: httpx.TransportError) -> _Retryable:
-        if isinstance(error, httpx.TimeoutException):
-            what = f"{self.provider} did not answer in time ({type(error).__name__})"
-        else:
-            what = (
-                f"could not reach {self.provider} at {self.url} ({type(error).__name__}: {error})"
-            )
-        retryable = _Retryable(self._scrub(what), status=None, code=None, body=None)
-        retryable.__cause__ = error
-        return retryable
-
-    def _refusal(
-        self, status: int, headers: Mapping[str, str], text: str
-    ) -> ModelError | _Retryable:
-        code, message = error_details(json_or_none(text))
-        what = f"{self.provider} answered HTTP {status}"
-        if code:
-            what += f" (code {code})"
-        if message:
-            what += f": {_shorten(self._scrub(message))}"
-        what = self._scrub(what) + _hint(status, self)
-        body = self._excerpt(text)
-        if status in (408, 429) or status >= 500:
-            return _Retryable(
-                what, status=status, code=code, body=body, retry_after=_after(headers)
-            )
-        return ModelError(what, status=status, code=code, body=body)
-
-    def _scrub(self, text: str) -> str:
-        return scrub(text, self._api_key)
-
-    def _excerpt(self, text: str) -> str:
-        return excerpt(text, self._api_key)
 
 
 def _mistral_call_id(call_id: str) -> str:
@@ -424,62 +266,3 @@ def _openai(model: str) -> OpenAICompatibleModel:
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-class _Retryable(Exception):
-    """A failure worth another attempt."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None,
-        code: str | None,
-        body: str | None,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.code = code
-        self.body = body
-        self.retry_after = retry_after
-
-    def error(self, attempts: int, more: str = "") -> ModelError:
-        tries = "once" if attempts == 1 else f"{attempts} times"
-        return ModelError(
-            f"{self.message} (tried {tries}{more})",
-            status=self.status,
-            code=self.code,
-            body=self.body,
-        )
-
-
-def _shorten(message: str) -> str:
-    return message if len(message) <= 300 else message[:297] + "..."
-
-
-def _hint(status: int, model: ChatCompletionsModel) -> str:
-    if status in (401, 403):
-        return f"; check {model._key_hint}"
-    if status == 404:
-        return f"; check the model name ({model.model!r}) and base_url ({model.base_url!r})"
-    return ""
-
-
-def _after(headers: Mapping[str, str]) -> float | None:
-    """The wait a ``Retry-After`` header asks for, in seconds (a number or an HTTP date)."""
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        seconds = when.timestamp() - time.time()
-    if math.isnan(seconds) or math.isinf(seconds):
-        return None
-    return max(0.0, seconds)
