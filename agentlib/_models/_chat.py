@@ -1,23 +1,25 @@
 """Models behind a chat-completions HTTP endpoint: Mistral's, and OpenAI-compatible servers'.
 
-One request per model step: the session's entries become system, user, assistant and tool
-messages; the agent's tools become JSON-schema functions; an output type becomes a
-``response_format``. The reply comes back whole, or streamed as Server-Sent Events whose
-text reaches the engine as it arrives. Connection errors, timeouts, 429 and 5xx answers are
-retried with exponential backoff and jitter (a 429's ``Retry-After`` is honoured), a bounded
-number of times; anything else raises :class:`agentlib.ModelError` at once, as does a reply
-that the token limit cut short.
+One request per model step. :class:`ChatCompletionsModel` puts together, for each step,
+what lives in a module of its own:
 
-Requests go through one ``httpx.AsyncClient`` per trio run (connections are reused across
-steps), closed when the run ends. Cancelling the step (``interrupt``, ``cancel``) aborts the
-request in flight.
+- ``_wire``: the wire format, without I/O: the session's entries, the agent's tools and an
+  output type as the request's body; a whole reply's JSON as a ``ModelReply``; what each
+  provider spells its own way (its ``Dialect``);
+- ``_sse``: a reply streamed as Server-Sent Events, read line by line and put together,
+  without I/O;
+- ``_transport``: the request itself: retries with backoff and ``Retry-After``, failures as
+  :class:`agentlib.ModelError` without the key, one ``httpx.AsyncClient`` per trio run;
+- ``_options``: the options both models take, declared once, and the settings they keep;
+- ``_mistral`` and ``_openai``: each provider's URL, key and dialect.
+
+:class:`MistralModel` and :class:`OpenAICompatibleModel` are the model with their provider's
+configuration; :func:`model_from_string` makes one from a string such as
+``"mistral:mistral-small-latest"``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -26,6 +28,8 @@ import attrs
 from .._content import ContentBlock
 from ._base import ModelReply, ModelRequest, TextSink
 from ._block import check_requests_allowed
+from ._mistral import KEY_HINT, MISTRAL, mistral_key, mistral_url
+from ._openai import EXAMPLE_MODEL, EXAMPLE_URL, OPENAI_COMPATIBLE, openai_api
 from ._options import ChatOptions, ChatSettings
 from ._transport import ChatTransport, RunClients
 from ._wire import ChatCodec, Dialect, ToolNames
@@ -34,11 +38,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["MistralModel", "OpenAICompatibleModel", "model_from_string"]
-
-#: Where ``"openai:<model>"`` goes unless ``OPENAI_BASE_URL`` says otherwise.
-_OPENAI_URL = "https://api.openai.com/v1"
-_MISTRAL_CALL_ID = re.compile(r"^[a-zA-Z0-9]{9}$")
-_BASE62 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -112,20 +111,6 @@ class ChatCompletionsModel(ChatSettings):
         return ChatCodec(self, self.dialect, self._api_key)
 
 
-def _mistral_call_id(call_id: str) -> str:
-    """Mistral takes back only ids of 9 letters and digits: another id (from another
-    provider, or imported history) is replaced by one made from it, the same each time, so
-    that a call and its result still match."""
-    if _MISTRAL_CALL_ID.match(call_id):
-        return call_id
-    number = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
-    digits = []
-    for _ in range(9):
-        number, digit = divmod(number, 62)
-        digits.append(_BASE62[digit])
-    return "".join(digits)
-
-
 class MistralModel(ChatCompletionsModel):
     """Mistral's chat completions API (``POST {base_url}/chat/completions``).
 
@@ -135,16 +120,9 @@ class MistralModel(ChatCompletionsModel):
     the file alone, in any format: Mistral reads the format from it.
     """
 
-    provider = "Mistral"
-    dialect = Dialect(
-        provider=provider,
-        required="any",
-        no_content="",
-        names_results=True,
-        call_id=_mistral_call_id,
-        audio_file_alone=True,
-    )
-    _key_hint = "the api_key (api_key=... or MISTRAL_API_KEY)"
+    provider = MISTRAL.provider
+    dialect = MISTRAL
+    _key_hint = KEY_HINT
 
     def __init__(
         self,
@@ -164,16 +142,9 @@ class MistralModel(ChatCompletionsModel):
         Raises:
             ValueError: No API key, or a malformed argument.
         """
-        if api_key is None:
-            api_key = os.environ.get("MISTRAL_API_KEY") or None
-        if api_key is None:
-            raise ValueError(
-                "MistralModel needs an API key: pass api_key=... or set MISTRAL_API_KEY "
-                "(https://console.mistral.ai/api-keys)"
-            )
-        if base_url is None:
-            base_url = os.environ.get("MISTRAL_BASE_URL") or "https://api.mistral.ai/v1"
-        super().__init__(model=model, base_url=base_url, api_key=api_key, **options)
+        super().__init__(
+            model=model, base_url=mistral_url(base_url), api_key=mistral_key(api_key), **options
+        )
 
 
 class OpenAICompatibleModel(ChatCompletionsModel):
@@ -186,17 +157,10 @@ class OpenAICompatibleModel(ChatCompletionsModel):
     audio of another type raises :class:`agentlib.ModelError` before anything is sent.
     """
 
-    provider = "the OpenAI-compatible server"
-    dialect = Dialect(
-        provider=provider,
-        stream_options={"stream_options": {"include_usage": True}},
-        context_hint=(
-            "the server's context size (llama.cpp's --ctx-size, Ollama's num_ctx, vLLM's "
-            "--max-model-len)"
-        ),
-    )
-    _example = "llama3.1"
-    _example_url = "http://localhost:11434/v1"
+    provider = OPENAI_COMPATIBLE.provider
+    dialect = OPENAI_COMPATIBLE
+    _example = EXAMPLE_MODEL
+    _example_url = EXAMPLE_URL
 
     def __init__(
         self,
@@ -239,30 +203,11 @@ def model_from_string(spec: str) -> ChatCompletionsModel:
         if name and url:
             return OpenAICompatibleModel(name, "http" + url)
         if rest and "@" not in rest:
-            return _openai(rest)
+            api_key, base_url = openai_api(rest)
+            return OpenAICompatibleModel(rest, base_url, api_key=api_key)
     raise ValueError(
         f"model string {spec!r} names no model: use 'mistral:<model>' (e.g. "
         "'mistral:mistral-small-latest'), 'openai:<model>' for OpenAI's API (e.g. "
         "'openai:gpt-4o') or 'openai:<model>@<base_url>' for another server (e.g. "
         "'openai:llama3.1@http://localhost:11434/v1'), or pass a Model object"
     )
-
-
-def _openai(model: str) -> OpenAICompatibleModel:
-    """``model`` on OpenAI's API, with the key and the URL the environment gives."""
-    api_key = os.environ.get("OPENAI_API_KEY") or None
-    if api_key is None:
-        raise ValueError(
-            f"model string 'openai:{model}' names OpenAI's API, which needs a key: set "
-            "OPENAI_API_KEY, or pass a model object such as OpenAICompatibleModel("
-            f"{model!r}, {_OPENAI_URL!r}, api_key=...); for another server, give its URL: "
-            f"'openai:{model}@http://localhost:11434/v1'"
-        )
-    base_url = os.environ.get("OPENAI_BASE_URL") or _OPENAI_URL
-    if not base_url.startswith(("http://", "https://")):
-        # Not shown: a URL may hold a password.
-        raise ValueError("OPENAI_BASE_URL must be an http:// or https:// URL, or unset")
-    return OpenAICompatibleModel(model, base_url, api_key=api_key)
-
-
-# -- helpers -------------------------------------------------------------------------------
