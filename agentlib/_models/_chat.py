@@ -45,7 +45,7 @@ class ChatCompletionsModel(ChatSettings):
     """A model behind a chat-completions endpoint: :class:`MistralModel` and
     :class:`OpenAICompatibleModel`."""
 
-    #: Who answers, in messages.
+    #: Who answers, in messages: the dialect's provider.
     provider: ClassVar[str] = "the model server"
     #: What its endpoint spells its own way.
     dialect: ClassVar[Dialect] = Dialect(provider=provider)
@@ -132,7 +132,9 @@ class MistralModel(ChatCompletionsModel):
         base_url: str | None = None,
         **options: Unpack[ChatOptions],
     ) -> None:
-        """
+        """Every argument but the model's name is a keyword; the key and the API's root
+        default to the environment's.
+
         Args:
             model: The model's name, e.g. ``"mistral-small-latest"``.
             api_key: The API key; by default the ``MISTRAL_API_KEY`` environment variable.
@@ -170,7 +172,8 @@ class OpenAICompatibleModel(ChatCompletionsModel):
         api_key: str | None = None,
         **options: Unpack[ChatOptions],
     ) -> None:
-        """
+        """Every argument but the model's name and the API's root is a keyword.
+
         Args:
             model: The model's name, as the server knows it.
             base_url: The API's root, e.g. ``"http://localhost:8000/v1"``.
