@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from ._options import ChatSettings
 
 __all__ = [
-    "AUDIO_FORMATS",
     "CallParts",
     "ChatCodec",
     "Dialect",
@@ -61,7 +60,7 @@ _NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 _EXCERPT = 500  # characters of a body kept on ModelError
 #: The ``input_audio`` formats of OpenAI's schema, by the media types (and their aliases in
 #: use: Python's mimetypes says audio/x-wav) that name them.
-AUDIO_FORMATS = {
+_AUDIO_FORMATS = {
     **dict.fromkeys(
         ("audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave", "audio/x-pn-wav"), "wav"
     ),
@@ -353,12 +352,12 @@ class ChatCodec:
         refusal = self._audio_refusal(media_type)
         if refusal is not None:  # the server would refuse the whole request
             raise ModelError(refusal)
-        audio_format = AUDIO_FORMATS[_bare(media_type)]
+        audio_format = _AUDIO_FORMATS[_bare(media_type)]
         return {"type": "input_audio", "input_audio": {"data": data, "format": audio_format}}
 
     def _audio_refusal(self, media_type: str) -> str | None:
         """Why the endpoint cannot take audio of ``media_type``, or None if it can."""
-        if self.dialect.audio_file_alone or _bare(media_type) in AUDIO_FORMATS:
+        if self.dialect.audio_file_alone or _bare(media_type) in _AUDIO_FORMATS:
             return None
         return (
             f"{self.dialect.provider} takes audio as wav or mp3 only, and a message holds "
