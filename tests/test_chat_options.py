@@ -47,9 +47,12 @@ def test_a_setting_changed_on_a_model_is_checked_as_when_it_was_made() -> None:
         model.max_retries = -1
 
 
-def test_an_option_neither_model_takes_is_a_type_error() -> None:
-    with pytest.raises(TypeError, match="strem"):
+def test_an_option_neither_model_takes_is_the_type_error_python_gives() -> None:
+    unexpected = r"\.__init__\(\) got an unexpected keyword argument 'strem'"
+    with pytest.raises(TypeError, match="^OpenAICompatibleModel" + unexpected):
         OpenAICompatibleModel("m", "http://127.0.0.1:1/v1", strem=False)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="^MistralModel" + unexpected):
+        MistralModel("m", api_key=KEY, strem=False)  # type: ignore[call-arg]
 
 
 def test_models_compare_by_identity() -> None:

@@ -30,7 +30,7 @@ from ._base import ModelReply, ModelRequest, TextSink
 from ._block import check_requests_allowed
 from ._mistral import KEY_HINT, MISTRAL, mistral_key, mistral_url
 from ._openai import EXAMPLE_MODEL, EXAMPLE_URL, OPENAI_COMPATIBLE, openai_api
-from ._options import ChatOptions, ChatSettings
+from ._options import ChatOptions, ChatSettings, check_options
 from ._transport import ChatTransport, RunClients
 from ._wire import ChatCodec, Dialect, ToolNames
 
@@ -144,6 +144,7 @@ class MistralModel(ChatCompletionsModel):
         Raises:
             ValueError: No API key, or a malformed argument.
         """
+        check_options(MistralModel, options)
         super().__init__(
             model=model, base_url=mistral_url(base_url), api_key=mistral_key(api_key), **options
         )
@@ -183,6 +184,7 @@ class OpenAICompatibleModel(ChatCompletionsModel):
         Raises:
             ValueError: A malformed argument.
         """
+        check_options(OpenAICompatibleModel, options)
         super().__init__(model=model, base_url=base_url, api_key=api_key, **options)
 
 

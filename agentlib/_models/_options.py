@@ -19,7 +19,7 @@ import httpx
 from .._json import TOO_DEEP, json_problem
 from ._transport import DEFAULT_TIMEOUT
 
-__all__ = ["ChatOptions", "ChatSettings", "ToolChoice"]
+__all__ = ["ChatOptions", "ChatSettings", "ToolChoice", "check_options"]
 
 ToolChoice = Literal["auto", "none", "required"]
 
@@ -59,6 +59,19 @@ class ChatOptions(TypedDict, total=False):
     http_client: httpx.AsyncClient | None
     """An ``httpx.AsyncClient`` to send requests with (its own timeout then applies); by
     default one per trio run, closed when the run ends."""
+
+
+def check_options(owner: type, options: Mapping[str, object]) -> None:
+    """Refuse a keyword that is no option, as Python would had ``owner`` listed them.
+
+    Raises:
+        TypeError: Naming ``owner``'s constructor and the first such keyword.
+    """
+    for name in options:
+        if name not in ChatOptions.__optional_keys__:
+            raise TypeError(
+                f"{owner.__name__}.__init__() got an unexpected keyword argument {name!r}"
+            )
 
 
 def _model_name(settings: ChatSettings, attribute: attrs.Attribute[Any], model: object) -> None:
