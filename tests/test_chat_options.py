@@ -7,8 +7,7 @@ import attrs
 import pytest
 
 from agentlib import MistralModel, OpenAICompatibleModel
-from agentlib._models._options import ChatOptions, ChatSettings
-from agentlib._models._transport import DEFAULT_TIMEOUT
+from agentlib._models._options import DEFAULT_TIMEOUT, ChatOptions, ChatSettings
 
 KEY = "sk-test-5f0c2e9a7b1d4c3e"
 

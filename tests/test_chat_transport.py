@@ -7,7 +7,8 @@ import httpx
 import pytest
 import trio
 
-from agentlib._models._transport import DEFAULT_TIMEOUT, RunClients, backoff, retry_after
+from agentlib._models._options import DEFAULT_TIMEOUT
+from agentlib._models._transport import RunClients, backoff, retry_after
 
 
 def test_the_backoff_doubles_from_half_a_second_up_to_eight_plus_a_second_of_jitter() -> None:

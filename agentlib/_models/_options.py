@@ -17,11 +17,13 @@ import attrs
 import httpx
 
 from .._json import TOO_DEEP, json_problem
-from ._transport import DEFAULT_TIMEOUT
 
-__all__ = ["ChatOptions", "ChatSettings", "ToolChoice", "check_options"]
+__all__ = ["DEFAULT_TIMEOUT", "ChatOptions", "ChatSettings", "ToolChoice", "check_options"]
 
 ToolChoice = Literal["auto", "none", "required"]
+
+#: Generation is slow: a minute or two between bytes is normal; connecting is not.
+DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=10.0)
 
 _KEY = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space: what a header value takes
 

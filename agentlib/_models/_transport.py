@@ -37,10 +37,8 @@ from ._wire import ChatCodec, ToolNames, error_details, excerpt, json_or_none, s
 if TYPE_CHECKING:
     from ._options import ChatSettings
 
-__all__ = ["DEFAULT_TIMEOUT", "ChatTransport", "RunClients", "backoff", "retry_after"]
+__all__ = ["ChatTransport", "RunClients", "backoff", "retry_after"]
 
-#: Generation is slow: a minute or two between bytes is normal; connecting is not.
-DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=120.0, write=30.0, pool=10.0)
 _SHOWN = 300  # characters of the provider's own message kept in ours
 
 
