@@ -43,6 +43,7 @@ from agentlib import (
     ToolSource,
     Usage,
 )
+from agentlib.testing import block_model_requests
 
 KEY = "sk-test-5f0c2e9a7b1d4c3e"
 
@@ -664,6 +665,35 @@ async def test_an_unreachable_server_fails_after_the_retries(
         await model.complete(agentlib.ModelRequest())
     assert "tried 2 times" in str(raised.value)
     assert raised.value.status is None
+
+
+PASSWORD = "pw-9d2e71c4"
+
+
+async def test_a_password_in_the_base_url_is_never_shown(
+    server: Server, clock: trio.testing.MockClock
+) -> None:
+    url = server.url.replace("http://", f"http://proxy-user:{PASSWORD}@")
+    model = OpenAICompatibleModel("m", f"{url}/v1", stream=False, max_retries=0)
+    assert (
+        repr(model) == f"OpenAICompatibleModel('m', base_url='{url.replace(PASSWORD, '***')}/v1')"
+    )
+    server.play(Reply(status=404, body=b'{"message": "no such model"}'))
+    with pytest.raises(ModelError) as raised:
+        await model.complete(agentlib.ModelRequest())
+    assert "check the model name ('m') and base_url ('http://proxy-user:***@" in str(raised.value)
+    assert server.requests[0].headers["authorization"].startswith("Basic ")  # it was sent
+    with block_model_requests(), pytest.raises(ModelError) as blocked:
+        await model.complete(agentlib.ModelRequest())
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    await listener.aclose()
+    gone = OpenAICompatibleModel("m", f"http://u:{PASSWORD}@127.0.0.1:{port}/v1", max_retries=0)
+    with pytest.raises(ModelError) as unreachable:
+        await gone.complete(agentlib.ModelRequest())
+    assert f"server at http://u:***@127.0.0.1:{port}/v1/chat" in str(unreachable.value)
+    for text in (str(raised.value), str(blocked.value), str(unreachable.value), repr(gone)):
+        assert PASSWORD not in text
 
 
 async def test_a_slow_server_times_out_and_is_retried(

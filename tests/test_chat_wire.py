@@ -24,7 +24,7 @@ from agentlib import (
     ValidationError,
 )
 from agentlib._models._options import ChatSettings
-from agentlib._models._wire import CallParts, ChatCodec, Dialect, ToolNames, excerpt
+from agentlib._models._wire import CallParts, ChatCodec, Dialect, ToolNames, excerpt, shown_url
 
 KEY = "sk-test-5f0c2e9a7b1d4c3e"
 MISTRAL = MistralModel.dialect
@@ -303,3 +303,19 @@ def test_an_excerpt_hides_the_key_before_it_is_cut() -> None:
     text = "x" * 490 + KEY
     assert excerpt(text, KEY) == "x" * 490 + "***"
     assert excerpt(text, None) == text[:500]
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://api.example.com/v1", "https://api.example.com/v1"),
+        ("https://user@api.example.com/v1", "https://user@api.example.com/v1"),
+        (
+            "https://user:s3cr:et@api.example.com:8443/v1",
+            "https://user:***@api.example.com:8443/v1",
+        ),
+        ("http://:pw@[::1]:8000/v1?x=1", "http://:***@[::1]:8000/v1?x=1"),
+    ],
+)
+def test_a_url_is_shown_without_its_password(url: str, shown: str) -> None:
+    assert shown_url(url) == shown

@@ -32,7 +32,7 @@ from ._mistral import KEY_HINT, MISTRAL, mistral_key, mistral_url
 from ._openai import EXAMPLE_MODEL, EXAMPLE_URL, OPENAI_COMPATIBLE, openai_api
 from ._options import ChatOptions, ChatSettings, check_options
 from ._transport import ChatTransport, RunClients
-from ._wire import ChatCodec, Dialect, ToolNames
+from ._wire import ChatCodec, Dialect, ToolNames, shown_url
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -55,7 +55,7 @@ class ChatCompletionsModel(ChatSettings):
     _clients: RunClients = attrs.field(init=False, factory=RunClients)
 
     def __repr__(self) -> str:  # never the key
-        return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
+        return f"{type(self).__name__}({self.model!r}, base_url={shown_url(self.base_url)!r})"
 
     @property
     def url(self) -> str:

@@ -32,7 +32,7 @@ import trio
 from .._errors import ModelError
 from ._base import ModelReply, TextSink
 from ._sse import StreamReader
-from ._wire import ChatCodec, ToolNames, error_details, excerpt, json_or_none, scrub
+from ._wire import ChatCodec, ToolNames, error_details, excerpt, json_or_none, scrub, shown_url
 
 if TYPE_CHECKING:
     from ._options import ChatSettings
@@ -197,7 +197,8 @@ class ChatTransport:
             what = f"{self.provider} did not answer in time ({type(error).__name__})"
         else:
             what = (
-                f"could not reach {self.provider} at {self.url} ({type(error).__name__}: {error})"
+                f"could not reach {self.provider} at {shown_url(self.url)} "
+                f"({type(error).__name__}: {error})"
             )
         retryable = _Retryable(scrub(what, self.key), status=None, code=None, body=None)
         retryable.__cause__ = error
@@ -226,7 +227,7 @@ class ChatTransport:
         if status == 404:
             return (
                 f"; check the model name ({self.settings.model!r}) and base_url "
-                f"({self.settings.base_url!r})"
+                f"({shown_url(self.settings.base_url)!r})"
             )
         return ""
 

@@ -20,6 +20,7 @@ import base64
 import hashlib
 import json
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ __all__ = [
     "excerpt",
     "json_or_none",
     "scrub",
+    "shown_url",
     "text_pieces",
     "usage_of",
 ]
@@ -72,6 +74,17 @@ _AUDIO_FORMATS = {
 #: Finish reasons of a reply the token limit cut: "length" (max_tokens, or the server's
 #: context), and Mistral's "model_length" (the model's context window).
 _CUT = ("length", "model_length")
+
+
+def shown_url(url: str) -> str:
+    """``url`` as messages and reprs show it: the password of its user info, if any, is
+    ``***`` (``https://user:***@host/v1``)."""
+    parts = urllib.parse.urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    user = userinfo.partition(":")[0]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def scrub(text: str, key: str | None) -> str:
