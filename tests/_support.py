@@ -1,5 +1,6 @@
-"""Helpers shared by the engine's tests: a gate that holds a turn, recording steps, and a
-deadline on the wall clock for tests on trio's MockClock."""
+"""Helpers shared by the engine's tests: tool calls and the model replies that make them, a
+gate that holds a turn, recording steps, and a deadline on the wall clock for tests on trio's
+MockClock."""
 
 from __future__ import annotations
 
@@ -40,6 +41,21 @@ class Gate:
 
 
 HOLD = ModelReply(tool_calls=[ToolCallRequest(name="hold")])
+
+
+def call(name: str, **arguments: Any) -> ToolCallRequest:
+    """A call of the tool ``name`` with ``arguments``, as a model reply makes it."""
+    return ToolCallRequest(name=name, arguments=arguments)
+
+
+def reply(*calls: ToolCallRequest) -> ModelReply:
+    """One model reply that makes ``calls`` (at once when there are several)."""
+    return ModelReply(tool_calls=list(calls))
+
+
+def call_tool(name: str, **arguments: Any) -> ModelReply:
+    """A model step that calls one tool."""
+    return reply(call(name, **arguments))
 
 
 class Recorder:

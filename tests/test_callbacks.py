@@ -20,7 +20,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import Gate, Recorder, held_agent, held_turn
+from _support import Gate, Recorder, call, held_agent, held_turn, reply
 
 import agentlib
 from agentlib import (
@@ -39,7 +39,6 @@ from agentlib import (
     Failed,
     Interrupted,
     KeepCallbackOpen,
-    ModelReply,
     ModelRequest,
     NotFound,
     OpenApproval,
@@ -62,15 +61,6 @@ OTHER_SECRET = "s3cr3t-github-token-0xBEEF"
 STOPPED = "the turn was stopped before this call finished"
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def call(name: str, **arguments: Any) -> ToolCallRequest:
-    return ToolCallRequest(name=name, arguments=arguments)
-
-
-def reply(*calls: ToolCallRequest) -> ModelReply:
-    """One model reply that makes ``calls`` (in parallel when there are several)."""
-    return ModelReply(tool_calls=list(calls))
 
 
 def is_uuid(value: object) -> bool:

@@ -36,7 +36,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import HOLD, Gate, Recorder, fail_after_real, user_texts
+from _support import HOLD, Gate, Recorder, call, fail_after_real, reply, user_texts
 
 import agentlib
 from agentlib import (
@@ -53,7 +53,6 @@ from agentlib import (
     Depends,
     Interrupted,
     MemoryStore,
-    ModelReply,
     ModelRequest,
     ObservationLost,
     OpenApproval,
@@ -69,7 +68,6 @@ from agentlib import (
     StoreError,
     StoreSchemaError,
     Tool,
-    ToolCallRequest,
     ToolResultEntry,
     ToolSource,
     TurnEnded,
@@ -118,14 +116,6 @@ def assert_secret_not_on_disk(tmp_path: Path, *secrets: str) -> None:
 
 
 # --- agents and steps -----------------------------------------------------------------------
-
-
-def call(name: str, **arguments: Any) -> ToolCallRequest:
-    return ToolCallRequest(name=name, arguments=arguments)
-
-
-def reply(*calls: ToolCallRequest) -> ModelReply:
-    return ModelReply(tool_calls=list(calls))
 
 
 def echo(prefix: str) -> Callable[[ModelRequest], str]:

@@ -32,7 +32,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import HOLD, Gate, Recorder, fail_after_real, user_texts
+from _support import HOLD, Gate, Recorder, call, fail_after_real, reply, user_texts
 
 import agentlib
 from agentlib import (
@@ -52,7 +52,6 @@ from agentlib import (
     Store,
     StoreError,
     Tool,
-    ToolCallRequest,
     ToolResultEntry,
     TurnEnded,
     UnknownOutcome,
@@ -92,14 +91,6 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def call(name: str, **arguments: Any) -> ToolCallRequest:
-    return ToolCallRequest(name=name, arguments=arguments)
-
-
-def reply(*calls: ToolCallRequest) -> ModelReply:
-    return ModelReply(tool_calls=list(calls))
 
 
 def deleter(runs: list[str]) -> Tool:

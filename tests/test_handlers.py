@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import pytest
 import trio
 import trio.testing
-from _support import Gate, Recorder, held_agent, held_turn
+from _support import Gate, Recorder, call_tool, held_agent, held_turn
 
 import agentlib
 from agentlib import (
@@ -68,11 +68,6 @@ async def open_runtime() -> AsyncIterator[None]:
     with trio.fail_after(WAIT):
         async with agentlib.open_runtime():
             yield
-
-
-def call(name: str, **arguments: Any) -> ModelReply:
-    """A model step that calls one tool."""
-    return ModelReply(tool_calls=[ToolCallRequest(name=name, arguments=arguments)])
 
 
 def tool_results(request: ModelRequest) -> list[ToolResultEntry]:
@@ -129,7 +124,7 @@ def approval_agent(
     deletions: Deletions, *then: Any, paths: tuple[str, ...] = ("a.txt",), **options: Any
 ) -> Agent:
     """An agent that deletes each of ``paths`` (one per model step), then plays ``then``."""
-    steps = [call("delete", path=path) for path in paths]
+    steps = [call_tool("delete", path=path) for path in paths]
     return Agent(
         "approver",
         model=ScriptedModel([*steps, *(then or ("done",))]),
@@ -346,7 +341,7 @@ async def test_allowing_a_hooks_approval_for_the_session_from_on_approval_raises
     handler = Handler(AllowApproval(scope="session"))
     agent = Agent(
         "deployer",
-        model=ScriptedModel([call("deploy", target="prod"), "deployed it"]),
+        model=ScriptedModel([call_tool("deploy", target="prod"), "deployed it"]),
         tools=[deploy],
         hooks=[ask_first],
     )
@@ -375,7 +370,7 @@ def notion_agent(received: list[Credentials], *then: Any) -> Agent:
     source = ToolSource(name="notion", tools=[search], requires_sign_in=True)
     return Agent(
         "reader",
-        model=ScriptedModel([call("notion.search", query="specs"), *(then or ("found it",))]),
+        model=ScriptedModel([call_tool("notion.search", query="specs"), *(then or ("found it",))]),
         tools=[source],
     )
 
@@ -434,7 +429,7 @@ def pick(prompt: str) -> int:
 def picking_agent(*then: Any, **options: Any) -> Agent:
     return Agent(
         "picker",
-        model=ScriptedModel([call("client.pick", prompt="a number?"), *(then or ("picked",))]),
+        model=ScriptedModel([call_tool("client.pick", prompt="a number?"), *(then or ("picked",))]),
         tools=[pick],
         **options,
     )
@@ -567,7 +562,7 @@ async def test_run_and_result_together_run_the_handler_once() -> None:
     def first_step(request: ModelRequest) -> ModelReply:
         turn_ids.append(request.turn_id)
         started.set()
-        return call("delete", path="a.txt")
+        return call_tool("delete", path="a.txt")
 
     agent = Agent(
         "approver", model=ScriptedModel([first_step, "deleted it"]), tools=[deletions.tool]
@@ -865,7 +860,7 @@ async def test_a_timeout_counts_the_model_time_around_a_client_tool_handler(
 ) -> None:
     async def think_then_pick(request: ModelRequest) -> ModelReply:
         await trio.sleep(3)
-        return call("client.pick", prompt="a number?")
+        return call_tool("client.pick", prompt="a number?")
 
     async def think_long(request: ModelRequest) -> str:
         await trio.sleep(10)
@@ -1033,7 +1028,11 @@ async def test_a_wait_whose_handler_was_overtaken_by_hand_returns_blocked_on_the
         await never.wait()
         return AllowApproval()
 
-    steps = [call("delete", path="a.txt"), call("client.pick", prompt="a number?"), "done"]
+    steps = [
+        call_tool("delete", path="a.txt"),
+        call_tool("client.pick", prompt="a number?"),
+        "done",
+    ]
     agent = Agent("both", model=ScriptedModel(steps), tools=[deletions.tool, pick])
     records: list[agentlib.TurnState[Any]] = []
     async with open_runtime():

@@ -23,6 +23,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from _support import call_tool
 
 import agentlib
 from agentlib import (
@@ -121,11 +122,6 @@ SECRET = "SECRET-Value-123"
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def call(name: str, **arguments: Any) -> ModelReply:
-    """A model step that calls one tool."""
-    return ModelReply(tool_calls=[ToolCallRequest(name=name, arguments=arguments)])
 
 
 class Script:
@@ -268,7 +264,7 @@ async def test_a_hook_returning_none_leaves_the_call_unchanged() -> None:
     def look(call: ToolCallEntry) -> None:
         return None
 
-    outcome = await run_turn(make_agent(Script(call("add", a=1, b=2), "done"), [add], [look]))
+    outcome = await run_turn(make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [look]))
 
     assert runs == [{"a": 1, "b": 2}]
     assert [entry.arguments for entry in outcome.calls] == [{"a": 1, "b": 2}]
@@ -284,7 +280,7 @@ async def test_a_hook_receives_the_tool_call_entry_about_to_run() -> None:
     def look(call: ToolCallEntry) -> None:
         seen.append(call)
 
-    outcome = await run_turn(make_agent(Script(call("add", a=1, b=2), "done"), [add], [look]))
+    outcome = await run_turn(make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [look]))
 
     assert len(seen) == 1
     assert isinstance(seen[0], ToolCallEntry)
@@ -299,7 +295,7 @@ async def test_modified_arguments_reach_the_tool() -> None:
     def rewrite(call: ToolCallEntry) -> ModifiedArguments:
         return ModifiedArguments({"a": 10, "b": 20})
 
-    await run_turn(make_agent(Script(call("add", a=1, b=2), "done"), [add], [rewrite]))
+    await run_turn(make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [rewrite]))
 
     assert runs == [{"a": 10, "b": 20}]
 
@@ -311,7 +307,9 @@ async def test_modified_arguments_show_in_the_history_events_and_completed_tool_
     def rewrite(call: ToolCallEntry) -> ModifiedArguments:
         return ModifiedArguments({"a": 10, "b": 20})
 
-    outcome = await run_turn(make_agent(Script(call("add", a=1, b=2), "done"), [add], [rewrite]))
+    outcome = await run_turn(
+        make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [rewrite])
+    )
 
     assert isinstance(outcome.record, Completed)
     assert [entry.arguments for entry in outcome.record.tool_calls] == [{"a": 10, "b": 20}]
@@ -327,7 +325,7 @@ async def test_modified_arguments_show_in_the_history_events_and_completed_tool_
 
 async def test_the_models_next_request_shows_the_modified_arguments() -> None:
     add, _ = adder()
-    script = Script(call("add", a=1, b=2), "done")
+    script = Script(call_tool("add", a=1, b=2), "done")
 
     @pre_tool_call
     def rewrite(call: ToolCallEntry) -> ModifiedArguments:
@@ -357,7 +355,7 @@ async def test_hooks_run_in_order_and_each_sees_the_previous_rewrite() -> None:
         return ModifiedArguments({**call.arguments, "b": 20})
 
     outcome = await run_turn(
-        make_agent(Script(call("add", a=1, b=2), "done"), [add], [first, second])
+        make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [first, second])
     )
 
     assert order == ["first", "second"]
@@ -374,7 +372,9 @@ async def test_deny_tool_call_does_not_run_the_tool() -> None:
     def refuse(call: ToolCallEntry) -> DenyToolCall:
         return DenyToolCall("not on Sundays")
 
-    outcome = await run_turn(make_agent(Script(call("add", a=1, b=2), "done"), [add], [refuse]))
+    outcome = await run_turn(
+        make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [refuse])
+    )
 
     assert runs == []
     assert isinstance(outcome.record, Completed)
@@ -382,7 +382,7 @@ async def test_deny_tool_call_does_not_run_the_tool() -> None:
 
 async def test_deny_tool_call_gives_the_model_an_error_result_with_the_reason() -> None:
     add, _ = adder()
-    script = Script(call("add", a=1, b=2), "done")
+    script = Script(call_tool("add", a=1, b=2), "done")
 
     @pre_tool_call
     def refuse(call: ToolCallEntry) -> DenyToolCall:
@@ -408,7 +408,7 @@ async def test_hooks_after_a_denial_do_not_run() -> None:
     def after(call: ToolCallEntry) -> None:
         later.append(call)
 
-    await run_turn(make_agent(Script(call("add", a=1, b=2), "done"), [add], [refuse, after]))
+    await run_turn(make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [refuse, after]))
 
     assert later == []
 
@@ -423,7 +423,7 @@ def ask_why(call: ToolCallEntry) -> RequestApproval:
 
 async def test_request_approval_opens_an_approval_with_source_hook_and_the_reason() -> None:
     add, runs = adder()
-    agent = make_agent(Script(call("add", a=1, b=2), "done"), [add], [ask_why])
+    agent = make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [ask_why])
     async with agentlib.open_runtime():
         session = await agent.start_session()
         blocked = await session.run("go")
@@ -444,7 +444,7 @@ async def test_request_approval_without_a_reason_opens_an_approval_without_one()
     def ask(call: ToolCallEntry) -> RequestApproval:
         return RequestApproval()
 
-    agent = make_agent(Script(call("add", a=1, b=2), "done"), [add], [ask])
+    agent = make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [ask])
     outcome = await run_turn(agent, on_approval=lambda approval: AllowApproval())
 
     assert [(a.source, a.reason) for a in approvals(outcome)] == [("hook", None)]
@@ -452,7 +452,7 @@ async def test_request_approval_without_a_reason_opens_an_approval_without_one()
 
 async def test_allowing_a_hooks_approval_runs_the_call() -> None:
     add, runs = adder()
-    agent = make_agent(Script(call("add", a=1, b=2), "done"), [add], [ask_why])
+    agent = make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [ask_why])
     async with agentlib.open_runtime():
         session = await agent.start_session()
         blocked = await session.run("go")
@@ -467,7 +467,7 @@ async def test_allowing_a_hooks_approval_runs_the_call() -> None:
 
 async def test_denying_a_hooks_approval_does_not_run_the_call() -> None:
     add, runs = adder()
-    agent = make_agent(Script(call("add", a=1, b=2), "done"), [add], [ask_why])
+    agent = make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [ask_why])
     async with agentlib.open_runtime():
         session = await agent.start_session()
         blocked = await session.run("go")
@@ -485,7 +485,7 @@ async def test_denying_a_hooks_approval_does_not_run_the_call() -> None:
 
 async def test_allowing_a_hooks_approval_for_the_session_raises_and_leaves_it_open() -> None:
     add, runs = adder()
-    agent = make_agent(Script(call("add", a=1, b=2), "done"), [add], [ask_why])
+    agent = make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [ask_why])
     async with agentlib.open_runtime():
         session = await agent.start_session()
         blocked = await session.run("go")
@@ -506,7 +506,7 @@ async def test_allowing_a_hooks_approval_for_the_session_raises_and_leaves_it_op
 
 async def test_a_handler_allowing_a_hooks_approval_for_the_session_raises() -> None:
     add, runs = adder()
-    agent = make_agent(Script(call("add", a=1, b=2), "done"), [add], [ask_why])
+    agent = make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [ask_why])
     async with agentlib.open_runtime():
         session = await agent.start_session(
             on_approval=lambda approval: AllowApproval(scope="session")
@@ -533,7 +533,7 @@ async def test_a_tool_requiring_approval_and_a_hook_asking_open_one_approval_of_
         runs.append(n)
         return "deleted"
 
-    agent = make_agent(Script(call("delete", n=1), "done"), [delete], [ask_why])
+    agent = make_agent(Script(call_tool("delete", n=1), "done"), [delete], [ask_why])
     outcome = await run_turn(agent, on_approval=lambda approval: AllowApproval())
 
     assert [approval.source for approval in approvals(outcome)] == ["hook"]
@@ -625,7 +625,7 @@ async def test_two_hooks_asking_for_approval_open_one_approval() -> None:
     def ask_again(call: ToolCallEntry) -> RequestApproval:
         return RequestApproval("again")
 
-    agent = make_agent(Script(call("add", a=1, b=2), "done"), [add], [ask_why, ask_again])
+    agent = make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [ask_why, ask_again])
     outcome = await run_turn(agent, on_approval=lambda approval: AllowApproval())
 
     (approval,) = approvals(outcome)
@@ -642,7 +642,7 @@ async def test_a_hooks_approval_shows_the_arguments_an_earlier_hook_rewrote() ->
     def rewrite(call: ToolCallEntry) -> ModifiedArguments:
         return ModifiedArguments({"a": 10, "b": 20})
 
-    agent = make_agent(Script(call("add", a=1, b=2), "done"), [add], [rewrite, ask_why])
+    agent = make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [rewrite, ask_why])
     outcome = await run_turn(agent, on_approval=lambda approval: AllowApproval())
 
     assert [approval.arguments for approval in approvals(outcome)] == [{"a": 10, "b": 20}]
@@ -659,7 +659,9 @@ async def test_an_async_hook_can_rewrite_the_call() -> None:
         await trio.lowlevel.checkpoint()
         return ModifiedArguments({"a": 5, "b": 5})
 
-    outcome = await run_turn(make_agent(Script(call("add", a=1, b=2), "done"), [add], [rewrite]))
+    outcome = await run_turn(
+        make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [rewrite])
+    )
 
     assert runs == [{"a": 5, "b": 5}]
     assert [result.text for result in outcome.results] == ["10"]
@@ -673,7 +675,9 @@ async def test_an_async_hook_can_deny_the_call() -> None:
         await trio.lowlevel.checkpoint()
         return DenyToolCall("async no")
 
-    outcome = await run_turn(make_agent(Script(call("add", a=1, b=2), "done"), [add], [refuse]))
+    outcome = await run_turn(
+        make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [refuse])
+    )
 
     assert runs == []
     assert outcome.results[0].text == "this call was refused: async no"
@@ -693,7 +697,7 @@ async def test_a_hook_runs_for_every_call_of_every_step() -> None:
     def look(call: ToolCallEntry) -> None:
         seen.append(call.arguments["a"])
 
-    await run_turn(make_agent(Script(both, call("add", a=3, b=3), "done"), [add], [look]))
+    await run_turn(make_agent(Script(both, call_tool("add", a=3, b=3), "done"), [add], [look]))
 
     assert sorted(seen) == [1, 2, 3]
     assert len(runs) == 3
@@ -716,7 +720,7 @@ async def test_a_hook_runs_for_a_client_tool_call() -> None:
         opened.append(callback)
         return 7
 
-    agent = make_agent(Script(call("client.pick", prompt="p"), "done"), [pick], [look])
+    agent = make_agent(Script(call_tool("client.pick", prompt="p"), "done"), [pick], [look])
     outcome = await run_turn(agent, on_client_tool=answer)
 
     assert seen == ["client.pick"]
@@ -733,7 +737,7 @@ async def test_a_hook_denying_a_client_tool_call_opens_no_callback() -> None:
         return DenyToolCall("not now")
 
     outcome = await run_turn(
-        make_agent(Script(call("client.pick", prompt="p"), "done"), [pick], [refuse])
+        make_agent(Script(call_tool("client.pick", prompt="p"), "done"), [pick], [refuse])
     )
 
     assert outcome.opened == []
@@ -750,7 +754,7 @@ async def test_the_entry_a_hook_receives_for_a_client_tool_is_the_one_the_histor
     def look(call: ToolCallEntry) -> None:
         seen.append(call)
 
-    agent = make_agent(Script(call("client.pick", prompt="p"), "done"), [pick], [look])
+    agent = make_agent(Script(call_tool("client.pick", prompt="p"), "done"), [pick], [look])
     outcome = await run_turn(agent, on_client_tool=lambda callback: 7)
 
     assert outcome.calls[0].tool_kind == "client"
@@ -772,7 +776,7 @@ async def test_a_hook_runs_for_a_tool_of_a_tool_source() -> None:
         return ModifiedArguments({"query": "rewritten"})
 
     notes = ToolSource(name="notes", tools=[find])
-    await run_turn(make_agent(Script(call("notes.find", query="q"), "done"), [notes], [look]))
+    await run_turn(make_agent(Script(call_tool("notes.find", query="q"), "done"), [notes], [look]))
 
     assert seen == ["notes.find"]
     assert runs == ["rewritten"]
@@ -792,7 +796,7 @@ async def test_a_hook_runs_for_a_sign_in_source_tool_before_the_sign_in() -> Non
 
     notion = ToolSource(name="notion", tools=[find], requires_sign_in=True)
     outcome = await run_turn(
-        make_agent(Script(call("notion.find", query="q"), "done"), [notion], [refuse])
+        make_agent(Script(call_tool("notion.find", query="q"), "done"), [notion], [refuse])
     )
 
     assert seen == ["notion.find"]
@@ -814,7 +818,7 @@ async def test_a_hook_lets_a_sign_in_source_tool_run_with_its_credentials() -> N
         seen.append(call.name)
 
     notion = ToolSource(name="notion", tools=[find], requires_sign_in=True)
-    agent = make_agent(Script(call("notion.find", query="q"), "done"), [notion], [look])
+    agent = make_agent(Script(call_tool("notion.find", query="q"), "done"), [notion], [look])
     outcome = await run_turn(
         agent, on_sign_in=lambda sign_in: SignInAnswer(credentials={"notion": "tok"})
     )
@@ -834,7 +838,7 @@ def explode(call: ToolCallEntry) -> None:
 
 async def test_a_raising_hook_reports_an_error_result_naming_the_hook_and_the_error() -> None:
     add, runs = adder()
-    script = Script(call("add", a=1, b=2), "done")
+    script = Script(call_tool("add", a=1, b=2), "done")
 
     outcome = await run_turn(make_agent(script, [add], [explode]))
 
@@ -850,7 +854,9 @@ async def test_a_raising_hook_with_tool_errors_raise_fails_the_turn() -> None:
     add, runs = adder()
 
     outcome = await run_turn(
-        make_agent(Script(call("add", a=1, b=2), "done"), [add], [explode], tool_errors="raise")
+        make_agent(
+            Script(call_tool("add", a=1, b=2), "done"), [add], [explode], tool_errors="raise"
+        )
     )
 
     assert runs == []
@@ -863,7 +869,9 @@ async def test_a_raising_hook_with_tool_errors_raise_still_leaves_a_result_for_t
     add, _ = adder()
 
     outcome = await run_turn(
-        make_agent(Script(call("add", a=1, b=2), "done"), [add], [explode], tool_errors="raise")
+        make_agent(
+            Script(call_tool("add", a=1, b=2), "done"), [add], [explode], tool_errors="raise"
+        )
     )
 
     assert [result.tool_call_id for result in outcome.results] == [
@@ -879,7 +887,9 @@ async def test_a_hook_returning_a_wrong_type_fails_the_call() -> None:
     def answer(call: ToolCallEntry) -> Any:
         return 42
 
-    outcome = await run_turn(make_agent(Script(call("add", a=1, b=2), "done"), [add], [answer]))
+    outcome = await run_turn(
+        make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [answer])
+    )
 
     assert runs == []
     (result,) = outcome.results
@@ -896,7 +906,7 @@ async def test_a_hook_returning_a_wrong_type_with_tool_errors_raise_fails_the_tu
         return True
 
     outcome = await run_turn(
-        make_agent(Script(call("add", a=1, b=2), "done"), [add], [answer], tool_errors="raise")
+        make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [answer], tool_errors="raise")
     )
 
     assert isinstance(outcome.record, Failed)
@@ -910,7 +920,9 @@ async def test_modified_arguments_that_are_not_an_object_fail_the_call() -> None
     def listify(call: ToolCallEntry) -> ModifiedArguments:
         return ModifiedArguments([1, 2])
 
-    outcome = await run_turn(make_agent(Script(call("add", a=1, b=2), "done"), [add], [listify]))
+    outcome = await run_turn(
+        make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [listify])
+    )
 
     assert runs == []
     (result,) = outcome.results
@@ -928,7 +940,7 @@ async def test_a_failing_hook_stops_the_later_hooks() -> None:
     def after(call: ToolCallEntry) -> None:
         later.append(call)
 
-    await run_turn(make_agent(Script(call("add", a=1, b=2), "done"), [add], [explode, after]))
+    await run_turn(make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [explode, after]))
 
     assert later == []
 
@@ -985,7 +997,7 @@ async def test_a_tool_receives_the_session_input() -> None:
     read, runs = repo_reader()
 
     await run_turn(
-        make_agent(Script(call("read", path="README"), "done"), [read]),
+        make_agent(Script(call_tool("read", path="README"), "done"), [read]),
         inputs=[Repo(name="acme/widgets")],
     )
 
@@ -1004,7 +1016,7 @@ def test_an_input_parameter_is_left_out_of_the_tools_schema() -> None:
 
 async def test_the_model_requests_tools_leave_the_input_parameter_out() -> None:
     read, _ = repo_reader()
-    script = Script(call("read", path="README"), "done")
+    script = Script(call_tool("read", path="README"), "done")
 
     await run_turn(make_agent(script, [read]), inputs=[Repo(name="acme/widgets")])
 
@@ -1015,7 +1027,7 @@ async def test_the_model_requests_tools_leave_the_input_parameter_out() -> None:
 
 async def test_nothing_the_model_sees_holds_the_inputs_value() -> None:
     read, runs = repo_reader()
-    script = Script(call("read", path="README"), "done")
+    script = Script(call_tool("read", path="README"), "done")
 
     await run_turn(make_agent(script, [read]), inputs=[Repo(name=SECRET)])
 
@@ -1027,7 +1039,7 @@ async def test_nothing_the_model_sees_holds_the_inputs_value() -> None:
 
 async def test_no_event_holds_the_inputs_value() -> None:
     read, _ = repo_reader()
-    script = Script(call("read", path="README"), "done")
+    script = Script(call_tool("read", path="README"), "done")
 
     outcome = await run_turn(make_agent(script, [read]), inputs=[Repo(name=SECRET)])
 
@@ -1043,7 +1055,7 @@ async def test_a_hook_receives_the_session_input() -> None:
         seen.append(repo)
 
     await run_turn(
-        make_agent(Script(call("add", a=1, b=2), "done"), [add], [look]),
+        make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [look]),
         inputs=[Repo(name="acme/widgets")],
     )
 
@@ -1057,7 +1069,7 @@ async def test_a_hook_can_decide_from_the_session_input() -> None:
     def only_sandbox(call: ToolCallEntry, repo: Annotated[Repo, Depends()]) -> Any:
         return None if repo.name == "sandbox" else DenyToolCall("only in the sandbox")
 
-    agent = make_agent(Script(call("add", a=1, b=2), "done"), [add], [only_sandbox])
+    agent = make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [only_sandbox])
     outcome = await run_turn(agent, inputs=[Repo(name="production")])
 
     assert runs == []
@@ -1066,7 +1078,7 @@ async def test_a_hook_can_decide_from_the_session_input() -> None:
 
 async def test_the_model_passing_the_input_as_an_argument_gets_unknown_argument() -> None:
     read, runs = repo_reader()
-    script = Script(call("read", path="README", repo="other/repo"), "done")
+    script = Script(call_tool("read", path="README", repo="other/repo"), "done")
 
     outcome = await run_turn(make_agent(script, [read]), inputs=[Repo(name="acme/widgets")])
 
@@ -1126,7 +1138,7 @@ async def test_an_input_reaches_a_tool_and_reads_back_after_a_restart_however_de
 ) -> None:
     branch = branch_class(SPELLINGS[spelling])
     read, runs = reader_of(branch)
-    steps = (call("read", path="README"), "done") * 2  # the session's steps, both turns
+    steps = (call_tool("read", path="README"), "done") * 2  # the session's steps, both turns
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
     async with agentlib.open_runtime(store):
         agent = make_agent(Script(*steps), [read])
@@ -1170,7 +1182,7 @@ def test_a_session_input_subclass_is_a_frozen_keyword_only_attrs_class() -> None
 
 async def test_a_later_turn_through_a_second_reference_still_gets_the_input() -> None:
     read, runs = repo_reader()
-    agent = make_agent(Script("hello", call("read", path="README"), "done"), [read])
+    agent = make_agent(Script("hello", call_tool("read", path="README"), "done"), [read])
     async with agentlib.open_runtime():
         session = await agent.start_session(inputs=[Repo(name="acme/widgets")])
         first = await session.run("hi")
@@ -1187,7 +1199,9 @@ async def test_the_session_keeps_the_inputs_value_not_the_object() -> None:
     read, runs = repo_reader()
     given = Repo(name="acme/widgets")
 
-    await run_turn(make_agent(Script(call("read", path="README"), "done"), [read]), inputs=[given])
+    await run_turn(
+        make_agent(Script(call_tool("read", path="README"), "done"), [read]), inputs=[given]
+    )
 
     assert runs == [given]
     assert runs[0] is not given
@@ -1198,7 +1212,7 @@ async def test_the_session_keeps_the_inputs_value_not_the_object() -> None:
 
 async def test_an_input_failing_the_tools_stricter_class_reports_an_error_result() -> None:
     read, runs = reader_of(StrictRepo)
-    script = Script(call("read", path="README"), "done")
+    script = Script(call_tool("read", path="README"), "done")
 
     outcome = await run_turn(make_agent(script, [read]), inputs=[Repo(name=SECRET)])
 
@@ -1213,7 +1227,7 @@ async def test_an_input_failing_the_tools_stricter_class_reports_an_error_result
 
 async def test_an_input_failing_the_tools_stricter_class_leaks_its_value_nowhere() -> None:
     read, _ = reader_of(StrictRepo)
-    script = Script(call("read", path="README"), "done")
+    script = Script(call_tool("read", path="README"), "done")
 
     outcome = await run_turn(make_agent(script, [read]), inputs=[Repo(name=SECRET)])
 
@@ -1223,7 +1237,7 @@ async def test_an_input_failing_the_tools_stricter_class_leaks_its_value_nowhere
 
 async def test_an_input_failing_the_stricter_class_with_tool_errors_raise_fails_the_turn() -> None:
     read, runs = reader_of(StrictRepo)
-    script = Script(call("read", path="README"), "done")
+    script = Script(call_tool("read", path="README"), "done")
 
     outcome = await run_turn(
         make_agent(script, [read], tool_errors="raise"), inputs=[Repo(name=SECRET)]
@@ -1239,7 +1253,7 @@ async def test_an_input_failing_the_stricter_class_with_tool_errors_raise_fails_
 
 async def test_a_validator_message_that_quotes_the_value_is_withheld() -> None:
     read, runs = reader_of(QuotingRepo)
-    script = Script(call("read", path="README"), "done")
+    script = Script(call_tool("read", path="README"), "done")
 
     outcome = await run_turn(make_agent(script, [read]), inputs=[Repo(name=SECRET)])
 
@@ -1254,7 +1268,7 @@ async def test_a_validator_message_that_quotes_the_value_is_withheld() -> None:
 
 async def test_a_quoting_validator_with_tool_errors_raise_leaks_the_value_nowhere() -> None:
     read, _ = reader_of(QuotingRepo)
-    script = Script(call("read", path="README"), "done")
+    script = Script(call_tool("read", path="README"), "done")
 
     outcome = await run_turn(
         make_agent(script, [read], tool_errors="raise"), inputs=[Repo(name=SECRET)]
@@ -1268,7 +1282,7 @@ async def test_a_quoting_validator_with_tool_errors_raise_leaks_the_value_nowher
 async def test_a_validator_message_naming_the_field_reaches_the_model() -> None:
     # "name" is the input's key, not its value: the message is not withheld for it.
     read, runs = reader_of(FieldNamingRepo)
-    script = Script(call("read", path="README"), "done")
+    script = Script(call_tool("read", path="README"), "done")
 
     outcome = await run_turn(make_agent(script, [read]), inputs=[Repo(name=SECRET)])
 
@@ -1282,7 +1296,7 @@ async def test_a_validator_message_naming_the_field_reaches_the_model() -> None:
 async def test_a_validator_message_quoting_the_values_repr_is_withheld() -> None:
     # With a newline in the value, its repr differs from its text; neither may show.
     read, runs = reader_of(ReprQuotingRepo)
-    script = Script(call("read", path="README"), "done")
+    script = Script(call_tool("read", path="README"), "done")
     value = f"{SECRET}\nsecond line"
 
     outcome = await run_turn(make_agent(script, [read]), inputs=[Repo(name=value)])
@@ -1299,7 +1313,7 @@ async def test_an_input_that_passes_the_stricter_class_reaches_the_tool() -> Non
     read, runs = reader_of(StrictRepo)
 
     await run_turn(
-        make_agent(Script(call("read", path="README"), "done"), [read]),
+        make_agent(Script(call_tool("read", path="README"), "done"), [read]),
         inputs=[Repo(name="acme/widgets")],
     )
 
@@ -1308,7 +1322,7 @@ async def test_an_input_that_passes_the_stricter_class_reaches_the_tool() -> Non
 
 async def test_an_input_failing_a_hooks_stricter_class_fails_the_call_without_the_value() -> None:
     add, runs = adder()
-    script = Script(call("add", a=1, b=2), "done")
+    script = Script(call_tool("add", a=1, b=2), "done")
 
     @pre_tool_call
     def strict(call: ToolCallEntry, repo: Annotated[StrictRepo, Depends()]) -> None:
@@ -1330,7 +1344,7 @@ async def test_an_input_failing_a_hooks_stricter_class_fails_the_call_without_th
 async def test_a_missing_input_reports_an_error_saying_to_pass_it_at_start_session() -> None:
     read, runs = repo_reader()
 
-    outcome = await run_turn(make_agent(Script(call("read", path="README"), "done"), [read]))
+    outcome = await run_turn(make_agent(Script(call_tool("read", path="README"), "done"), [read]))
 
     assert runs == []
     (result,) = outcome.results
@@ -1344,7 +1358,7 @@ async def test_a_missing_input_with_tool_errors_raise_fails_the_turn() -> None:
     read, _ = repo_reader()
 
     outcome = await run_turn(
-        make_agent(Script(call("read", path="README"), "done"), [read], tool_errors="raise")
+        make_agent(Script(call_tool("read", path="README"), "done"), [read], tool_errors="raise")
     )
 
     assert isinstance(outcome.record, Failed)
@@ -1361,7 +1375,7 @@ async def test_a_missing_input_with_a_default_gives_the_tool_the_default() -> No
         runs.append(repo)
         return "contents"
 
-    outcome = await run_turn(make_agent(Script(call("read", path="README"), "done"), [read]))
+    outcome = await run_turn(make_agent(Script(call_tool("read", path="README"), "done"), [read]))
 
     assert runs == [None]
     assert not outcome.results[0].is_error
@@ -1374,7 +1388,7 @@ async def test_a_missing_input_in_a_hook_fails_the_call() -> None:
     def look(call: ToolCallEntry, repo: Annotated[Repo, Depends()]) -> None:
         return None
 
-    outcome = await run_turn(make_agent(Script(call("add", a=1, b=2), "done"), [add], [look]))
+    outcome = await run_turn(make_agent(Script(call_tool("add", a=1, b=2), "done"), [add], [look]))
 
     assert runs == []
     (result,) = outcome.results

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import pytest
 import trio
 import trio.testing
-from _support import Gate, Recorder
+from _support import Gate, Recorder, call
 
 import agentlib
 from agentlib import (
@@ -34,7 +34,6 @@ from agentlib import (
     ScriptedModel,
     SQLiteStore,
     Store,
-    ToolCallRequest,
     ToolResultEntry,
     UnknownOutcome,
 )
@@ -42,10 +41,6 @@ from agentlib._store._base import Op, StoredSession
 
 #: The longest any wait here may take (real seconds): only a hang reaches it.
 WAIT = 30
-
-
-def call(name: str, **arguments: Any) -> ToolCallRequest:
-    return ToolCallRequest(name=name, arguments=arguments)
 
 
 def crash_copy(live: Path, crashed: Path) -> SQLiteStore:

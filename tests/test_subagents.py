@@ -24,7 +24,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import HOLD, Gate, Recorder, user_texts
+from _support import HOLD, Gate, Recorder, call, reply, user_texts
 
 import agentlib
 from agentlib import (
@@ -60,7 +60,6 @@ from agentlib import (
     SignInAnswer,
     Tool,
     ToolCallEntry,
-    ToolCallRequest,
     ToolResultEntry,
     ToolSource,
     TurnEnded,
@@ -73,15 +72,6 @@ from agentlib import (
 WAIT = 60
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def call(name: str, **arguments: Any) -> ToolCallRequest:
-    return ToolCallRequest(name=name, arguments=arguments)
-
-
-def reply(*calls: ToolCallRequest) -> ModelReply:
-    """One model reply that makes ``calls`` (at once when there are several)."""
-    return ModelReply(tool_calls=list(calls))
 
 
 def delegate(name: str, message: str) -> ModelReply:
