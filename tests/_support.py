@@ -1,4 +1,5 @@
-"""Helpers shared by the engine's tests: tool calls and the model replies that make them, a
+"""Helpers shared by the engine's tests: tool calls and the model replies that make them, the
+tools ``delete`` (an approval tool) and ``client.pick`` (a client tool), a session input, a
 gate that holds a turn, recording steps, and a deadline on the wall clock for tests on trio's
 MockClock."""
 
@@ -18,7 +19,10 @@ from agentlib import (
     ModelReply,
     ModelRequest,
     ScriptedModel,
+    SessionInput,
+    Tool,
     ToolCallRequest,
+    ToolResultEntry,
     Turn,
     tool,
 )
@@ -56,6 +60,35 @@ def reply(*calls: ToolCallRequest) -> ModelReply:
 def call_tool(name: str, **arguments: Any) -> ModelReply:
     """A model step that calls one tool."""
     return reply(call(name, **arguments))
+
+
+def tool_results(request: ModelRequest) -> list[ToolResultEntry]:
+    return [entry for entry in request.entries if isinstance(entry, ToolResultEntry)]
+
+
+def deleter(runs: list[str]) -> Tool:
+    """An approval tool, ``delete``, that appends each path it deletes to ``runs``."""
+
+    @agentlib.tool(requires_approval=True)
+    async def delete(path: str) -> str:
+        """Delete a file."""
+        runs.append(path)
+        return f"deleted {path}"
+
+    return delete
+
+
+@agentlib.client_tool
+def pick(prompt: str) -> int:
+    """Ask the user to pick a number."""
+    ...
+
+
+class Repo(SessionInput):
+    """A session input: the repository a session works on."""
+
+    input_id = "repo"
+    name: str
 
 
 class Recorder:

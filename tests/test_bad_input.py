@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import pytest
 import trio
+from _support import Repo
 
 import agentlib
 from agentlib import (
@@ -75,11 +76,6 @@ def message(role: str, *blocks: object) -> dict[str, object]:
 
 def text(**fields: object) -> dict[str, object]:
     return {"type": "text", "text": "hi", **fields}
-
-
-class Repo(SessionInput):
-    input_id = "repo"
-    name: str
 
 
 class Tagged(SessionInput):

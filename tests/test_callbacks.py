@@ -20,7 +20,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import Gate, Recorder, call, held_agent, held_turn, reply
+from _support import Gate, Recorder, call, deleter, held_agent, held_turn, pick, reply, tool_results
 
 import agentlib
 from agentlib import (
@@ -39,7 +39,6 @@ from agentlib import (
     Failed,
     Interrupted,
     KeepCallbackOpen,
-    ModelRequest,
     NotFound,
     OpenApproval,
     OpenClientToolCall,
@@ -48,7 +47,6 @@ from agentlib import (
     ScriptedModel,
     SdkError,
     SignInAnswer,
-    Tool,
     ToolCallEntry,
     ToolCallRequest,
     ToolResultEntry,
@@ -70,18 +68,6 @@ def is_uuid(value: object) -> bool:
         return False
 
 
-def deleter(runs: list[str]) -> Tool:
-    """An approval tool, ``delete``, that appends each path it deletes to ``runs``."""
-
-    @agentlib.tool(requires_approval=True)
-    async def delete(path: str) -> str:
-        """Delete a file."""
-        runs.append(path)
-        return f"deleted {path}"
-
-    return delete
-
-
 def approval_agent(runs: list[str], *steps: Any, **options: Any) -> Agent:
     return Agent("approver", model=ScriptedModel(steps), tools=[deleter(runs)], **options)
 
@@ -90,12 +76,6 @@ def approval_agent(runs: list[str], *steps: Any, **options: Any) -> Agent:
 class Choice:
     label: str
     score: int
-
-
-@agentlib.client_tool
-def pick(prompt: str) -> int:
-    """Ask the user to pick a number."""
-    ...
 
 
 @agentlib.client_tool
@@ -206,10 +186,6 @@ async def session_events_so_far(session: agentlib.Session) -> list[agentlib.Even
 
 def of_type(events: list[agentlib.Event], cls: type[Any]) -> list[Any]:
     return [event for event in events if isinstance(event, cls)]
-
-
-def tool_results(request: ModelRequest) -> list[ToolResultEntry]:
-    return [entry for entry in request.entries if isinstance(entry, ToolResultEntry)]
 
 
 def results_in(events: list[agentlib.Event]) -> list[ToolResultEntry]:

@@ -36,7 +36,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import HOLD, Gate, Recorder, call, fail_after_real, reply, user_texts
+from _support import HOLD, Gate, Recorder, call, deleter, fail_after_real, pick, reply, user_texts
 
 import agentlib
 from agentlib import (
@@ -140,24 +140,6 @@ def looker(calls: list[str], done: trio.Event | None = None) -> Tool:
         return f"about {term}"
 
     return lookup
-
-
-def deleter(runs: list[str]) -> Tool:
-    """An approval tool, ``delete``, that appends each path it deletes to ``runs``."""
-
-    @agentlib.tool(requires_approval=True)
-    async def delete(path: str) -> str:
-        """Delete a file."""
-        runs.append(path)
-        return f"deleted {path}"
-
-    return delete
-
-
-@agentlib.client_tool
-def pick(prompt: str) -> int:
-    """Ask the user to pick a number."""
-    ...
 
 
 async def settled(turn: agentlib.Turn, **options: Any) -> agentlib.TurnState[Any]:

@@ -32,7 +32,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import HOLD, Gate, Recorder, call, fail_after_real, reply, user_texts
+from _support import HOLD, Gate, Recorder, call, deleter, fail_after_real, pick, reply, user_texts
 
 import agentlib
 from agentlib import (
@@ -91,18 +91,6 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def deleter(runs: list[str]) -> Tool:
-    """An approval tool, ``delete``, that appends each path it deletes to ``runs``."""
-
-    @agentlib.tool(requires_approval=True)
-    async def delete(path: str) -> str:
-        """Delete a file."""
-        runs.append(path)
-        return f"deleted {path}"
-
-    return delete
 
 
 def approval_agent(runs: list[str]) -> Agent:
@@ -1111,12 +1099,6 @@ class Recording(MemoryStore):
     def write(self, op: Op) -> None:
         super().write(op)
         self.ops.append(op)
-
-
-@agentlib.client_tool
-def pick(prompt: str) -> int:
-    """Ask the user to pick a number."""
-    ...
 
 
 async def test_a_client_tools_error_survives_a_restart_as_an_error_result() -> None:

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import pytest
 import trio
 import trio.testing
-from _support import Gate, Recorder, call_tool, held_agent, held_turn
+from _support import Gate, Recorder, call_tool, held_agent, held_turn, pick, tool_results
 
 import agentlib
 from agentlib import (
@@ -45,7 +45,6 @@ from agentlib import (
     SignInAnswer,
     ToolCallEntry,
     ToolCallRequest,
-    ToolResultEntry,
     ToolSource,
 )
 
@@ -68,10 +67,6 @@ async def open_runtime() -> AsyncIterator[None]:
     with trio.fail_after(WAIT):
         async with agentlib.open_runtime():
             yield
-
-
-def tool_results(request: ModelRequest) -> list[ToolResultEntry]:
-    return [entry for entry in request.entries if isinstance(entry, ToolResultEntry)]
 
 
 class Handler:
@@ -418,12 +413,6 @@ async def test_on_sign_in_naming_wrong_sources_raises_sdk_error_and_keeps_it_ope
 
 
 # -- on_client_tool ---------------------------------------------------------------------------
-
-
-@agentlib.client_tool
-def pick(prompt: str) -> int:
-    """Ask the user to pick a number."""
-    ...
 
 
 def picking_agent(*then: Any, **options: Any) -> Agent:

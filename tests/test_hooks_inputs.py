@@ -23,7 +23,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import call_tool
+from _support import Repo, call_tool
 
 import agentlib
 from agentlib import (
@@ -63,11 +63,6 @@ from agentlib import (
 )
 
 # --- inputs used across the tests -----------------------------------------------------------
-
-
-class Repo(SessionInput):
-    input_id = "repo"
-    name: str
 
 
 def _lowercase(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:

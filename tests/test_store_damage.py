@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from _support import Repo
 
 import agentlib
 from agentlib import (
@@ -33,7 +34,6 @@ from agentlib import (
     MemoryStore,
     ModelReply,
     ScriptedModel,
-    SessionInput,
     StoreError,
     ToolCallRequest,
     ValidationError,
@@ -45,11 +45,6 @@ SECRET = "s3cr3t-repo-name-5b1e0c"
 
 #: The longest any wait here may take: only a hang reaches it.
 WAIT = 60
-
-
-class Repo(SessionInput):
-    input_id = "repo"
-    name: str
 
 
 def make_agent() -> Agent:

@@ -24,7 +24,18 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import HOLD, Gate, Recorder, call, reply, user_texts
+from _support import (
+    HOLD,
+    Gate,
+    Recorder,
+    Repo,
+    call,
+    deleter,
+    pick,
+    reply,
+    tool_results,
+    user_texts,
+)
 
 import agentlib
 from agentlib import (
@@ -55,10 +66,8 @@ from agentlib import (
     RequestApproval,
     Running,
     ScriptedModel,
-    SessionInput,
     SessionTerminatedError,
     SignInAnswer,
-    Tool,
     ToolCallEntry,
     ToolResultEntry,
     ToolSource,
@@ -87,24 +96,8 @@ def echo(prefix: str) -> Callable[[ModelRequest], str]:
     return step
 
 
-def tool_results(request: ModelRequest) -> list[ToolResultEntry]:
-    return [entry for entry in request.entries if isinstance(entry, ToolResultEntry)]
-
-
 def result_summary(result: ToolResultEntry) -> tuple[str | None, str, bool]:
     return (result.name, result.text, result.is_error)
-
-
-def deleter(runs: list[str]) -> Tool:
-    """An approval tool, ``delete``, that appends each path it deletes to ``runs``."""
-
-    @agentlib.tool(requires_approval=True)
-    async def delete(path: str) -> str:
-        """Delete a file."""
-        runs.append(path)
-        return f"deleted {path}"
-
-    return delete
 
 
 def nested_approval_agents(runs: list[str], **root_options: Any) -> tuple[Agent, Agent, Agent]:
@@ -671,12 +664,6 @@ async def test_concurrent_answers_through_root_and_leaf_agree_on_the_one_taken()
     assert results["root"].answer in (AllowApproval(), DenyApproval(reason="no"))
     assert isinstance(final, Completed)
     assert runs == (["/tmp/x"] if results["root"].answer == AllowApproval() else [])
-
-
-@agentlib.client_tool
-def pick(prompt: str) -> int:
-    """Ask the user to pick a number."""
-    ...
 
 
 def client_leaf_root() -> Agent:
@@ -1446,11 +1433,6 @@ def test_a_subagent_that_is_not_an_agent_is_refused(item: Any) -> None:
 
 
 # --- 10. session inputs --------------------------------------------------------------------
-
-
-class Repo(SessionInput):
-    input_id = "repo"
-    name: str
 
 
 async def test_a_subagent_inherits_the_root_session_inputs() -> None:
