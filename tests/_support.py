@@ -1,13 +1,13 @@
 """Helpers shared by the engine's tests: tool calls and the model replies that make them, the
-tools ``delete`` (an approval tool) and ``client.pick`` (a client tool), a session input, a
-gate that holds a turn, recording steps, and a deadline on the wall clock for tests on trio's
-MockClock."""
+tools ``delete`` (an approval tool) and ``client.pick`` (a client tool), an agent that asks
+for an approval, a session input, a gate that holds a turn, recording and echoing steps, and a
+deadline on the wall clock for tests on trio's MockClock."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import trio
@@ -76,6 +76,27 @@ def deleter(runs: list[str]) -> Tool:
         return f"deleted {path}"
 
     return delete
+
+
+def echo(prefix: str) -> Callable[[ModelRequest], str]:
+    """A final step that answers ``"<prefix>: <text of the last entry>"`` (a tool result)."""
+
+    def step(request: ModelRequest) -> str:
+        return f"{prefix}: {request.entries[-1].text}"
+
+    return step
+
+
+def approval_agent(runs: list[str], *steps: Any, **options: Any) -> Agent:
+    """``approver``, whose model plays ``steps`` with the approval tool ``delete`` (see
+    ``deleter``). Without steps, it asks to delete /tmp/x, then answers ``done: <the tool's
+    result>``."""
+    return Agent(
+        "approver",
+        model=ScriptedModel(steps or [reply(call("delete", path="/tmp/x")), echo("done")]),
+        tools=[deleter(runs)],
+        **options,
+    )
 
 
 @agentlib.client_tool

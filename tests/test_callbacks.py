@@ -20,7 +20,18 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import Gate, Recorder, call, deleter, held_agent, held_turn, pick, reply, tool_results
+from _support import (
+    Gate,
+    Recorder,
+    approval_agent,
+    call,
+    deleter,
+    held_agent,
+    held_turn,
+    pick,
+    reply,
+    tool_results,
+)
 
 import agentlib
 from agentlib import (
@@ -66,10 +77,6 @@ def is_uuid(value: object) -> bool:
         return str(uuid.UUID(str(value))) == value
     except ValueError:
         return False
-
-
-def approval_agent(runs: list[str], *steps: Any, **options: Any) -> Agent:
-    return Agent("approver", model=ScriptedModel(steps), tools=[deleter(runs)], **options)
 
 
 @attrs.frozen

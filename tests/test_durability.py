@@ -36,7 +36,19 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import HOLD, Gate, Recorder, call, deleter, fail_after_real, pick, reply, user_texts
+from _support import (
+    HOLD,
+    Gate,
+    Recorder,
+    approval_agent,
+    call,
+    deleter,
+    echo,
+    fail_after_real,
+    pick,
+    reply,
+    user_texts,
+)
 
 import agentlib
 from agentlib import (
@@ -116,15 +128,6 @@ def assert_secret_not_on_disk(tmp_path: Path, *secrets: str) -> None:
 
 
 # --- agents and steps -----------------------------------------------------------------------
-
-
-def echo(prefix: str) -> Callable[[ModelRequest], str]:
-    """A final step: ``"<prefix>: <text of the last entry>"`` (the last tool result)."""
-
-    def step(request: ModelRequest) -> str:
-        return f"{prefix}: {request.entries[-1].text}"
-
-    return step
 
 
 def looker(calls: list[str], done: trio.Event | None = None) -> Tool:
@@ -1186,14 +1189,6 @@ async def test_a_reader_whose_next_page_was_pruned_meanwhile_loses_observation(
 
 
 # --- 6. leases ------------------------------------------------------------------------------------
-
-
-def approval_agent(runs: list[str]) -> Agent:
-    return Agent(
-        "approver",
-        model=ScriptedModel([reply(call("delete", path="/tmp/x")), echo("done")]),
-        tools=[deleter(runs)],
-    )
 
 
 async def test_a_session_another_live_runtime_holds_is_busy(tmp_path: Path) -> None:

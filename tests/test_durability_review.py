@@ -32,7 +32,18 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _support import HOLD, Gate, Recorder, call, deleter, fail_after_real, pick, reply, user_texts
+from _support import (
+    HOLD,
+    Gate,
+    Recorder,
+    approval_agent,
+    call,
+    deleter,
+    fail_after_real,
+    pick,
+    reply,
+    user_texts,
+)
 
 import agentlib
 from agentlib import (
@@ -91,22 +102,6 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def approval_agent(runs: list[str]) -> Agent:
-    """Asks to delete /tmp/x (an approval), then answers ``done: <the tool's result>``."""
-    return Agent(
-        "cleaner",
-        model=ScriptedModel(
-            [
-                reply(call("delete", path="/tmp/x")),
-                lambda request: f"done: {request.entries[-1].text}",
-                "again",
-                "and again",
-            ]
-        ),
-        tools=[deleter(runs)],
-    )
 
 
 def lease_owners(path: Path) -> list[str | None]:

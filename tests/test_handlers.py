@@ -17,7 +17,17 @@ from typing import Annotated, Any
 import pytest
 import trio
 import trio.testing
-from _support import Gate, Recorder, call_tool, held_agent, held_turn, pick, tool_results
+from _support import (
+    Gate,
+    Recorder,
+    approval_agent,
+    call_tool,
+    deleter,
+    held_agent,
+    held_turn,
+    pick,
+    tool_results,
+)
 
 import agentlib
 from agentlib import (
@@ -101,31 +111,11 @@ class Raising:
 
 
 class Deletions:
-    """An async tool, ``delete``, that requires approval and records the paths it deleted."""
+    """An approval tool, ``delete`` (see ``deleter``), and the paths it deleted."""
 
     def __init__(self) -> None:
         self.deleted: list[str] = []
-
-        @agentlib.tool(requires_approval=True)
-        async def delete(path: str) -> str:
-            """Delete a file."""
-            self.deleted.append(path)
-            return f"deleted {path}"
-
-        self.tool = delete
-
-
-def approval_agent(
-    deletions: Deletions, *then: Any, paths: tuple[str, ...] = ("a.txt",), **options: Any
-) -> Agent:
-    """An agent that deletes each of ``paths`` (one per model step), then plays ``then``."""
-    steps = [call_tool("delete", path=path) for path in paths]
-    return Agent(
-        "approver",
-        model=ScriptedModel([*steps, *(then or ("done",))]),
-        tools=[deletions.tool],
-        **options,
-    )
+        self.tool = deleter(self.deleted)
 
 
 def open_callbacks(record: agentlib.TurnState[Any]) -> tuple[Any, ...]:
@@ -165,7 +155,9 @@ async def test_on_approval_allows_the_call_and_run_completes(
     deletions = Deletions()
     approve = handler_type(AllowApproval())
     async with open_runtime():
-        session = await approval_agent(deletions, "deleted it").start_session(on_approval=approve)
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "deleted it"
+        ).start_session(on_approval=approve)
         record = await session.run("delete a.txt")
     assert isinstance(record, Completed)
     assert record.output == "deleted it"
@@ -177,7 +169,9 @@ async def test_on_approval_receives_the_open_approval() -> None:
     deletions = Deletions()
     approve = Handler(AllowApproval())
     async with open_runtime():
-        session = await approval_agent(deletions).start_session(on_approval=approve)
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "done"
+        ).start_session(on_approval=approve)
         record = await session.run("delete a.txt")
         closed = await closed_events(session, record.turn_id)
     (callback,) = approve.seen
@@ -196,7 +190,7 @@ async def test_deny_from_on_approval_skips_the_tool_and_the_turn_completes() -> 
     deletions = Deletions()
     model = Recorder("kept the file")
     async with open_runtime():
-        agent = approval_agent(deletions, model)
+        agent = approval_agent(deletions.deleted, call_tool("delete", path="a.txt"), model)
         session = await agent.start_session(on_approval=Handler(DenyApproval(reason="not today")))
         record = await session.run("delete a.txt")
     assert isinstance(record, Completed)
@@ -211,7 +205,7 @@ async def test_handlers_of_a_reference_from_agent_session_answer_too() -> None:
     deletions = Deletions()
     approve = Handler(AllowApproval())
     async with open_runtime():
-        agent = approval_agent(deletions, "deleted it")
+        agent = approval_agent(deletions.deleted, call_tool("delete", path="a.txt"), "deleted it")
         started = await agent.start_session()
         session = agent.session(started.id, on_approval=approve)
         record = await session.run("delete a.txt")
@@ -224,7 +218,7 @@ async def test_handlers_of_another_reference_answer_a_turn_it_did_not_start() ->
     deletions = Deletions()
     approve = Handler(AllowApproval())
     async with open_runtime():
-        agent = approval_agent(deletions, "deleted it")
+        agent = approval_agent(deletions.deleted, call_tool("delete", path="a.txt"), "deleted it")
         plain = await agent.start_session()
         turn = await plain.start_turn("delete a.txt")
         assert isinstance(turn, agentlib.Turn)
@@ -241,7 +235,7 @@ async def test_keep_callback_open_makes_run_return_blocked_with_that_callback() 
     deletions = Deletions()
     keep = Handler(KeepCallbackOpen())
     async with open_runtime():
-        agent = approval_agent(deletions, "deleted it")
+        agent = approval_agent(deletions.deleted, call_tool("delete", path="a.txt"), "deleted it")
         session = await agent.start_session(on_approval=keep)
         blocked = await session.run("delete a.txt")
         (seen,) = keep.seen
@@ -269,7 +263,9 @@ async def test_an_exception_from_on_approval_propagates_from_run_unwrapped() -> 
     deletions = Deletions()
     failing = Raising()
     async with open_runtime():
-        session = await approval_agent(deletions, "deleted it").start_session(on_approval=failing)
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "deleted it"
+        ).start_session(on_approval=failing)
         with pytest.raises(Boom) as raised:
             await session.run("delete a.txt")
         assert type(raised.value) is Boom
@@ -286,7 +282,9 @@ async def test_an_exception_from_on_approval_propagates_from_result_and_the_turn
     deletions = Deletions()
     failing = Raising()
     async with open_runtime():
-        session = await approval_agent(deletions, "deleted it").start_session(on_approval=failing)
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "deleted it"
+        ).start_session(on_approval=failing)
         turn = await session.start_turn("delete a.txt")
         assert isinstance(turn, agentlib.Turn)
         with pytest.raises(Boom) as raised:
@@ -306,7 +304,9 @@ async def test_on_approval_returning_a_wrong_type_raises_sdk_error_and_keeps_it_
     deletions = Deletions()
     handler = Handler(wrong)
     async with open_runtime():
-        session = await approval_agent(deletions, "deleted it").start_session(on_approval=handler)
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "deleted it"
+        ).start_session(on_approval=handler)
         with pytest.raises(SdkError, match="on_approval") as raised:
             await session.run("delete a.txt")
         (callback,) = handler.seen
@@ -524,7 +524,9 @@ async def test_two_concurrent_results_run_the_handler_once_and_get_the_same_reco
     handler = HeldApproval()
     records: list[agentlib.TurnState[Any]] = []
     async with open_runtime():
-        session = await approval_agent(deletions, "deleted it").start_session(on_approval=handler)
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "deleted it"
+        ).start_session(on_approval=handler)
         turn = await session.start_turn("delete a.txt")
         assert isinstance(turn, agentlib.Turn)
 
@@ -589,7 +591,9 @@ async def test_two_concurrent_results_both_raise_the_one_failure_of_the_handler(
         raise Boom("no approver")
 
     async with open_runtime():
-        session = await approval_agent(deletions).start_session(on_approval=fail_when_released)
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "done"
+        ).start_session(on_approval=fail_when_released)
         turn = await session.start_turn("delete a.txt")
         assert isinstance(turn, agentlib.Turn)
 
@@ -621,7 +625,9 @@ async def test_the_second_of_two_waits_raises_a_copy_of_the_handlers_failure() -
         raise Boom("no approver")
 
     async with open_runtime():
-        session = await approval_agent(deletions).start_session(on_approval=fail_when_released)
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "done"
+        ).start_session(on_approval=fail_when_released)
         turn = await session.start_turn("delete a.txt")
         assert isinstance(turn, agentlib.Turn)
 
@@ -680,7 +686,12 @@ async def test_the_handler_runs_once_for_each_of_two_callbacks_in_sequence() -> 
     deletions = Deletions()
     approve = AsyncHandler(AllowApproval())
     async with open_runtime():
-        agent = approval_agent(deletions, "deleted both", paths=("a.txt", "b.txt"))
+        agent = approval_agent(
+            deletions.deleted,
+            call_tool("delete", path="a.txt"),
+            call_tool("delete", path="b.txt"),
+            "deleted both",
+        )
         session = await agent.start_session(on_approval=approve)
         record = await session.run("delete both")
     assert isinstance(record, Completed)
@@ -696,7 +707,12 @@ async def test_on_approval_allowing_for_the_session_is_asked_once_for_that_tool(
     deletions = Deletions()
     approve = Handler(AllowApproval(scope="session"))
     async with open_runtime():
-        agent = approval_agent(deletions, "deleted both", paths=("a.txt", "b.txt"))
+        agent = approval_agent(
+            deletions.deleted,
+            call_tool("delete", path="a.txt"),
+            call_tool("delete", path="b.txt"),
+            "deleted both",
+        )
         session = await agent.start_session(on_approval=approve)
         record = await session.run("delete both")
     assert isinstance(record, Completed)
@@ -757,7 +773,9 @@ async def test_a_handler_runs_only_while_a_wait_of_its_reference_is_active() -> 
     deletions = Deletions()
     approve = Handler(AllowApproval())
     async with open_runtime():
-        session = await approval_agent(deletions, "deleted it").start_session(on_approval=approve)
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "deleted it"
+        ).start_session(on_approval=approve)
         turn = await session.start_turn("delete a.txt")
         assert isinstance(turn, agentlib.Turn)
         await trio.testing.wait_all_tasks_blocked()
@@ -790,7 +808,9 @@ async def test_a_timeout_counts_the_approval_handlers_time_and_the_handler_goes_
         return AllowApproval()
 
     async with open_runtime():
-        session = await approval_agent(deletions, "deleted it").start_session(on_approval=slow)
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "deleted it"
+        ).start_session(on_approval=slow)
         start = trio.current_time()
         record = await session.run("delete a.txt", timeout=5)
         waited = trio.current_time() - start
@@ -816,7 +836,9 @@ async def test_a_handler_run_ends_when_its_callback_is_answered_elsewhere(
             cancelled.append(True)
 
     async with open_runtime():
-        session = await approval_agent(deletions, "deleted it").start_session(on_approval=forever)
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "deleted it"
+        ).start_session(on_approval=forever)
         record = await session.run("delete a.txt", timeout=5)
         turn = session.turn(record.turn_id)
         await turn.answer(open_callbacks(record)[0].id, DenyApproval(reason="by hand"))
@@ -916,7 +938,7 @@ async def test_a_wait_without_handlers_returns_blocked_at_once_when_another_refe
     deletions = Deletions()
     approve = Handler(AllowApproval())
     async with open_runtime():
-        agent = approval_agent(deletions, "deleted it")
+        agent = approval_agent(deletions.deleted, call_tool("delete", path="a.txt"), "deleted it")
         with_handler = await agent.start_session(on_approval=approve)
         plain = agent.session(with_handler.id)
         turn = await plain.start_turn("delete a.txt")
@@ -937,7 +959,7 @@ async def test_a_wait_without_handlers_returns_blocked_while_another_references_
     handler = HeldApproval()
     records: list[agentlib.TurnState[Any]] = []
     async with open_runtime():
-        agent = approval_agent(deletions, "deleted it")
+        agent = approval_agent(deletions.deleted, call_tool("delete", path="a.txt"), "deleted it")
         with_handler = await agent.start_session(on_approval=handler)
         turn = await with_handler.start_turn("delete a.txt")
         assert isinstance(turn, agentlib.Turn)
@@ -963,9 +985,9 @@ async def test_a_wait_without_handlers_returns_blocked_while_another_references_
 async def test_callback_events_show_a_handlers_answer() -> None:
     deletions = Deletions()
     async with open_runtime():
-        session = await approval_agent(deletions).start_session(
-            on_approval=Handler(DenyApproval(reason="no"))
-        )
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "done"
+        ).start_session(on_approval=Handler(DenyApproval(reason="no")))
         record = await session.run("delete a.txt")
         events = [event async for event in session.turn(record.turn_id).iter_events()]
     opened = [event.callback for event in events if isinstance(event, CallbackOpened)]
@@ -982,7 +1004,9 @@ async def test_a_handler_answering_after_the_turn_was_answered_by_hand_changes_n
     handler = HeldApproval(DenyApproval(reason="too late"))
     records: list[agentlib.TurnState[Any]] = []
     async with open_runtime():
-        session = await approval_agent(deletions, "deleted it").start_session(on_approval=handler)
+        session = await approval_agent(
+            deletions.deleted, call_tool("delete", path="a.txt"), "deleted it"
+        ).start_session(on_approval=handler)
         turn = await session.start_turn("delete a.txt")
         assert isinstance(turn, agentlib.Turn)
         async with trio.open_nursery() as nursery:

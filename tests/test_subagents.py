@@ -16,7 +16,6 @@ the ``autojump_clock`` and a ``trio.fail_after`` so a deadlock fails fast instea
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from contextlib import aclosing
 from typing import Annotated, Any
 
@@ -31,6 +30,7 @@ from _support import (
     Repo,
     call,
     deleter,
+    echo,
     pick,
     reply,
     tool_results,
@@ -85,15 +85,6 @@ WAIT = 60
 
 def delegate(name: str, message: str) -> ModelReply:
     return reply(call(name, message=message))
-
-
-def echo(prefix: str) -> Callable[[ModelRequest], str]:
-    """A final step that answers ``"<prefix>: <text of the last entry>"`` (a tool result)."""
-
-    def step(request: ModelRequest) -> str:
-        return f"{prefix}: {request.entries[-1].text}"
-
-    return step
 
 
 def result_summary(result: ToolResultEntry) -> tuple[str | None, str, bool]:
