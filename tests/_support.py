@@ -1,11 +1,12 @@
 """Helpers shared by the engine's tests: tool calls and the model replies that make them, the
 tools ``delete`` (an approval tool) and ``client.pick`` (a client tool), an agent that asks
-for an approval, a session input, a gate that holds a turn, recording and echoing steps, and a
-deadline on the wall clock for tests on trio's MockClock."""
+for an approval, a session input, a gate that holds a turn, recording and echoing steps, a
+turn's events, and a deadline on the wall clock for tests on trio's MockClock."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -142,6 +143,16 @@ async def held_turn(session: agentlib.Session, gate: Gate, message: str = "go") 
     turn = await session.send_message(message)
     await gate.reached.wait()
     return turn
+
+
+async def turn_events(
+    turn: Turn, after: agentlib.TurnState[Any] | str | None = None, *, timeout: float = math.inf
+) -> list[agentlib.Event]:
+    """The turn's events after ``after`` (a record or a cursor), or from its start, through
+    its ``TurnEnded``: the turn must have ended, or end within ``timeout`` seconds."""
+    with trio.fail_after(timeout):
+        async with contextlib.aclosing(turn.iter_events(after=after)) as events:
+            return [event async for event in events]
 
 
 @contextlib.contextmanager

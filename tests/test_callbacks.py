@@ -31,6 +31,7 @@ from _support import (
     pick,
     reply,
     tool_results,
+    turn_events,
 )
 
 import agentlib
@@ -158,11 +159,6 @@ async def refused_client_answer(request: ToolCallRequest, answer: object) -> Non
         after = await state(turn)
     assert isinstance(after, Blocked)
     assert after.callbacks == record.callbacks
-
-
-async def turn_events(turn: agentlib.Turn) -> list[agentlib.Event]:
-    """All of the turn's events; the turn must have ended (or end without help)."""
-    return [event async for event in turn.iter_events()]
 
 
 async def session_events(session: agentlib.Session, last_turn_id: str) -> list[agentlib.Event]:

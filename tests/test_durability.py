@@ -47,6 +47,7 @@ from _support import (
     fail_after_real,
     pick,
     reply,
+    turn_events,
     user_texts,
 )
 
@@ -1108,12 +1109,6 @@ def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(agentlib._engine._log, "_HELD_KEEP", 4)
 
 
-async def turn_events(turn: agentlib.Turn) -> list[agentlib.Event]:
-    with trio.fail_after(WAIT):
-        async with aclosing(turn.iter_events()) as events:
-            return [event async for event in events]
-
-
 async def test_long_logs_are_read_back_whole_a_page_at_a_time(
     store: StoreFor, small_pages: None
 ) -> None:
@@ -1128,7 +1123,7 @@ async def test_long_logs_are_read_back_whole_a_page_at_a_time(
         assert [seq(event.id) for event in live] == list(range(1, seq(last) + 1))
         ended = [event.record for event in live if isinstance(event, TurnEnded)]
         assert ended == records
-        first_turn = await turn_events(session.turn(records[0].turn_id))
+        first_turn = await turn_events(session.turn(records[0].turn_id), timeout=WAIT)
         assert first_turn == [event for event in live if event.turn_id == records[0].turn_id]
         delivered: list[agentlib.Event] = []
         second = await session.turn(records[1].turn_id).result(on_event=delivered.append)
@@ -1142,7 +1137,7 @@ async def test_long_logs_are_read_back_whole_a_page_at_a_time(
             await events_after(again, records[2].cursor or "", last)
             == (live[seq(records[2].cursor) :])
         )
-        assert await turn_events(again.turn(records[3].turn_id)) == [
+        assert await turn_events(again.turn(records[3].turn_id), timeout=WAIT) == [
             event for event in live if event.turn_id == records[3].turn_id
         ]
         six = await again.run("m6")  # the reopened log goes on after the stored events

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from _support import HOLD, Gate
+from _support import HOLD, Gate, turn_events
 
 import agentlib
 from agentlib import (
@@ -60,10 +60,6 @@ async def first_event(events: Any) -> Event:
     """The first event of an iterator; fails at once (autojump clock) rather than hang."""
     with trio.fail_after(1):
         return await events.__anext__()  # type: ignore[no-any-return]
-
-
-async def turn_events(turn: Turn, after: Any = None) -> list[Event]:
-    return [event async for event in turn.iter_events(after=after)]
 
 
 async def one_turn(agent: Agent, message: str = "hello") -> tuple[agentlib.Session, Turn]:

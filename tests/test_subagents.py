@@ -34,6 +34,7 @@ from _support import (
     pick,
     reply,
     tool_results,
+    turn_events,
     user_texts,
 )
 
@@ -148,11 +149,6 @@ async def first_message(session: agentlib.Session) -> str:
 async def only_subagent(session: agentlib.Session) -> agentlib.Session:
     (child,) = await session.subagents()
     return child
-
-
-async def turn_events(turn: agentlib.Turn) -> list[agentlib.Event]:
-    """All of the turn's events; the turn must have ended."""
-    return [event async for event in turn.iter_events()]
 
 
 def of_type(events: list[agentlib.Event], cls: type[Any]) -> list[Any]:
