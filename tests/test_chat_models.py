@@ -49,11 +49,6 @@ KEY = "sk-test-5f0c2e9a7b1d4c3e"
 
 
 @pytest.fixture
-async def server(nursery: trio.Nursery) -> Server:
-    return await serve(nursery)
-
-
-@pytest.fixture
 def clock(mock_clock: trio.testing.MockClock) -> trio.testing.MockClock:
     """Virtual time that jumps once every task has waited 10 ms (real) for something: the
     replies travel over real sockets, and a clock that jumped at once could pass a

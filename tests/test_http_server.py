@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from _http_server import RECORDINGS, Reply, Server, recording, serve, serve_in_thread
+from _http_server import RECORDINGS, Reply, Server, recording, serve_in_thread
 
 CHAT = "/v1/chat/completions"
 
@@ -22,11 +22,6 @@ RECORDED = sorted(
     for path in RECORDINGS.glob("*/*")
     if path.suffix in {".json", ".sse", ".txt"}
 )
-
-
-@pytest.fixture
-async def server(nursery: trio.Nursery) -> Server:
-    return await serve(nursery)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from _http_server import Server, recording, serve
+from _http_server import Server, recording
 
 import agentlib
 import agentlib.testing
@@ -638,11 +638,6 @@ def test_override_refuses_what_is_not_a_model() -> None:
 
 
 # --- block_model_requests ------------------------------------------------------------------
-
-
-@pytest.fixture
-async def server(nursery: trio.Nursery) -> Server:
-    return await serve(nursery)
 
 
 @pytest.fixture
