@@ -1,32 +1,52 @@
 """Helpers shared by the engine's tests: tool calls and the model replies that make them, the
 tools ``delete`` (an approval tool) and ``client.pick`` (a client tool), an agent that asks
 for an approval, a session input, a gate that holds a turn, recording and echoing steps, a
-turn's events, and a deadline on the wall clock for tests on trio's MockClock."""
+turn's events, and a deadline on the wall clock for tests on trio's MockClock.
+
+For tests of durable sessions: bounded waits on a turn's record and a session's events, the
+one callback a turn is Blocked on, what a crash leaves of a SQLite file, who holds its
+leases, and a full disk."""
 
 from __future__ import annotations
 
 import contextlib
 import math
+import shutil
+import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import trio
 
 import agentlib
 from agentlib import (
     Agent,
+    Blocked,
     MessageEntry,
     ModelReply,
     ModelRequest,
     ScriptedModel,
     SessionInput,
+    SQLiteStore,
+    Store,
     Tool,
     ToolCallRequest,
     ToolResultEntry,
     Turn,
     tool,
 )
+
+T = TypeVar("T")
+
+#: The longest any wait of a test of durable sessions may take (real seconds): only a hang
+#: reaches it, even on a busy machine.
+WAIT = 30
+
+#: Gives the ``store`` argument of each ``open_runtime`` of a test: the same store each time.
+StoreFor = Callable[[], "str | Store"]
 
 
 class Gate:
@@ -183,3 +203,59 @@ def fail_after_real(seconds: float) -> Iterator[None]:
             timer.cancel()
     if scope.cancelled_caught:
         raise trio.TooSlowError
+
+
+# --- durable sessions ----------------------------------------------------------------------
+
+
+async def settled(turn: Turn, **options: Any) -> agentlib.TurnState[Any]:
+    """``turn.result()``, which must come before ``WAIT``."""
+    with trio.fail_after(WAIT):
+        return await turn.result(**options)
+
+
+async def events_through(session: agentlib.Session, last: str) -> list[agentlib.Event]:
+    """The session's events from its start through the one whose id is ``last``."""
+    seen: list[agentlib.Event] = []
+    with trio.fail_after(WAIT):
+        async with contextlib.aclosing(session.iter_events()) as events:
+            async for event in events:
+                seen.append(event)
+                if event.id == last:
+                    break
+    return seen
+
+
+def only_callback(record: agentlib.TurnState[Any], kind: type[T]) -> T:
+    """The one callback ``record`` is Blocked on, of type ``kind``."""
+    assert isinstance(record, Blocked), record
+    (callback,) = record.callbacks
+    assert isinstance(callback, kind), callback
+    return callback
+
+
+def crash_copy(live: Path, crashed: Path) -> SQLiteStore:
+    """The SQLite files of ``live``, copied while nothing is being written, as a process killed
+    now leaves them; the store on the copy reads the lease clock an hour on, past the dead
+    owner's lease."""
+    crashed.mkdir(exist_ok=True)
+    for path in live.iterdir():
+        shutil.copy(path, crashed / path.name)
+    return SQLiteStore(str(crashed / "s.db"), clock=lambda: time.time() + 3600)
+
+
+def lease_owners(path: Path) -> list[str | None]:
+    """The lease owner of each session in the SQLite file (None: not leased)."""
+    db = sqlite3.connect(path)
+    try:
+        return [owner for (owner,) in db.execute("SELECT lease_owner FROM sessions")]
+    finally:
+        db.close()
+
+
+def fill_the_disk(store: SQLiteStore) -> None:
+    """No more pages for the store's writer (PRAGMA max_page_count): the disk is full."""
+    writer = store._writer
+    assert writer is not None
+    pages = writer.execute("PRAGMA page_count").fetchone()[0]
+    writer.execute(f"PRAGMA max_page_count = {pages}")

@@ -1,13 +1,41 @@
-"""Fixtures shared by the tests: the HTTP test server."""
+"""Fixtures shared by the tests: the HTTP test server, and the stores of tests that open
+several runtimes on one store."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import trio
 from _http_server import Server, serve
+from _support import StoreFor
+
+from agentlib import MemoryStore
 
 
 @pytest.fixture
 async def server(nursery: trio.Nursery) -> Server:
     """The HTTP test server (tests/_http_server.py), serving for the length of the test."""
     return await serve(nursery)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
+    """One store for every runtime of the test: a shared MemoryStore, or a SQLite file."""
+    if request.param == "memory":
+        shared = MemoryStore()
+        return lambda: shared
+    url = f"sqlite:///{tmp_path / 's.db'}"  # tmp_path is absolute: "sqlite:////tmp/.../s.db"
+    return lambda: url
+
+
+@pytest.fixture(params=[":memory:", "memory", "sqlite"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
+    """Like ``store``, and also ``":memory:"`` (nothing outlives the runtime)."""
+    if request.param == ":memory:":
+        return lambda: ":memory:"
+    if request.param == "memory":
+        shared = MemoryStore()
+        return lambda: shared
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    return lambda: url

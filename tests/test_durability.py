@@ -27,7 +27,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,15 +38,20 @@ import trio
 import trio.testing
 from _support import (
     HOLD,
+    WAIT,
     Gate,
     Recorder,
+    StoreFor,
     approval_agent,
     call,
     deleter,
     echo,
+    events_through,
     fail_after_real,
+    only_callback,
     pick,
     reply,
+    settled,
     turn_events,
     user_texts,
 )
@@ -65,7 +70,6 @@ from agentlib import (
     DenyApproval,
     Depends,
     Interrupted,
-    MemoryStore,
     ModelRequest,
     ObservationLost,
     OpenApproval,
@@ -77,7 +81,6 @@ from agentlib import (
     SessionNotFoundError,
     SignInAnswer,
     SQLiteStore,
-    Store,
     StoreError,
     StoreSchemaError,
     Tool,
@@ -88,27 +91,10 @@ from agentlib import (
     UnknownOutcome,
 )
 
-#: The longest any wait here may take (real seconds): only a turn that never resumes reaches
-#: it, even on a busy machine.
-WAIT = 30
-
 SECRET = "s3cr3t-notion-token-4f1c9a"
 OTHER_SECRET = "an0ther-notion-token-77d2e0"
 
 # --- stores -------------------------------------------------------------------------------------
-
-#: Gives the ``store`` argument of each ``open_runtime`` of a test: the same store each time.
-StoreFor = Callable[[], "str | Store"]
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
-    """One store for every runtime of the test: a shared MemoryStore, or a SQLite file."""
-    if request.param == "memory":
-        shared = MemoryStore()
-        return lambda: shared
-    url = f"sqlite:///{tmp_path / 's.db'}"  # tmp_path is absolute: "sqlite:////tmp/.../s.db"
-    return lambda: url
 
 
 def is_sqlite(store: StoreFor) -> bool:
@@ -146,24 +132,6 @@ def looker(calls: list[str], done: trio.Event | None = None) -> Tool:
     return lookup
 
 
-async def settled(turn: agentlib.Turn, **options: Any) -> agentlib.TurnState[Any]:
-    """``turn.result()``, which must come before ``WAIT``."""
-    with trio.fail_after(WAIT):
-        return await turn.result(**options)
-
-
-async def events_through(session: agentlib.Session, last: str) -> list[agentlib.Event]:
-    """The session's events from its start through the one whose id is ``last``."""
-    seen: list[agentlib.Event] = []
-    with trio.fail_after(WAIT):
-        async with aclosing(session.iter_events()) as events:
-            async for event in events:
-                seen.append(event)
-                if event.id == last:
-                    break
-    return seen
-
-
 async def events_after(session: agentlib.Session, after: str, last: str) -> list[agentlib.Event]:
     seen: list[agentlib.Event] = []
     with trio.fail_after(WAIT):
@@ -188,13 +156,6 @@ async def resumed(turn: agentlib.Turn) -> agentlib.TurnState[Any]:
     record = await turn.get()
     await trio.testing.wait_all_tasks_blocked()
     return record
-
-
-def only_callback(record: agentlib.TurnState[Any], kind: type[Any]) -> Any:
-    assert isinstance(record, Blocked), record
-    (callback,) = record.callbacks
-    assert isinstance(callback, kind), callback
-    return callback
 
 
 def seq(cursor: str | None) -> int:

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import sqlite3
 import sys
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -34,14 +32,22 @@ import trio
 import trio.testing
 from _support import (
     HOLD,
+    WAIT,
     Gate,
     Recorder,
+    StoreFor,
     approval_agent,
     call,
+    crash_copy,
     deleter,
+    events_through,
     fail_after_real,
+    fill_the_disk,
+    lease_owners,
+    only_callback,
     pick,
     reply,
+    settled,
     user_texts,
 )
 
@@ -72,78 +78,8 @@ from agentlib._store._base import CallbackRow, Op, SessionRow
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
 
-#: The longest any wait here may take (real seconds): only a hang reaches it, even on a busy
-#: machine.
-WAIT = 30
-
-StoreFor = Callable[[], "str | Store"]
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
-    """One store for every runtime of the test: a shared MemoryStore, or a SQLite file."""
-    if request.param == "memory":
-        shared = MemoryStore()
-        return lambda: shared
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    return lambda: url
-
-
-@pytest.fixture(params=[":memory:", "memory", "sqlite"])
-def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
-    """Like ``store``, and also ``":memory:"`` (nothing outlives the runtime)."""
-    if request.param == ":memory:":
-        return lambda: ":memory:"
-    if request.param == "memory":
-        shared = MemoryStore()
-        return lambda: shared
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    return lambda: url
-
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def lease_owners(path: Path) -> list[str | None]:
-    """The lease owner of each session in the SQLite file (None: not leased)."""
-    db = sqlite3.connect(path)
-    try:
-        return [owner for (owner,) in db.execute("SELECT lease_owner FROM sessions")]
-    finally:
-        db.close()
-
-
-def crash_copy(live: Path, crashed: Path) -> SQLiteStore:
-    """Copy the SQLite files of ``live`` (nothing being written) to ``crashed``: what a
-    process killed now leaves; the store on the copy has a clock past its lease."""
-    crashed.mkdir(exist_ok=True)
-    for path in live.iterdir():
-        shutil.copy(path, crashed / path.name)
-    return SQLiteStore(str(crashed / "s.db"), clock=lambda: time.time() + 3600)
-
-
-async def settled(turn: agentlib.Turn, **options: Any) -> agentlib.TurnState[Any]:
-    with trio.fail_after(WAIT):
-        return await turn.result(**options)
-
-
-async def all_events(session: agentlib.Session, last: str) -> list[agentlib.Event]:
-    """The session's events from its start through the one whose id is ``last``."""
-    seen: list[agentlib.Event] = []
-    with trio.fail_after(WAIT):
-        async with aclosing(session.iter_events()) as events:
-            async for event in events:
-                seen.append(event)
-                if event.id == last:
-                    break
-    return seen
-
-
-def only_approval(record: agentlib.TurnState[Any]) -> OpenApproval:
-    assert isinstance(record, Blocked), record
-    (callback,) = record.callbacks
-    assert isinstance(callback, OpenApproval), callback
-    return callback
 
 
 # --- r6, r8: an approval tool never runs without an approval ----------------------------------
@@ -175,7 +111,7 @@ async def blocked_mixed_turn(
     with trio.fail_after(WAIT):
         await gate.reached.wait()
         record = await turn.result()  # returns once the approval opened: ``hold`` never ends
-    return session, turn, only_approval(record)
+    return session, turn, only_callback(record, OpenApproval)
 
 
 async def finish_mixed_tree(
@@ -185,9 +121,9 @@ async def finish_mixed_tree(
     is answered; the root's record once it has ended."""
     root_turn = boss.session(session.id).turn(turn.id)
     root = await root_turn.get()
-    assert only_approval(root) == approval
+    assert only_callback(root, OpenApproval) == approval
     sub = await boss.session(approval.session_id).turn(approval.turn_id).get()
-    assert only_approval(sub) == approval
+    assert only_callback(sub, OpenApproval) == approval
     answered = await root_turn.answer(approval.id, AllowApproval())
     assert isinstance(answered, Answered), answered
     return await settled(root_turn, after=root)
@@ -238,7 +174,7 @@ async def test_a_mixed_tree_blocked_on_an_approval_stays_blocked_after_a_crash(
         assert record.cursor is not None
         results = [
             event.entry
-            for event in await all_events(boss.session(session.id), record.cursor)
+            for event in await events_through(boss.session(session.id), record.cursor)
             if isinstance(event, agentlib.EntryCompleted)
             and isinstance(event.entry, ToolResultEntry)
         ]
@@ -311,7 +247,7 @@ async def test_two_concurrent_loads_of_a_crashed_tree_end_it_once(tmp_path: Path
         assert isinstance(record, Completed), record
         assert record.text == "boss: again"  # the model goes on at its next step
         assert record.cursor is not None
-        events = await all_events(boss.session(session.id), record.cursor)
+        events = await events_through(boss.session(session.id), record.cursor)
         ended = [event.turn_id for event in events if isinstance(event, TurnEnded)]
         assert ended == [turn.id, record.turn_id]
 
@@ -327,7 +263,7 @@ async def test_two_concurrent_loads_of_a_blocked_tree_resume_it_once(store: Stor
     async with agentlib.open_runtime(store()):
         session = await make().start_session()
         blocked = await session.run("start")
-        approval = only_approval(blocked)
+        approval = only_callback(blocked, OpenApproval)
 
     async with agentlib.open_runtime(store()):
         boss = make()
@@ -341,15 +277,15 @@ async def test_two_concurrent_loads_of_a_blocked_tree_resume_it_once(store: Stor
                 nursery.start_soon(load, "root", session.id, blocked.turn_id)
                 nursery.start_soon(load, "sub", approval.session_id, approval.turn_id)
             await trio.testing.wait_all_tasks_blocked()
-        assert only_approval(got["root"]) == approval
-        assert only_approval(got["sub"]) == approval
+        assert only_callback(got["root"], OpenApproval) == approval
+        assert only_callback(got["sub"], OpenApproval) == approval
         root_turn = boss.session(session.id).turn(blocked.turn_id)
         await root_turn.answer(approval.id, AllowApproval())
         record = await settled(root_turn)
         assert isinstance(record, Completed), record
         assert record.text == "boss: helper: deleted /tmp/x"
         assert record.cursor is not None
-        events = await all_events(boss.session(session.id), record.cursor)
+        events = await events_through(boss.session(session.id), record.cursor)
         assert [event for event in events if isinstance(event, TurnEnded)] == [events[-1]]
         with trio.fail_after(WAIT):
             await trio.testing.wait_all_tasks_blocked()
@@ -460,14 +396,6 @@ async def _set_when_all_blocked(event: trio.Event) -> None:
 
 
 # --- r4: a full disk --------------------------------------------------------------------------
-
-
-def fill_the_disk(store: SQLiteStore) -> None:
-    """No more pages for the store's writer (PRAGMA max_page_count): the disk is full."""
-    writer = store._writer
-    assert writer is not None
-    pages = writer.execute("PRAGMA page_count").fetchone()[0]
-    writer.execute(f"PRAGMA max_page_count = {pages}")
 
 
 #: A message the full disk has no room for: starting a turn with it cannot be committed.
@@ -709,7 +637,7 @@ async def test_an_answer_to_a_closed_runtime_raises_a_clear_error(store: StoreFo
     async with agentlib.open_runtime(store()):
         session = await approval_agent(runs).start_session()
         blocked = await session.run("clean up")
-        approval = only_approval(blocked)
+        approval = only_callback(blocked, OpenApproval)
     turn = session.turn(blocked.turn_id)
     with pytest.raises((RuntimeError, agentlib.SdkError), match="clos"), trio.fail_after(WAIT):
         await turn.answer(approval.id, AllowApproval())
@@ -723,7 +651,7 @@ async def test_an_answer_refused_by_a_closed_runtime_changes_nothing(tmp_path: P
     async with agentlib.open_runtime(f"sqlite:///{tmp_path / 's.db'}"):
         session = await approval_agent(runs).start_session()
         blocked = await session.run("clean up")
-        approval = only_approval(blocked)
+        approval = only_callback(blocked, OpenApproval)
     turn = session.turn(blocked.turn_id)
     with pytest.raises((RuntimeError, agentlib.SdkError), match="clos"), trio.fail_after(WAIT):
         await turn.answer(approval.id, AllowApproval())
@@ -765,7 +693,7 @@ async def test_two_live_runtimes_on_one_memory_store_both_work() -> None:
         record = await session.run(text, timeout=WAIT)
         assert isinstance(record, Completed), record
         assert record.cursor is not None
-        events = await all_events(session, record.cursor)
+        events = await events_through(session, record.cursor)
         assert {event.id.rpartition(":")[0] for event in events} == {session.id}
         assert isinstance(events[-1], TurnEnded)
         assert events[-1].record == record
@@ -1010,7 +938,7 @@ async def test_a_steered_message_is_in_the_store_once_acknowledged(
     async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}"):
         session = await make().start_session()
         blocked = await session.run("go")
-        approval = only_approval(blocked)
+        approval = only_callback(blocked, OpenApproval)
         if how == "turn.steer":
             steered = await session.turn(blocked.turn_id).steer("PLEASE ALSO DO X")
         else:
@@ -1066,7 +994,7 @@ async def test_a_tree_resumes_with_its_own_roots_subagents(store: StoreFor) -> N
     async with agentlib.open_runtime(store()):
         session = await make("A").start_session()
         blocked = await session.run("go")
-        approval = only_approval(blocked)
+        approval = only_callback(blocked, OpenApproval)
 
     async with agentlib.open_runtime(store()):
         a, b = make("A"), make("B")

@@ -30,6 +30,7 @@ import attrs
 import pytest
 import trio
 from _lease_worker import TOO_BIG, approver
+from _support import fill_the_disk
 
 import agentlib
 from agentlib import (
@@ -364,14 +365,6 @@ def test_a_blocking_script_killed_while_its_turn_waits_resumes_it_when_run_again
 
 
 # --- a store that fails lets its sessions go ----------------------------------------------
-
-
-def fill_the_disk(store: SQLiteStore) -> None:
-    """No more pages for the store's writer (PRAGMA max_page_count): the disk is full."""
-    writer = store._writer
-    assert writer is not None
-    pages = writer.execute("PRAGMA page_count").fetchone()[0]
-    writer.execute(f"PRAGMA max_page_count = {pages}")
 
 
 async def start_a_turn_the_disk_has_no_room_for(agent: agentlib.Agent) -> None:

@@ -10,8 +10,6 @@ real SIGKILLs.
 
 from __future__ import annotations
 
-import shutil
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,7 +17,7 @@ from typing import Annotated, Any
 import pytest
 import trio
 import trio.testing
-from _support import Gate, Recorder, call
+from _support import WAIT, Gate, Recorder, call, crash_copy
 
 import agentlib
 from agentlib import (
@@ -38,18 +36,6 @@ from agentlib import (
     UnknownOutcome,
 )
 from agentlib._store._base import Op, StoredSession
-
-#: The longest any wait here may take (real seconds): only a hang reaches it.
-WAIT = 30
-
-
-def crash_copy(live: Path, crashed: Path) -> SQLiteStore:
-    """The SQLite files of ``live`` as a process killed now leaves them; the store on the
-    copy reads the lease clock an hour on, past the dead owner's lease."""
-    crashed.mkdir(exist_ok=True)
-    for path in live.iterdir():
-        shutil.copy(path, crashed / path.name)
-    return SQLiteStore(str(crashed / "s.db"), clock=lambda: time.time() + 3600)
 
 
 class Sibling:
