@@ -34,7 +34,6 @@ from _support import (
     HOLD,
     WAIT,
     Gate,
-    Recorder,
     StoreFor,
     approval_agent,
     call,
@@ -48,7 +47,6 @@ from _support import (
     pick,
     reply,
     settled,
-    user_texts,
 )
 
 import agentlib
@@ -912,49 +910,6 @@ async def test_result_of_an_older_turn_under_retention_returns_its_record(
         assert now.text == "one"
         with trio.fail_after(WAIT):
             assert await turn.result() == now
-
-
-# --- r13: a steered message is acknowledged once durable --------------------------------------
-
-
-@pytest.mark.parametrize("how", ["turn.steer", "send_message"])
-async def test_a_steered_message_is_in_the_store_once_acknowledged(
-    tmp_path: Path, how: str
-) -> None:
-    """r13: the process dies right after the steer returned: the copy holds the message,
-    and the runtime that resumes the turn gives it to the model."""
-    runs: list[str] = []
-    recorder = Recorder("done")
-
-    def make() -> Agent:
-        return Agent(
-            "a",
-            model=ScriptedModel([reply(call("delete", path="/x")), recorder]),
-            tools=[deleter(runs)],
-        )
-
-    live = tmp_path / "live"
-    live.mkdir()
-    async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}"):
-        session = await make().start_session()
-        blocked = await session.run("go")
-        approval = only_callback(blocked, OpenApproval)
-        if how == "turn.steer":
-            steered = await session.turn(blocked.turn_id).steer("PLEASE ALSO DO X")
-        else:
-            steered = await session.send_message("PLEASE ALSO DO X")
-        assert isinstance(steered, agentlib.Turn)
-        assert steered.id == blocked.turn_id
-        crashed = crash_copy(live, tmp_path / "crashed")  # no checkpoint since it returned
-
-    async with agentlib.open_runtime(crashed):
-        turn = make().session(session.id).turn(blocked.turn_id)
-        await turn.answer(approval.id, AllowApproval())
-        record = await settled(turn)
-        assert isinstance(record, Completed), record
-    (request,) = recorder.requests
-    assert user_texts(request) == ["go", "PLEASE ALSO DO X"]
-    assert runs == ["/x"]
 
 
 # --- r15: subagents by name -------------------------------------------------------------------
