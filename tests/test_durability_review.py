@@ -26,7 +26,6 @@ from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 import trio
 import trio.testing
@@ -36,258 +35,32 @@ from _support import (
     Gate,
     StoreFor,
     approval_agent,
-    call,
-    crash_copy,
-    deleter,
     events_through,
     fail_after_real,
     fill_the_disk,
     lease_owners,
     only_callback,
-    pick,
-    reply,
-    settled,
 )
 
 import agentlib
 from agentlib import (
     Agent,
     AllowApproval,
-    Answered,
     Blocked,
     Completed,
     Interrupted,
     MemoryStore,
-    ModelReply,
-    ModelRequest,
     OpenApproval,
     ScriptedModel,
     SessionNotFoundError,
     SQLiteStore,
     Store,
     StoreError,
-    Tool,
-    ToolResultEntry,
     TurnEnded,
-    UnknownOutcome,
 )
-from agentlib._store._base import CallbackRow, Op, SessionRow
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
-
-
-# --- helpers -----------------------------------------------------------------------------------
-
-
-# --- r6, r8: an approval tool never runs without an approval ----------------------------------
-
-
-def mixed_tree(gate: Gate, runs: list[str]) -> Agent:
-    """``boss`` calls, in one step, ``hold`` (which runs until ``gate`` opens) and its
-    subagent ``helper``, which asks for an approval to delete /precious."""
-    helper = Agent(
-        "helper",
-        description="helps",
-        model=ScriptedModel([reply(call("delete", path="/precious")), "helper done"]),
-        tools=[deleter(runs)],
-    )
-    return Agent(
-        "boss",
-        model=ScriptedModel([reply(call("hold"), call("helper", message="go")), "boss done"]),
-        tools=[gate.tool],
-        subagents=[helper],
-    )
-
-
-async def blocked_mixed_turn(
-    gate: Gate, runs: list[str]
-) -> tuple[agentlib.Session, agentlib.Turn, OpenApproval]:
-    """Start the mixed tree's turn; return once ``hold`` runs and the approval is open."""
-    session = await mixed_tree(gate, runs).start_session()
-    turn = await session.start_turn("go")
-    with trio.fail_after(WAIT):
-        await gate.reached.wait()
-        record = await turn.result()  # returns once the approval opened: ``hold`` never ends
-    return session, turn, only_callback(record, OpenApproval)
-
-
-async def finish_mixed_tree(
-    boss: Agent, session: agentlib.Session, turn: agentlib.Turn, approval: OpenApproval
-) -> agentlib.TurnState[Any]:
-    """The mixed tree read back: its root still Blocked on the subagent's approval, which
-    is answered; the root's record once it has ended."""
-    root_turn = boss.session(session.id).turn(turn.id)
-    root = await root_turn.get()
-    assert only_callback(root, OpenApproval) == approval
-    sub = await boss.session(approval.session_id).turn(approval.turn_id).get()
-    assert only_callback(sub, OpenApproval) == approval
-    answered = await root_turn.answer(approval.id, AllowApproval())
-    assert isinstance(answered, Answered), answered
-    return await settled(root_turn, after=root)
-
-
-async def test_a_mixed_tree_blocked_on_an_approval_stays_blocked_after_a_clean_close(
-    store: StoreFor,
-) -> None:
-    """r6 (issue 12): the root runs ``hold`` while its subagent waits on an approval, and
-    reads Blocked; the runtime closes. It stays Blocked: the approval stays open and
-    answerable, ``hold`` (cut short) is not run again, and ``delete`` runs only once the
-    approval is given."""
-    runs: list[str] = []
-    gate = Gate()
-    async with agentlib.open_runtime(store()):
-        session, turn, approval = await blocked_mixed_turn(gate, runs)
-
-    assert runs == []
-    async with agentlib.open_runtime(store()):
-        again = Gate()
-        boss = mixed_tree(again, runs)
-        record = await finish_mixed_tree(boss, session, turn, approval)
-    assert isinstance(record, Completed), record
-    assert runs == ["/precious"]
-    assert not again.reached.is_set()
-
-
-async def test_a_mixed_tree_blocked_on_an_approval_stays_blocked_after_a_crash(
-    tmp_path: Path,
-) -> None:
-    """r8 (issue 12): the same tree, crashed while ``hold`` runs: the root stays Blocked on
-    the subagent's approval, ``hold``'s outcome is unknown (it is not run again), and
-    ``delete`` runs only once the approval is given."""
-    runs: list[str] = []
-    gate = Gate()
-    live = tmp_path / "live"
-    live.mkdir()
-    async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}") as runtime:
-        session, turn, approval = await blocked_mixed_turn(gate, runs)
-        await runtime.store.flush()
-        crashed = crash_copy(live, tmp_path / "crashed")
-
-    assert runs == []
-    async with agentlib.open_runtime(crashed):
-        again = Gate()
-        boss = mixed_tree(again, runs)
-        record = await finish_mixed_tree(boss, session, turn, approval)
-        assert record.cursor is not None
-        results = [
-            event.entry
-            for event in await events_through(boss.session(session.id), record.cursor)
-            if isinstance(event, agentlib.EntryCompleted)
-            and isinstance(event.entry, ToolResultEntry)
-        ]
-    assert isinstance(record, Completed), record
-    assert runs == ["/precious"]
-    assert not again.reached.is_set()
-    [held] = [result for result in results if result.name == "hold"]
-    assert held.is_error
-    assert "outcome is unknown" in held.text
-
-
-# --- r2b: concurrent loads of one tree --------------------------------------------------------
-
-
-def helper_tree(helper_tools: list[Tool], first: ModelReply) -> Agent:
-    helper = Agent(
-        "helper",
-        description="helps",
-        model=ScriptedModel([first, lambda request: f"helper: {request.entries[-1].text}"]),
-        tools=helper_tools,
-    )
-    return Agent(
-        "boss",
-        model=ScriptedModel(
-            [
-                reply(call("helper", message="go")),
-                lambda request: f"boss: {request.entries[-1].text}",
-                "boss again",
-            ]
-        ),
-        subagents=[helper],
-    )
-
-
-async def test_two_concurrent_loads_of_a_crashed_tree_end_it_once(tmp_path: Path) -> None:
-    """r2b: a crash while the subagent's tool runs, then, in a new runtime, loads of the
-    tree by its root's id and by the subagent's id at once: the tree is read once (no
-    IntegrityError), the root's outcome is unknown, and the runtime goes on."""
-    gate = Gate()
-    live = tmp_path / "live"
-    live.mkdir()
-    async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}") as runtime:
-        session = await helper_tree([gate.tool], HOLD).start_session()
-        turn = await session.start_turn("start")
-        with trio.fail_after(WAIT):
-            await gate.reached.wait()
-        (child,) = await session.subagents()
-        await runtime.store.flush()
-        crashed = crash_copy(live, tmp_path / "crashed")
-        gate.opened.set()
-        assert isinstance(await settled(turn), Completed)
-
-    async with agentlib.open_runtime(crashed):
-        boss = helper_tree([Gate().tool], HOLD)
-        got: dict[str, Any] = {}
-
-        async def root() -> None:
-            got["root"] = await boss.session(session.id).turn(turn.id).get()
-
-        async def sub() -> None:
-            got["sub"] = await boss.session(child.id).subagents()
-
-        with trio.fail_after(WAIT):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(root)
-                nursery.start_soon(sub)
-        assert isinstance(got["root"], UnknownOutcome), got
-        assert got["sub"] == []
-        record = await boss.session(session.id).run("again", timeout=WAIT)
-        assert isinstance(record, Completed), record
-        assert record.text == "boss: again"  # the model goes on at its next step
-        assert record.cursor is not None
-        events = await events_through(boss.session(session.id), record.cursor)
-        ended = [event.turn_id for event in events if isinstance(event, TurnEnded)]
-        assert ended == [turn.id, record.turn_id]
-
-
-async def test_two_concurrent_loads_of_a_blocked_tree_resume_it_once(store: StoreFor) -> None:
-    """r2b: a tree blocked on an approval in its subagent, loaded at once by its root's id
-    and by the subagent's: one answer completes it, the tool runs once, each turn ends once."""
-    runs: list[str] = []
-
-    def make() -> Agent:
-        return helper_tree([deleter(runs)], reply(call("delete", path="/tmp/x")))
-
-    async with agentlib.open_runtime(store()):
-        session = await make().start_session()
-        blocked = await session.run("start")
-        approval = only_callback(blocked, OpenApproval)
-
-    async with agentlib.open_runtime(store()):
-        boss = make()
-        got: dict[str, Any] = {}
-
-        async def load(name: str, session_id: str, turn_id: str) -> None:
-            got[name] = await boss.session(session_id).turn(turn_id).get()
-
-        with trio.fail_after(WAIT):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(load, "root", session.id, blocked.turn_id)
-                nursery.start_soon(load, "sub", approval.session_id, approval.turn_id)
-            await trio.testing.wait_all_tasks_blocked()
-        assert only_callback(got["root"], OpenApproval) == approval
-        assert only_callback(got["sub"], OpenApproval) == approval
-        root_turn = boss.session(session.id).turn(blocked.turn_id)
-        await root_turn.answer(approval.id, AllowApproval())
-        record = await settled(root_turn)
-        assert isinstance(record, Completed), record
-        assert record.text == "boss: helper: deleted /tmp/x"
-        assert record.cursor is not None
-        events = await events_through(boss.session(session.id), record.cursor)
-        assert [event for event in events if isinstance(event, TurnEnded)] == [events[-1]]
-        with trio.fail_after(WAIT):
-            await trio.testing.wait_all_tasks_blocked()
-    assert runs == ["/tmp/x"]
 
 
 # --- r1: one idempotency key, two concurrent starts -------------------------------------------
@@ -910,120 +683,3 @@ async def test_result_of_an_older_turn_under_retention_returns_its_record(
         assert now.text == "one"
         with trio.fail_after(WAIT):
             assert await turn.result() == now
-
-
-# --- r15: subagents by name -------------------------------------------------------------------
-
-
-async def test_a_tree_resumes_with_its_own_roots_subagents(store: StoreFor) -> None:
-    """r15: two root agents whose subagents share a name; the tree of the first, restored
-    after the second became known, runs the first's subagent."""
-    ran: list[str] = []
-
-    def make(tag: str) -> Agent:
-        @agentlib.tool(requires_approval=True)
-        async def act() -> str:
-            """Act."""
-            ran.append(tag)
-            return f"{tag} acted"
-
-        helper = Agent(
-            "helper",
-            description="helps",
-            tools=[act],
-            model=ScriptedModel(
-                [reply(call("act")), lambda request: f"{tag}-helper: {request.entries[-1].text}"]
-            ),
-        )
-        return Agent(
-            f"root-{tag}",
-            subagents=[helper],
-            model=ScriptedModel(
-                [
-                    reply(call("helper", message="go")),
-                    lambda request: f"root-{tag}: {request.entries[-1].text}",
-                ]
-            ),
-        )
-
-    async with agentlib.open_runtime(store()):
-        session = await make("A").start_session()
-        blocked = await session.run("go")
-        approval = only_callback(blocked, OpenApproval)
-
-    async with agentlib.open_runtime(store()):
-        a, b = make("A"), make("B")
-        await a.start_session()  # A and its helper are known here
-        await b.start_session()  # then B's helper, also named "helper"
-        turn = a.session(session.id).turn(blocked.turn_id)
-        assert await turn.get() == blocked
-        await turn.answer(approval.id, AllowApproval())
-        record = await settled(turn)
-        assert isinstance(record, Completed), record
-        assert record.text == "root-A: A-helper: A acted"
-    assert ran == ["A"]
-
-
-# --- r18: a client tool's error survives a restart --------------------------------------------
-
-
-class Recording(MemoryStore):
-    """A MemoryStore that keeps every write, to build what a crash at any moment leaves."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[Op] = []
-
-    def write(self, op: Op) -> None:
-        super().write(op)
-        self.ops.append(op)
-
-
-async def test_a_client_tools_error_survives_a_restart_as_an_error_result() -> None:
-    """r18: the client tool's handler fails (``tool_errors="report"``); the process dies
-    right after its callback was stored as closed, before the step recorded the call done.
-    The runtime that resumes gives the model the error (is_error, the message), not null."""
-    seen: list[Any] = []
-
-    def final(request: ModelRequest) -> str:
-        seen.append(request.entries[-1])
-        return "done"
-
-    def make() -> Agent:
-        return Agent(
-            "a",
-            tools=[pick],
-            tool_errors="report",
-            model=ScriptedModel([reply(call("client.pick", prompt="n?")), final]),
-        )
-
-    def broken(callback: object) -> int:
-        raise ValueError("the picker is broken")
-
-    live = Recording()
-    async with agentlib.open_runtime(live):
-        session = await make().start_session(on_client_tool=broken)
-        record = await session.run("go", timeout=WAIT)
-        assert isinstance(record, Completed), record
-    (before,) = seen
-    assert isinstance(before, ToolResultEntry)
-    assert before.is_error
-    assert "the picker is broken" in before.text
-
-    (closed,) = [
-        n for n, op in enumerate(live.ops) if isinstance(op, CallbackRow) and op.state != "open"
-    ]
-    crashed = MemoryStore()
-    for op in live.ops[: closed + 1]:
-        if isinstance(op, SessionRow):
-            op = attrs.evolve(op, lease=None)  # the dead runtime's lease is long over
-        crashed.write(op)
-    async with agentlib.open_runtime(crashed):
-        turn = make().session(session.id).turn(record.turn_id)
-        again = await settled(turn)
-        assert isinstance(again, Completed), again
-    after = seen[-1]
-    assert len(seen) == 2
-    assert isinstance(after, ToolResultEntry)
-    assert after.is_error
-    assert after.text == before.text

@@ -1,11 +1,12 @@
 """Reading sessions back from a store (``_engine/_restore.py``): what a caller was told
 before a crash or a close is what the next runtime reads, and a read never sees a state the
-store does not hold.
+store does not hold. A tree of subagent sessions is read back once, whichever of its sessions
+is loaded first and however many loads run at once, with its own root's subagents.
 
 A "crash" is a copy of the SQLite files taken while nothing is being written (what a process
-killed at that moment leaves), opened with a wall clock past the dead owner's lease; a
-"close" is the end of an ``open_runtime`` block. ``tests/test_crash.py`` does the same with
-real SIGKILLs.
+killed at that moment leaves), opened with a wall clock past the dead owner's lease, or, for
+a MemoryStore, a new store given the first writes of another; a "close" is the end of an
+``open_runtime`` block. ``tests/test_crash.py`` does the same with real SIGKILLs.
 """
 
 from __future__ import annotations
@@ -14,28 +15,47 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
-from _support import WAIT, Gate, Recorder, call, crash_copy
+from _support import (
+    HOLD,
+    WAIT,
+    Gate,
+    Recorder,
+    StoreFor,
+    call,
+    crash_copy,
+    deleter,
+    events_through,
+    only_callback,
+    pick,
+    reply,
+    settled,
+)
 
 import agentlib
 from agentlib import (
     Agent,
     AllowApproval,
+    Answered,
     Blocked,
     Completed,
     Event,
     MemoryStore,
     ModelReply,
+    ModelRequest,
     OpenApproval,
     ScriptedModel,
     SQLiteStore,
     Store,
+    Tool,
     ToolResultEntry,
+    TurnEnded,
     UnknownOutcome,
 )
-from agentlib._store._base import Op, StoredSession
+from agentlib._store._base import CallbackRow, Op, SessionRow, StoredSession
 
 
 class Sibling:
@@ -386,3 +406,317 @@ async def test_a_turn_blocked_on_a_subagents_sign_in_beside_a_running_call_stays
     assert isinstance(record, Completed), record
     assert searched == ["q"]
     assert not again.reached.is_set()  # hold is not run again
+
+
+def mixed_tree(gate: Gate, runs: list[str]) -> Agent:
+    """``boss`` calls, in one step, ``hold`` (which runs until ``gate`` opens) and its
+    subagent ``helper``, which asks for an approval to delete /precious."""
+    helper = Agent(
+        "helper",
+        description="helps",
+        model=ScriptedModel([reply(call("delete", path="/precious")), "helper done"]),
+        tools=[deleter(runs)],
+    )
+    return Agent(
+        "boss",
+        model=ScriptedModel([reply(call("hold"), call("helper", message="go")), "boss done"]),
+        tools=[gate.tool],
+        subagents=[helper],
+    )
+
+
+async def blocked_mixed_turn(
+    gate: Gate, runs: list[str]
+) -> tuple[agentlib.Session, agentlib.Turn, OpenApproval]:
+    """Start the mixed tree's turn; return once ``hold`` runs and the approval is open."""
+    session = await mixed_tree(gate, runs).start_session()
+    turn = await session.start_turn("go")
+    with trio.fail_after(WAIT):
+        await gate.reached.wait()
+        record = await turn.result()  # returns once the approval opened: ``hold`` never ends
+    return session, turn, only_callback(record, OpenApproval)
+
+
+async def finish_mixed_tree(
+    boss: Agent, session: agentlib.Session, turn: agentlib.Turn, approval: OpenApproval
+) -> agentlib.TurnState[Any]:
+    """The mixed tree read back: its root still Blocked on the subagent's approval, which
+    is answered; the root's record once it has ended."""
+    root_turn = boss.session(session.id).turn(turn.id)
+    root = await root_turn.get()
+    assert only_callback(root, OpenApproval) == approval
+    sub = await boss.session(approval.session_id).turn(approval.turn_id).get()
+    assert only_callback(sub, OpenApproval) == approval
+    answered = await root_turn.answer(approval.id, AllowApproval())
+    assert isinstance(answered, Answered), answered
+    return await settled(root_turn, after=root)
+
+
+async def test_a_mixed_tree_blocked_on_an_approval_stays_blocked_after_a_clean_close(
+    store: StoreFor,
+) -> None:
+    """The root runs ``hold`` while its subagent waits on an approval, and reads Blocked; the
+    runtime closes. It stays Blocked: the approval stays open and answerable, ``hold`` (cut short)
+    is not run again, and ``delete`` runs only once the approval is given."""
+    runs: list[str] = []
+    gate = Gate()
+    async with agentlib.open_runtime(store()):
+        session, turn, approval = await blocked_mixed_turn(gate, runs)
+
+    assert runs == []
+    async with agentlib.open_runtime(store()):
+        again = Gate()
+        boss = mixed_tree(again, runs)
+        record = await finish_mixed_tree(boss, session, turn, approval)
+    assert isinstance(record, Completed), record
+    assert runs == ["/precious"]
+    assert not again.reached.is_set()
+
+
+async def test_a_mixed_tree_blocked_on_an_approval_stays_blocked_after_a_crash(
+    tmp_path: Path,
+) -> None:
+    """The same tree, crashed while ``hold`` runs: the root stays Blocked on the subagent's
+    approval, ``hold``'s outcome is unknown (it is not run again), and ``delete`` runs only once the
+    approval is given."""
+    runs: list[str] = []
+    gate = Gate()
+    live = tmp_path / "live"
+    live.mkdir()
+    async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}") as runtime:
+        session, turn, approval = await blocked_mixed_turn(gate, runs)
+        await runtime.store.flush()
+        crashed = crash_copy(live, tmp_path / "crashed")
+
+    assert runs == []
+    async with agentlib.open_runtime(crashed):
+        again = Gate()
+        boss = mixed_tree(again, runs)
+        record = await finish_mixed_tree(boss, session, turn, approval)
+        assert record.cursor is not None
+        results = [
+            event.entry
+            for event in await events_through(boss.session(session.id), record.cursor)
+            if isinstance(event, agentlib.EntryCompleted)
+            and isinstance(event.entry, ToolResultEntry)
+        ]
+    assert isinstance(record, Completed), record
+    assert runs == ["/precious"]
+    assert not again.reached.is_set()
+    [held] = [result for result in results if result.name == "hold"]
+    assert held.is_error
+    assert "outcome is unknown" in held.text
+
+
+def helper_tree(helper_tools: list[Tool], first: ModelReply) -> Agent:
+    helper = Agent(
+        "helper",
+        description="helps",
+        model=ScriptedModel([first, lambda request: f"helper: {request.entries[-1].text}"]),
+        tools=helper_tools,
+    )
+    return Agent(
+        "boss",
+        model=ScriptedModel(
+            [
+                reply(call("helper", message="go")),
+                lambda request: f"boss: {request.entries[-1].text}",
+                "boss again",
+            ]
+        ),
+        subagents=[helper],
+    )
+
+
+async def test_two_concurrent_loads_of_a_crashed_tree_end_it_once(tmp_path: Path) -> None:
+    """A crash while the subagent's tool runs, then, in a new runtime, loads of the tree by its
+    root's id and by the subagent's id at once: the tree is read once (no IntegrityError), the
+    root's outcome is unknown, and the runtime goes on."""
+    gate = Gate()
+    live = tmp_path / "live"
+    live.mkdir()
+    async with agentlib.open_runtime(f"sqlite:///{live / 's.db'}") as runtime:
+        session = await helper_tree([gate.tool], HOLD).start_session()
+        turn = await session.start_turn("start")
+        with trio.fail_after(WAIT):
+            await gate.reached.wait()
+        (child,) = await session.subagents()
+        await runtime.store.flush()
+        crashed = crash_copy(live, tmp_path / "crashed")
+        gate.opened.set()
+        assert isinstance(await settled(turn), Completed)
+
+    async with agentlib.open_runtime(crashed):
+        boss = helper_tree([Gate().tool], HOLD)
+        got: dict[str, Any] = {}
+
+        async def root() -> None:
+            got["root"] = await boss.session(session.id).turn(turn.id).get()
+
+        async def sub() -> None:
+            got["sub"] = await boss.session(child.id).subagents()
+
+        with trio.fail_after(WAIT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(root)
+                nursery.start_soon(sub)
+        assert isinstance(got["root"], UnknownOutcome), got
+        assert got["sub"] == []
+        record = await boss.session(session.id).run("again", timeout=WAIT)
+        assert isinstance(record, Completed), record
+        assert record.text == "boss: again"  # the model goes on at its next step
+        assert record.cursor is not None
+        events = await events_through(boss.session(session.id), record.cursor)
+        ended = [event.turn_id for event in events if isinstance(event, TurnEnded)]
+        assert ended == [turn.id, record.turn_id]
+
+
+async def test_two_concurrent_loads_of_a_blocked_tree_resume_it_once(store: StoreFor) -> None:
+    """A tree blocked on an approval in its subagent, loaded at once by its root's id and by the
+    subagent's: one answer completes it, the tool runs once, each turn ends once."""
+    runs: list[str] = []
+
+    def make() -> Agent:
+        return helper_tree([deleter(runs)], reply(call("delete", path="/tmp/x")))
+
+    async with agentlib.open_runtime(store()):
+        session = await make().start_session()
+        blocked = await session.run("start")
+        approval = only_callback(blocked, OpenApproval)
+
+    async with agentlib.open_runtime(store()):
+        boss = make()
+        got: dict[str, Any] = {}
+
+        async def load(name: str, session_id: str, turn_id: str) -> None:
+            got[name] = await boss.session(session_id).turn(turn_id).get()
+
+        with trio.fail_after(WAIT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(load, "root", session.id, blocked.turn_id)
+                nursery.start_soon(load, "sub", approval.session_id, approval.turn_id)
+            await trio.testing.wait_all_tasks_blocked()
+        assert only_callback(got["root"], OpenApproval) == approval
+        assert only_callback(got["sub"], OpenApproval) == approval
+        root_turn = boss.session(session.id).turn(blocked.turn_id)
+        await root_turn.answer(approval.id, AllowApproval())
+        record = await settled(root_turn)
+        assert isinstance(record, Completed), record
+        assert record.text == "boss: helper: deleted /tmp/x"
+        assert record.cursor is not None
+        events = await events_through(boss.session(session.id), record.cursor)
+        assert [event for event in events if isinstance(event, TurnEnded)] == [events[-1]]
+        with trio.fail_after(WAIT):
+            await trio.testing.wait_all_tasks_blocked()
+    assert runs == ["/tmp/x"]
+
+
+async def test_a_tree_resumes_with_its_own_roots_subagents(store: StoreFor) -> None:
+    """Two root agents whose subagents share a name; the tree of the first, restored after the
+    second became known, runs the first's subagent."""
+    ran: list[str] = []
+
+    def make(tag: str) -> Agent:
+        @agentlib.tool(requires_approval=True)
+        async def act() -> str:
+            """Act."""
+            ran.append(tag)
+            return f"{tag} acted"
+
+        helper = Agent(
+            "helper",
+            description="helps",
+            tools=[act],
+            model=ScriptedModel(
+                [reply(call("act")), lambda request: f"{tag}-helper: {request.entries[-1].text}"]
+            ),
+        )
+        return Agent(
+            f"root-{tag}",
+            subagents=[helper],
+            model=ScriptedModel(
+                [
+                    reply(call("helper", message="go")),
+                    lambda request: f"root-{tag}: {request.entries[-1].text}",
+                ]
+            ),
+        )
+
+    async with agentlib.open_runtime(store()):
+        session = await make("A").start_session()
+        blocked = await session.run("go")
+        approval = only_callback(blocked, OpenApproval)
+
+    async with agentlib.open_runtime(store()):
+        a, b = make("A"), make("B")
+        await a.start_session()  # A and its helper are known here
+        await b.start_session()  # then B's helper, also named "helper"
+        turn = a.session(session.id).turn(blocked.turn_id)
+        assert await turn.get() == blocked
+        await turn.answer(approval.id, AllowApproval())
+        record = await settled(turn)
+        assert isinstance(record, Completed), record
+        assert record.text == "root-A: A-helper: A acted"
+    assert ran == ["A"]
+
+
+class Recording(MemoryStore):
+    """A MemoryStore that keeps every write, to build what a crash at any moment leaves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[Op] = []
+
+    def write(self, op: Op) -> None:
+        super().write(op)
+        self.ops.append(op)
+
+
+async def test_a_client_tools_error_survives_a_restart_as_an_error_result() -> None:
+    """The client tool's handler fails (``tool_errors="report"``); the process dies right after its
+    callback was stored as closed, before the step recorded the call done. The runtime that resumes
+    gives the model the error (is_error, the message), not null."""
+    seen: list[Any] = []
+
+    def final(request: ModelRequest) -> str:
+        seen.append(request.entries[-1])
+        return "done"
+
+    def make() -> Agent:
+        return Agent(
+            "a",
+            tools=[pick],
+            tool_errors="report",
+            model=ScriptedModel([reply(call("client.pick", prompt="n?")), final]),
+        )
+
+    def broken(callback: object) -> int:
+        raise ValueError("the picker is broken")
+
+    live = Recording()
+    async with agentlib.open_runtime(live):
+        session = await make().start_session(on_client_tool=broken)
+        record = await session.run("go", timeout=WAIT)
+        assert isinstance(record, Completed), record
+    (before,) = seen
+    assert isinstance(before, ToolResultEntry)
+    assert before.is_error
+    assert "the picker is broken" in before.text
+
+    (closed,) = [
+        n for n, op in enumerate(live.ops) if isinstance(op, CallbackRow) and op.state != "open"
+    ]
+    crashed = MemoryStore()
+    for op in live.ops[: closed + 1]:
+        if isinstance(op, SessionRow):
+            op = attrs.evolve(op, lease=None)  # the dead runtime's lease is long over
+        crashed.write(op)
+    async with agentlib.open_runtime(crashed):
+        turn = make().session(session.id).turn(record.turn_id)
+        again = await settled(turn)
+        assert isinstance(again, Completed), again
+    after = seen[-1]
+    assert len(seen) == 2
+    assert isinstance(after, ToolResultEntry)
+    assert after.is_error
+    assert after.text == before.text
