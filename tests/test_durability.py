@@ -9,7 +9,9 @@ subprocesses.
 
 Crashes: a copy of the SQLite files taken while a tool runs, and a child process killed
 with SIGKILL mid-tool. Every wait is under ``trio.fail_after`` so that an engine that never
-resumes a turn fails fast instead of hanging.
+resumes a turn fails fast instead of hanging. Tests of lease renewal run on trio's autojump
+clock, which jumps while SQLite's threads work: their waits are bounded on the wall clock
+(``fail_after_real``).
 
 Loading a session in a new runtime starts its blocked turns again in tasks of their own;
 tests that are not about that moment let those tasks get back to their waits first
@@ -18,6 +20,7 @@ tests that are not about that moment let those tasks get back to their waits fir
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -48,6 +51,7 @@ from _support import (
     echo,
     events_through,
     fail_after_real,
+    lease_owners,
     only_callback,
     pick,
     reply,
@@ -810,6 +814,31 @@ async def test_a_retried_start_turn_after_a_restart_returns_the_blocked_turn(
     assert runs == ["/tmp/x"]
 
 
+async def test_concurrent_starts_with_one_key_return_one_session(
+    store: StoreFor, tmp_path: Path
+) -> None:
+    """Two ``start_session(idempotency_key="k")`` at once make one session; the runtime goes on."""
+    agent = Agent("a", model=ScriptedModel(["hi"]))
+    ids: list[str] = []
+    async with agentlib.open_runtime(store()):
+
+        async def start() -> None:
+            ids.append((await agent.start_session(idempotency_key="k")).id)
+
+        with trio.fail_after(WAIT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(start)
+                nursery.start_soon(start)
+        assert len(ids) == 2
+        assert ids[0] == ids[1]
+        record = await agent.session(ids[0]).run("hello", timeout=WAIT)
+        assert isinstance(record, Completed), record
+    async with agentlib.open_runtime(store()):
+        assert (await agent.start_session(idempotency_key="k")).id == ids[0]
+    if isinstance(store(), str):
+        assert len(lease_owners(tmp_path / "s.db")) == 1  # one session in the file
+
+
 # --- 4. turns running when a runtime stops ------------------------------------------------------
 
 
@@ -1058,6 +1087,25 @@ async def test_a_turn_with_more_events_than_the_retention_still_reads_its_end(
     assert two.text == "a2"
 
 
+async def test_result_of_an_older_turn_under_retention_returns_its_record(
+    any_store: StoreFor,
+) -> None:
+    """With event_retention, ``result()`` of a turn whose events were pruned returns its record, as
+    ``get()`` does; no ObservationLost."""
+    agent = Agent("a", model=ScriptedModel(["one", "two", "three"]))
+    async with agentlib.open_runtime(any_store(), event_retention=2):
+        session = await agent.start_session()
+        first = await session.run("a")
+        await session.run("b")
+        await session.run("c")
+        turn = session.turn(first.turn_id)
+        now = await turn.get()
+        assert isinstance(now, Completed)
+        assert now.text == "one"
+        with trio.fail_after(WAIT):
+            assert await turn.result() == now
+
+
 # --- 5b. long logs ------------------------------------------------------------------------------
 
 
@@ -1304,6 +1352,165 @@ async def test_a_stalled_runtime_writes_nothing_to_a_session_taken_over(
             assert isinstance(record, Completed)
             assert record.text == "done: deleted /tmp/x"
     assert runs == ["/tmp/x"]
+
+
+class SlowRenewal(SQLiteStore):
+    """Its first renewal is under way when ``renewing`` is set, and goes on whatever happens
+    meanwhile, as one whose worker thread is running would: it waits until the block is
+    being left (``leaving``) and the close either waits on it or has released the leases,
+    then renews. The store stays open until it has."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.calls = 0
+        self.renewing = trio.Event()
+        self.renewed = trio.Event()
+        self.leaving = trio.Event()
+        self.releasing = False
+        self.released = trio.Event()
+
+    async def renew(self, session_ids: Any, owner: str, seconds: float) -> list[str]:
+        self.calls += 1
+        if self.calls != 1:
+            return await super().renew(session_ids, owner, seconds)
+        self.renewing.set()
+        with trio.CancelScope(shield=True):
+            await self.leaving.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            if self.releasing:
+                await self.released.wait()
+            lost = await super().renew(session_ids, owner, seconds)
+        self.renewed.set()
+        return lost
+
+    async def release(self, session_ids: Any, owner: str) -> None:
+        self.releasing = True
+        await super().release(session_ids, owner)
+        self.released.set()
+        if self.renewing.is_set():
+            await self.renewed.wait()
+
+
+async def test_a_renewal_under_way_at_close_leaves_no_lease_held(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The block exits while a lease renewal is under way: the renewal does not take the lease again
+    after the close released it."""
+    path = tmp_path / "s.db"
+    store = SlowRenewal(str(path))
+    agent = Agent("a", model=ScriptedModel(["x"]))
+    async with agentlib.open_runtime(store, lease_seconds=3):
+        session = await agent.start_session()
+        with fail_after_real(WAIT):
+            await store.renewing.wait()
+        store.leaving.set()
+    assert store.calls == 1
+    assert lease_owners(path) == [None]
+    async with agentlib.open_runtime(f"sqlite:///{path}"):
+        assert isinstance(await agent.session(session.id).run("hi"), Completed)
+
+
+async def test_no_lease_is_left_held_after_a_close_with_fast_renewals(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """With tiny leases, renewals run all the time (the clock jumps while SQLite works); whenever
+    the block exits, no session is left leased."""
+    agent = Agent("a", model=ScriptedModel(["x"]))
+    for attempt in range(5):
+        path = tmp_path / f"s{attempt}.db"
+        async with agentlib.open_runtime(f"sqlite:///{path}", lease_seconds=0.03):
+            for _ in range(3):
+                await agent.start_session()
+            await trio.sleep(0.05 * (attempt + 1))
+        assert lease_owners(path) == [None, None, None]
+
+
+class LockedOnRenewal(SQLiteStore):
+    """Every renewal fails: the database is locked."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.tries: list[float] = []  # when each renewal was tried, on trio's clock
+        self._tried = trio.Event()
+
+    async def renew(self, session_ids: Any, owner: str, seconds: float) -> list[str]:
+        self.tries.append(trio.current_time())
+        self._tried.set()
+        self._tried = trio.Event()
+        raise sqlite3.OperationalError("database is locked")
+
+    async def tried(self, count: int) -> None:
+        """Return once ``count`` renewals have been tried."""
+        while len(self.tries) < count:
+            await self._tried.wait()
+
+
+async def test_an_error_renewing_a_lease_does_not_crash_the_runtime(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Renewals that fail (a locked database) are retried later; the runtime, its sessions and its
+    block go on.
+
+    The clock may jump while a commit is under way (see ``fail_after_real``): the waits are for the
+    renewals themselves, never for a span of time."""
+    autojump_clock.autojump_threshold = 0.02  # not a jump (a failed renewal) per poll meanwhile
+    store = LockedOnRenewal(str(tmp_path / "s.db"))
+    agent = Agent("a", model=ScriptedModel(["x", "y"]))
+    async with agentlib.open_runtime(store, lease_seconds=30):  # renewed every 10 s
+        session = await agent.start_session()
+        with fail_after_real(WAIT):
+            await store.tried(2)  # two renewals ran, and failed
+            record = await session.run("hi")
+            assert isinstance(record, Completed), record
+            await store.tried(len(store.tries) + 1)  # and the next one is tried all the same
+            assert isinstance(await session.run("again"), Completed)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(store.tries)]
+    assert gaps == [pytest.approx(10)] * len(gaps)  # each retried a third of a lease later
+
+
+async def test_a_load_with_an_unknown_agent_leaves_no_lease_held(
+    store: StoreFor, tmp_path: Path
+) -> None:
+    """Opening a session with an agent that did not run it fails, and leaves the session free:
+    another runtime opens it at once with the right agent."""
+    root = Agent("root", model=ScriptedModel(["x", "y"]))
+    async with agentlib.open_runtime(store()):
+        session = await root.start_session()
+        assert isinstance(await session.run("hi"), Completed)
+    async with agentlib.open_runtime(store()):
+        other = Agent("other", model=ScriptedModel(["x"]))
+        with pytest.raises(SessionNotFoundError):
+            await other.session(session.id).subagents()
+        if isinstance(store(), str):
+            assert lease_owners(tmp_path / "s.db") == [None]
+        async with agentlib.open_runtime(store()):
+            record = await root.session(session.id).run("again", timeout=WAIT)
+            assert isinstance(record, Completed), record
+
+
+async def test_concurrent_loads_of_a_session_another_runtime_holds_are_both_busy(
+    store: StoreFor,
+) -> None:
+    """Two loads at once of a session another live runtime holds: both get SessionBusyError (not
+    some other error of a load that waited on the first)."""
+    agent = Agent("a", model=ScriptedModel(["x"]))
+    errors: list[BaseException] = []
+    async with agentlib.open_runtime(store()):
+        session = await agent.start_session()
+        async with agentlib.open_runtime(store()):
+
+            async def load() -> None:
+                try:
+                    await agent.session(session.id).subagents()
+                except Exception as error:
+                    errors.append(error)
+
+            with trio.fail_after(WAIT):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(load)
+                    nursery.start_soon(load)
+        assert [type(error) for error in errors] == [agentlib.LeaseRefused] * 2
+        assert isinstance(await session.run("hi", timeout=WAIT), Completed)
 
 
 # --- 7. schema -----------------------------------------------------------------------------------
