@@ -18,10 +18,8 @@ their waits are bounded on the wall clock (``fail_after_real``).
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
-from collections.abc import AsyncIterator
-from contextlib import aclosing, asynccontextmanager
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +27,10 @@ import pytest
 import trio
 import trio.testing
 from _support import (
-    HOLD,
     WAIT,
-    Gate,
     StoreFor,
     approval_agent,
     events_through,
-    fill_the_disk,
     lease_owners,
     only_callback,
 )
@@ -51,13 +46,12 @@ from agentlib import (
     OpenApproval,
     ScriptedModel,
     SQLiteStore,
-    Store,
     StoreError,
     TurnEnded,
 )
 
 if sys.version_info < (3, 11):
-    from exceptiongroup import BaseExceptionGroup
+    pass
 
 
 # --- r3: a load while the runtime closes ------------------------------------------------------
@@ -132,105 +126,6 @@ async def test_a_load_racing_the_runtimes_close_fails_cleanly_or_succeeds(
 async def _set_when_all_blocked(event: trio.Event) -> None:
     await trio.testing.wait_all_tasks_blocked()
     event.set()
-
-
-# --- r4: a full disk --------------------------------------------------------------------------
-
-
-#: A message the full disk has no room for: starting a turn with it cannot be committed.
-TOO_BIG = "x" * 50_000
-
-
-@asynccontextmanager
-async def runtime_whose_close_may_fail(store: Store) -> AsyncIterator[None]:
-    """``open_runtime(store)``, where only the block's own error counts: a StoreError (alone
-    or in groups) that closing the runtime raises is ignored here, as
-    ``test_a_full_disk_leaves_the_block_without_an_exception_group`` is about it."""
-    failure: BaseException | None = None
-    try:
-        async with agentlib.open_runtime(store):
-            try:
-                yield
-            except BaseException as error:
-                failure = error
-                raise
-    except StoreError:
-        pass
-    except BaseExceptionGroup as group:
-        _, rest = group.split(StoreError)
-        if rest is not None:
-            raise
-    if failure is not None:
-        raise failure
-
-
-async def test_a_full_disk_fails_a_call_with_a_store_error(tmp_path: Path) -> None:
-    """r4: a call whose writes the full disk cannot commit raises StoreError (an
-    SdkError) naming the store, not a raw sqlite3 error; the runtime goes on reading."""
-    path = tmp_path / "s.db"
-    store = SQLiteStore(str(path))
-    agent = Agent("a", model=ScriptedModel(["small", "big"]))
-    async with runtime_whose_close_may_fail(store):
-        session = await agent.start_session()
-        done = await session.run("hi", timeout=WAIT)
-        assert isinstance(done, Completed)
-        fill_the_disk(store)
-        with pytest.raises(StoreError) as error, trio.fail_after(WAIT):
-            await session.run(TOO_BIG)
-        assert isinstance(error.value, agentlib.SdkError)
-        assert str(path) in str(error.value)
-        assert "full" in str(error.value)
-        assert isinstance(error.value.__cause__, sqlite3.Error)
-        assert await session.turn(done.turn_id).get() == done
-
-
-async def test_a_full_disk_while_a_turn_runs_fails_its_result(tmp_path: Path) -> None:
-    """r4: the disk fills while a started (acknowledged) turn runs a tool: what it writes
-    next cannot be committed. ``turn.result()`` raises StoreError, rather than wait forever
-    for events that will never be durable."""
-    store = SQLiteStore(str(tmp_path / "s.db"))
-    gate = Gate()
-    agent = Agent("a", model=ScriptedModel([HOLD, TOO_BIG]), tools=[gate.tool])
-    async with runtime_whose_close_may_fail(store):
-        session = await agent.start_session()
-        turn = await session.start_turn("go")
-        with trio.fail_after(WAIT):
-            await gate.reached.wait()
-        await store.flush()
-        fill_the_disk(store)
-        gate.opened.set()
-        with pytest.raises(StoreError, match="full"), trio.fail_after(WAIT):
-            await turn.result()
-
-
-@pytest.mark.parametrize("then", ["handled", "raised again"])
-async def test_a_full_disk_leaves_the_block_without_an_exception_group(
-    tmp_path: Path, then: str
-) -> None:
-    """r4: after a full disk failed a call, leaving the ``open_runtime`` block raises at
-    most a plain StoreError, never an ExceptionGroup (of raw sqlite errors, or of the
-    runtime's own): a StoreError the block raises leaves as it is."""
-    store = SQLiteStore(str(tmp_path / "s.db"))
-    agent = Agent("a", model=ScriptedModel(["x"]))
-    caught: list[StoreError] = []
-    leaving: list[StoreError] = []
-    try:
-        async with agentlib.open_runtime(store):
-            session = await agent.start_session()
-            fill_the_disk(store)
-            try:
-                with trio.fail_after(WAIT):
-                    await session.start_turn(TOO_BIG)
-            except StoreError as error:
-                caught.append(error)
-                if then == "raised again":
-                    raise
-    except StoreError as error:  # an ExceptionGroup is not caught: it fails the test
-        leaving.append(error)
-    assert len(caught) == 1
-    if then == "raised again":
-        assert len(leaving) == 1
-        assert leaving[0] is caught[0]
 
 
 # --- r7, r14: references of a closed runtime --------------------------------------------------

@@ -1,6 +1,10 @@
 """What only the SQLite store promises, beyond the store contract's suite (which
 ``test_store_contract.py`` runs against it): its file's layout and schema versions, WAL mode,
 and what its errors name.
+
+A full disk, through the runtime: a call whose writes cannot be committed, and the result of
+a turn whose next writes cannot be, raise a StoreError naming the store; leaving the
+``open_runtime`` block then raises at most that StoreError, never an exception group.
 """
 
 from __future__ import annotations
@@ -8,14 +12,31 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
+from _support import HOLD, WAIT, Gate, fill_the_disk
+
+import agentlib
 
 # Before the suite's own module, whose helpers this uses: it has pytest rewrite its asserts.
-import agentlib.testing.store_contract  # noqa: F401
-from agentlib import LeaseLost, LeaseRefused, SdkError, SQLiteStore, Store, StoreSchemaError
+import agentlib.testing.store_contract
+from agentlib import (
+    Agent,
+    Completed,
+    LeaseLost,
+    LeaseRefused,
+    ScriptedModel,
+    SdkError,
+    SQLiteStore,
+    Store,
+    StoreError,
+    StoreSchemaError,
+)
 from agentlib._convert import unstructure
 from agentlib._store._base import (
     EntryRow,
@@ -36,6 +57,9 @@ from agentlib._store._contract import (
     write_all,
 )
 from agentlib._store._sqlite import SCHEMA_VERSION
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup
 
 
 @pytest.fixture
@@ -278,3 +302,99 @@ async def test_sqlite_other_database_is_refused(db_path: Path) -> None:
     finally:
         db.close()
     assert _user_version(db_path) == 0
+
+
+#: A message the full disk has no room for: starting a turn with it cannot be committed.
+TOO_BIG = "x" * 50_000
+
+
+@asynccontextmanager
+async def runtime_whose_close_may_fail(store: Store) -> AsyncIterator[None]:
+    """``open_runtime(store)``, where only the block's own error counts: a StoreError (alone
+    or in groups) that closing the runtime raises is ignored here, as
+    ``test_a_full_disk_leaves_the_block_without_an_exception_group`` is about it."""
+    failure: BaseException | None = None
+    try:
+        async with agentlib.open_runtime(store):
+            try:
+                yield
+            except BaseException as error:
+                failure = error
+                raise
+    except StoreError:
+        pass
+    except BaseExceptionGroup as group:
+        _, rest = group.split(StoreError)
+        if rest is not None:
+            raise
+    if failure is not None:
+        raise failure
+
+
+async def test_a_full_disk_fails_a_call_with_a_store_error(tmp_path: Path) -> None:
+    """A call whose writes the full disk cannot commit raises StoreError (an SdkError) naming the
+    store, not a raw sqlite3 error; the runtime goes on reading."""
+    path = tmp_path / "s.db"
+    store = SQLiteStore(str(path))
+    agent = Agent("a", model=ScriptedModel(["small", "big"]))
+    async with runtime_whose_close_may_fail(store):
+        session = await agent.start_session()
+        done = await session.run("hi", timeout=WAIT)
+        assert isinstance(done, Completed)
+        fill_the_disk(store)
+        with pytest.raises(StoreError) as error, trio.fail_after(WAIT):
+            await session.run(TOO_BIG)
+        assert isinstance(error.value, agentlib.SdkError)
+        assert str(path) in str(error.value)
+        assert "full" in str(error.value)
+        assert isinstance(error.value.__cause__, sqlite3.Error)
+        assert await session.turn(done.turn_id).get() == done
+
+
+async def test_a_full_disk_while_a_turn_runs_fails_its_result(tmp_path: Path) -> None:
+    """The disk fills while a started (acknowledged) turn runs a tool: what it writes next cannot be
+    committed. ``turn.result()`` raises StoreError, rather than wait forever for events that will
+    never be durable."""
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    gate = Gate()
+    agent = Agent("a", model=ScriptedModel([HOLD, TOO_BIG]), tools=[gate.tool])
+    async with runtime_whose_close_may_fail(store):
+        session = await agent.start_session()
+        turn = await session.start_turn("go")
+        with trio.fail_after(WAIT):
+            await gate.reached.wait()
+        await store.flush()
+        fill_the_disk(store)
+        gate.opened.set()
+        with pytest.raises(StoreError, match="full"), trio.fail_after(WAIT):
+            await turn.result()
+
+
+@pytest.mark.parametrize("then", ["handled", "raised again"])
+async def test_a_full_disk_leaves_the_block_without_an_exception_group(
+    tmp_path: Path, then: str
+) -> None:
+    """After a full disk failed a call, leaving the ``open_runtime`` block raises at most a plain
+    StoreError, never an ExceptionGroup (of raw sqlite errors, or of the runtime's own): a
+    StoreError the block raises leaves as it is."""
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    agent = Agent("a", model=ScriptedModel(["x"]))
+    caught: list[StoreError] = []
+    leaving: list[StoreError] = []
+    try:
+        async with agentlib.open_runtime(store):
+            session = await agent.start_session()
+            fill_the_disk(store)
+            try:
+                with trio.fail_after(WAIT):
+                    await session.start_turn(TOO_BIG)
+            except StoreError as error:
+                caught.append(error)
+                if then == "raised again":
+                    raise
+    except StoreError as error:  # an ExceptionGroup is not caught: it fails the test
+        leaving.append(error)
+    assert len(caught) == 1
+    if then == "raised again":
+        assert len(leaving) == 1
+        assert leaving[0] is caught[0]
