@@ -1,4 +1,5 @@
-"""Helpers shared by the facade's tests: parked model steps and bounded waits."""
+"""Helpers shared by the facade's tests: parked model steps, a plain function tool, and
+bounded waits."""
 
 from __future__ import annotations
 
@@ -47,6 +48,16 @@ class Gate:
     def open_now(self) -> None:
         """Let the parked step return; call from the engine's thread (a handler)."""
         self._release.set()
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first one.
+        b: The second one.
+    """
+    return a + b
 
 
 def scripted_agent(*steps: Any, name: str = "scripted", **options: Any) -> agents.Agent:

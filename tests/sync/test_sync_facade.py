@@ -13,17 +13,7 @@ import pytest
 import agentlib
 import agentlib_sync as agents
 
-from ._support import Gate, call_tool, scripted_agent
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: The first one.
-        b: The second one.
-    """
-    return a + b
+from ._support import Gate, add, call_tool, scripted_agent
 
 
 @attrs.frozen

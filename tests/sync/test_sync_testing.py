@@ -11,14 +11,9 @@ from _http_server import recording, serve_in_thread
 import agentlib_sync as agents
 from agentlib.testing import TestModel, block_model_requests
 
-from ._support import WAIT
+from ._support import WAIT, add
 
 KEY = "sk-test-sync-guard-93d0"
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def test_test_model_calls_a_blocking_agents_tools_then_answers() -> None:

@@ -19,14 +19,9 @@ import trio
 
 import agentlib_sync as agents
 
-from ._support import WAIT, Gate, call_tool, in_thread, scripted_agent
+from ._support import WAIT, Gate, add, call_tool, in_thread, scripted_agent
 
 FACADE_DIR = os.path.dirname(agents.__file__)
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 # -- inside other event loops -------------------------------------------------------------
