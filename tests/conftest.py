@@ -4,13 +4,19 @@ several runtimes on one store."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
 from _http_server import Server, serve
-from _support import StoreFor
 
 from agentlib import MemoryStore
+
+if TYPE_CHECKING:
+    from _support import StoreFor
+
+# The shared helpers assert as the tests do: pytest reports their failures in full.
+pytest.register_assert_rewrite("_support")
 
 
 @pytest.fixture
