@@ -51,17 +51,53 @@ class HandlerRun:
 
 @attrs.define(eq=False)
 class LiveTurn:
-    """What a running turn is beyond its state: the task that runs it.
+    """What an unended turn is in this runtime beyond its state: the task that runs it, if
+    any.
+
+    A turn whose task has nothing left to do but wait on callbacks (and on its subagents'
+    turns, which wait on theirs) holds no task: it is *parked*. The runtime resumes it, as a
+    restart would, once one of them closes or ends.
 
     Attributes:
-        scope: Cancelled to stop the turn.
-        done: Set once its task has ended.
+        scope: Cancelled to stop its task; None while no task runs it.
+        stopping: A stop was asked: its task stops, and a parked turn resumes to stop.
         suspended: It was stopped without an end, for a later runtime to resume.
+        parked: No task runs it, or the one that did is leaving: it only waits.
+        woken: What it waits on closed or ended while its task was leaving: it resumes.
+        working: The waits and calls of its task under way (its sign-in, each call).
+        waiting: What those wait on: a callback's closing, a subagent's turn's end.
     """
 
-    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    done: trio.Event = attrs.field(factory=trio.Event)
+    scope: trio.CancelScope | None = None
+    stopping: bool = False
     suspended: bool = False
+    parked: bool = False
+    woken: bool = False
+    working: int = 0
+    waiting: list[trio.Event] = attrs.field(factory=list)
+    _done: trio.Event | None = None
+
+    @property
+    def done(self) -> trio.Event:
+        """Set once the turn has ended here (or was suspended, for a later runtime)."""
+        if self._done is None:
+            self._done = trio.Event()
+        return self._done
+
+    def finish(self) -> None:
+        """The turn ended, or was suspended: its waits return."""
+        self.scope = None
+        if self._done is not None:
+            self._done.set()
+
+    @property
+    def can_park(self) -> bool:
+        """Whether everything its task does is waiting: then it may leave."""
+        return (
+            0 < self.working == len(self.waiting)
+            and not (self.stopping or self.suspended)
+            and not any(closed.is_set() for closed in self.waiting)
+        )
 
 
 @attrs.define(eq=False)
@@ -130,6 +166,12 @@ class Engine(Protocol):
     def spawn(self, function: Callable[..., Awaitable[None]], *args: Any, name: str) -> None: ...
 
     def spawn_turn(self, live: LiveSession, turn_id: str, *, resume: bool = False) -> LiveTurn: ...
+
+    def park_turn(self, live: LiveSession, turn_id: str) -> None: ...
+
+    def wake_turn(self, live: LiveSession, turn_id: str | None) -> None: ...
+
+    def turn_left(self, live: LiveSession, turn_id: str) -> None: ...
 
     def adopt(
         self,

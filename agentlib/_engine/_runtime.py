@@ -30,7 +30,7 @@ from .._store._base import Store
 from . import _machine as machine
 from ._live import LiveSession, LiveTurn, check_callback_id
 from ._log import EventLog
-from ._machine import CallbackPhase, SessionMachine, StopCause
+from ._machine import CallbackPhase, CallState, SessionMachine, StopCause
 from ._restore import restore
 from ._turns import run_turn
 
@@ -97,15 +97,16 @@ class Runtime:
                     self._callback_closed(live, fact.callback.id)
 
     def _callback_closed(self, live: LiveSession, callback_id: str) -> None:
-        answer = live.state.callbacks[callback_id].answer
-        if isinstance(answer, SignInAnswer):  # never stored: this runtime keeps them
-            live.credentials.update(answer.credentials)
-        closed = live.closed.get(callback_id)
+        state = live.state.callbacks[callback_id]
+        if isinstance(state.answer, SignInAnswer):  # never stored: this runtime keeps them
+            live.credentials.update(state.answer.credentials)
+        closed = live.closed.pop(callback_id, None)
         if closed is not None:
             closed.set()
         run = live.handler_runs.get(callback_id)
         if run is not None:
             run.scope.cancel()  # its answer is moot now
+        self.wake_turn(live, state.callback.turn_id)
 
     def _turn_ended(self, live: LiveSession, ended: TurnEnded) -> None:
         """Prune the session's oldest events beyond the retention (never those of the turn
@@ -157,10 +158,47 @@ class Runtime:
 
     def spawn_turn(self, live: LiveSession, turn_id: str, *, resume: bool = False) -> LiveTurn:
         """Run the turn in a task of its own (going on from its tool step, ``resume``)."""
-        turn = live.turns[turn_id] = LiveTurn()
+        turn = live.turns.get(turn_id)
+        if turn is None:
+            turn = live.turns[turn_id] = LiveTurn()
+        turn.scope = trio.CancelScope()
+        if turn.stopping:
+            turn.scope.cancel()
         name = f"agentlib turn {turn_id}"
         self._nursery.start_soon(run_turn, self, live, turn_id, resume, name=name)
         return turn
+
+    def park_turn(self, live: LiveSession, turn_id: str) -> None:
+        """The turn's task only waits: it leaves, and the turn is parked until what it
+        waits on closes or ends (:meth:`wake_turn`)."""
+        turn = live.turns[turn_id]
+        turn.parked = True
+        assert turn.scope is not None
+        turn.scope.cancel()
+
+    def wake_turn(self, live: LiveSession, turn_id: str | None) -> None:
+        """Something the turn may wait on closed or ended: a parked turn resumes."""
+        turn = live.turns.get(turn_id or "")
+        if turn is None or not turn.parked or turn.suspended:
+            return
+        if turn.scope is not None:  # its task is still leaving: it resumes once out
+            turn.woken = True
+            return
+        turn.parked = False
+        self.spawn_turn(live, live.state.turns[turn_id or ""].id, resume=True)
+
+    def turn_left(self, live: LiveSession, turn_id: str) -> None:
+        """The task of a parked turn has left; resume it at once if it was woken (or must
+        stop) meanwhile."""
+        turn = live.turns[turn_id]
+        turn.scope = None
+        turn.working = 0
+        turn.waiting.clear()
+        if turn.suspended:
+            turn.finish()
+        elif turn.woken or turn.stopping:
+            turn.woken = turn.parked = False
+            self.spawn_turn(live, turn_id, resume=True)
 
     def know(self, agent: AgentDefinition) -> None:
         """Remember ``agent`` and its subagents, to resume their sessions from the store."""
@@ -336,27 +374,54 @@ class Runtime:
         return done
 
     def stop_turn(self, live: LiveSession, turn_id: str, cause: StopCause) -> None:
-        """Stop the turn's task: it ends Interrupted (with the first cause given)."""
+        """Stop the turn: it ends Interrupted (with the first cause given); a parked turn
+        resumes to stop."""
         machine.stop(self.states, live.id, turn_id, cause)
         turn = live.turns.get(turn_id)
-        if turn is not None:
+        if turn is None or turn.stopping or turn.suspended:
+            return
+        turn.stopping = True
+        if turn.scope is not None:
             turn.scope.cancel()
+        elif turn.parked:
+            turn.parked = False
+            self.spawn_turn(live, turn_id, resume=True)
 
     def suspend_turn(self, live: LiveSession, turn_id: str) -> None:
         """Stop the turn's task, leaving it unended and its callbacks open in the store, for
         a later runtime to resume."""
         turn = live.turns.get(turn_id)
-        if turn is not None:
-            turn.suspended = True
+        if turn is None or turn.suspended:
+            return
+        turn.suspended = True
+        if turn.scope is not None:
             turn.scope.cancel()
+        else:  # parked: no task to stop, nor to stop its subagents' turns as it leaves
+            turn.finish()
+            step = live.state.turns[turn_id].step
+            for call in step.calls if step is not None else ():
+                if call.state is CallState.DELEGATED and call.child is not None:
+                    child = self.sessions.get(call.child[0])
+                    if child is None:
+                        continue
+                    child_state = child.state.turns[call.child[1]]
+                    if machine.resumable(self.states, child_state):
+                        self.suspend_turn(child, call.child[1])
+                    else:
+                        self.stop_turn(child, call.child[1], StopCause.CANCELLED)
 
     def end_turn(self, live: LiveSession, turn_id: str, record: TurnState[Any]) -> None:
         """Record how the turn ended: TurnEnded is its last event."""
         _, facts = machine.end_turn(self.states, live.id, turn_id, record)
         self.commit(facts)
-        turn = live.turns.get(turn_id)
+        turn = live.turns.pop(turn_id, None)
         if turn is not None:
-            turn.done.set()
+            turn.finish()
+        parent_id = live.state.parent_id
+        if parent_id is not None:  # the parent's turn may wait on this one, parked
+            parent = self.sessions.get(parent_id)
+            if parent is not None:
+                self.wake_turn(parent, live.state.parent_turn_id)
 
     def record(self, live: LiveSession, turn_id: str) -> TurnState[Any]:
         """The turn's record as readers may see it now."""
@@ -468,7 +533,7 @@ class Runtime:
         for live in list(self.sessions.values()):
             turn_id = live.state.active
             turn = live.turns.get(turn_id or "")
-            if turn_id is None or turn is None or turn.scope.cancel_called:
+            if turn_id is None or turn is None or turn.stopping or turn.suspended:
                 continue
             stopping.append(turn.done)
             if live.state.parent_id is not None:

@@ -7,11 +7,13 @@ subagents. What each step changes, and what follows, the machine's transitions d
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import random
 import string
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -33,7 +35,7 @@ from .._tools import Tool, arguments_problem
 from .._usage import Usage
 from . import _machine as machine
 from ._handlers import invoke
-from ._live import Engine, LiveSession
+from ._live import Engine, LiveSession, LiveTurn
 from ._machine import Call, CallbackPhase, CallState, StopCause, TurnMachine, error_result
 
 if TYPE_CHECKING:
@@ -68,6 +70,8 @@ class _Turn:
     engine: Engine
     live: LiveSession
     state: TurnMachine
+    task: LiveTurn
+    failing: bool = False  # a call failed and tool_errors is "raise": the step stops
 
     @property
     def agent(self) -> AgentDefinition:
@@ -81,7 +85,52 @@ class _Turn:
 
     @property
     def suspended(self) -> bool:
-        return self.live.turns[self.state.id].suspended
+        return self.task.suspended
+
+    @property
+    def holding(self) -> bool:
+        """Its task leaves the turn unended, callbacks open: suspended for a later
+        runtime, or parked until what it waits on closes."""
+        return self.task.suspended or self.task.parked
+
+    def park_if_waiting(self) -> None:
+        """Leave the turn parked if all its task does is wait."""
+        if self.task.can_park and not self.failing:
+            self.engine.park_turn(self.live, self.state.id)
+
+    async def wait(self, closed: trio.Event) -> None:
+        """Wait for ``closed`` (a callback's, or a subagent's turn's end): the task parks
+        the turn if nothing else of it is at work."""
+        if closed.is_set():
+            await trio.lowlevel.checkpoint_if_cancelled()
+            return
+        task = self.task
+        task.waiting.append(closed)
+        try:
+            self.park_if_waiting()
+            await closed.wait()
+        finally:
+            task.waiting.remove(closed)
+
+    @contextlib.contextmanager
+    def working(self, count: int = 1) -> Iterator[Callable[[], None]]:
+        """``count`` waits or calls of the turn's tool step under way, all counted before
+        any runs; each says it is over by calling what this gives."""
+        task = self.task
+        task.working += count
+        left = count
+
+        def over() -> None:
+            nonlocal left
+            left -= 1
+            task.working -= 1
+            if not task.parked:
+                self.park_if_waiting()
+
+        try:
+            yield over
+        finally:
+            task.working -= left
 
     def commit(self, facts: Iterable[Any]) -> None:
         self.engine.commit(facts)
@@ -100,29 +149,34 @@ async def run_turn(engine: Engine, live: LiveSession, turn_id: str, resume: bool
     one stopped. A suspended turn (its runtime closes, and a later one will resume it) ends
     without a record.
     """
-    turn = _Turn(engine, live, live.state.turns[turn_id])
     task = live.turns[turn_id]
+    turn = _Turn(engine, live, live.state.turns[turn_id], task)
+    scope = task.scope
+    assert scope is not None, "the runtime gives a turn's task its scope"
     record: TurnState[Any] | None = None
     try:
-        with task.scope:
+        with scope:
             if resume:
                 await _finish_tools(turn, {})
             record = await _loop(turn)
-        if record is None or task.scope.cancelled_caught:
+        if task.parked and not task.suspended:
+            engine.turn_left(live, turn_id)
+            return
+        if record is None or scope.cancelled_caught:
             record = machine.interrupted(turn.state)
     except trio.Cancelled:
         # The runtime itself is closing: the turn ends as cancelled, then the task unwinds.
         if not task.suspended:
             machine.stop(engine.states, live.id, turn_id, StopCause.CANCELLED)
             engine.end_turn(live, turn_id, machine.interrupted(turn.state))
-        task.done.set()
+        task.finish()
         raise
     except _RaiseFromTool as failure:
         record = machine.failed(turn.state, failure.error)
     except Exception as error:
         record = machine.failed(turn.state, error)
     if task.suspended:
-        task.done.set()
+        task.finish()
         return
     engine.end_turn(live, turn_id, record)
 
@@ -222,19 +276,27 @@ async def _finish_tools(turn: _Turn, failures: dict[int, BaseException]) -> None
     # With tool_errors="raise", the first failure stops the other calls: the turn fails.
     failed = trio.CancelScope()
 
-    async def run_call(index: int) -> None:
-        await _run_call(turn, index, failures)
-        if index in failures:
-            failed.cancel()
+    async def run_call(index: int, over: Callable[[], None]) -> None:
+        try:
+            await _run_call(turn, index, failures)
+            if index in failures:
+                turn.failing = True
+                failed.cancel()
+        finally:
+            over()
 
     try:
         with failed:
             if not failures:
                 # Credentials are never stored: a resumed step asks again for those it lacks.
-                await _sign_in(turn)
-                await _each(range(len(turn.step.calls)), run_call)
+                with turn.working() as over:
+                    await _sign_in(turn)
+                    over()
+                calls = range(len(turn.step.calls))
+                with turn.working(len(calls)) as over:
+                    await _each(calls, functools.partial(run_call, over=over))
     finally:
-        if not turn.suspended:
+        if not turn.holding:
             turn.commit(
                 machine.end_tool_step(turn.engine.states, turn.live.id, turn.state.id, _UNFINISHED)
             )
@@ -322,9 +384,9 @@ async def _wait(turn: _Turn, callback_id: str) -> machine.CallbackState:
     it unanswered (a suspended one leaves it open, for the next runtime)."""
     live = turn.live
     try:
-        await turn.engine.callback_closed(live, callback_id).wait()
+        await turn.wait(turn.engine.callback_closed(live, callback_id))
     finally:
-        if not turn.suspended and live.state.callbacks[callback_id].open:
+        if not turn.holding and live.state.callbacks[callback_id].open:
             turn.engine.close_callback(live, callback_id, answered=False)
     return live.state.callbacks[callback_id]
 
@@ -336,6 +398,8 @@ async def _wait_for(turn: _Turn, index: int, callback_id: str) -> machine.Callba
 
 
 async def _run_call(turn: _Turn, index: int, failures: dict[int, BaseException]) -> None:
+    if turn.step.calls[index].state is CallState.DONE:
+        return  # before the turn was parked, or its runtime stopped
     try:
         result = await _call_tool(turn, index)
     except _RaiseFromTool as failure:
@@ -499,8 +563,10 @@ async def _delegate(turn: _Turn, index: int, subagent: AgentDefinition) -> ToolR
         turn.update(index, state=CallState.DELEGATED, child=(child_id, child_turn_id))
         engine.spawn_turn(child, child_turn_id)
     try:
-        await engine.turn_done(child, child_turn_id).wait()
+        await turn.wait(engine.turn_done(child, child_turn_id))
     except BaseException:
+        if turn.task.parked and not turn.suspended:
+            raise  # the subagent's turn goes on; this one waits for it, parked
         # The parent turn stops: its subagent's turn stops the same way, and first.
         child_state = child.state.turns[child_turn_id]
         if turn.suspended and machine.resumable(engine.states, child_state):
