@@ -108,7 +108,9 @@ class Transcript:
         self._width = columns if columns > 0 else LINE_WIDTH
         self._approver = approver
         try:
-            "→✗…".encode(out.encoding or "ascii")
+            # A stream without an encoding (a StringIO) holds any character.
+            if out.encoding:
+                "→✗…".encode(out.encoding)
         except (UnicodeEncodeError, LookupError):
             self._arrow, self._cross, self._ellipsis = "->", "x", "..."
         else:
