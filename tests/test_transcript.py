@@ -8,6 +8,7 @@ import itertools
 from typing import Any
 
 import attrs
+import pytest
 
 from agentlib import (
     AllowApproval,
@@ -18,7 +19,10 @@ from agentlib import (
     EntryAdded,
     EntryCompleted,
     EntryDelta,
+    ErrorInfo,
     Event,
+    Failed,
+    Interrupted,
     MessageEntry,
     OpenApproval,
     TextContentBlock,
@@ -26,6 +30,7 @@ from agentlib import (
     ToolResultEntry,
     TurnEnded,
     TurnStarted,
+    UnknownOutcome,
     Usage,
 )
 from agentlib._transcript import Transcript
@@ -131,6 +136,217 @@ def shown(*events: Event, **options: Any) -> str:
     return out.getvalue()
 
 
+def test_a_turn_shows_the_users_message_the_reply_and_how_it_ended() -> None:
+    turn = TurnEvents()
+    assert shown(*turn.started("Hi?"), *turn.said("Hello."), *turn.completed("Hello.")) == (
+        "\nuser: Hi?\nforecaster: Hello.\nCompleted in 1 step, no tool calls\n"
+    )
+
+
+def test_streamed_text_is_printed_as_it_comes_and_once() -> None:
+    turn = TurnEvents()
+    out = io.StringIO()
+    transcript = Transcript(out, agent_name="forecaster")
+    added, first, second, completed = turn.streamed("Paris is ", "sunny.")
+    for event in [*turn.started("Paris?"), added, first]:
+        transcript.show(event)
+    assert out.getvalue().endswith("\nforecaster: Paris is ")
+    transcript.show(second)
+    transcript.show(completed)
+    assert out.getvalue().endswith("\nforecaster: Paris is sunny.\n")
+    assert out.getvalue().count("sunny") == 1
+
+
+def test_each_tool_call_is_one_line_with_its_result() -> None:
+    turn = TurnEvents()
+    output = shown(
+        *turn.started("Paris and Oslo?"),
+        *turn.streamed("Let me check."),
+        *turn.call("c1", "get_weather", city="Paris"),
+        *turn.call("c2", "get_weather", city="Oslo"),
+        *turn.result("c2", "get_weather", "snow"),
+        *turn.result("c1", "get_weather", "sunny"),
+        *turn.said("Sunny, and snow."),
+        *turn.completed("Sunny, and snow."),
+    )
+    assert output.splitlines()[2:] == [
+        "forecaster: Let me check.",
+        "  get_weather(city='Oslo') → snow",
+        "  get_weather(city='Paris') → sunny",
+        "forecaster: Sunny, and snow.",
+        "Completed in 2 steps, 2 tool calls",
+    ]
+
+
+def test_a_failed_tool_call_is_marked_with_a_cross() -> None:
+    turn = TurnEvents()
+    output = shown(
+        *turn.started("Lyon?"),
+        *turn.call("c1", "get_weather", city="Lyon"),
+        *turn.result("c1", "get_weather", "KeyError: 'lyon'", is_error=True),
+    )
+    assert output.endswith("\n  get_weather(city='Lyon') ✗ KeyError: 'lyon'\n")
+
+
+def test_a_long_call_and_result_are_cut_to_80_columns_off_a_terminal() -> None:
+    turn = TurnEvents()
+    output = shown(
+        *turn.started("Where?"),
+        *turn.call("c1", "look_up", place="x" * 60),
+        *turn.result("c1", "look_up", "y" * 100),
+    )
+    line = output.splitlines()[-1]
+    assert line == f"  look_up(place='{'x' * 32}…) → {'y' * 25}…"
+    assert len(line) == 80
+
+
+def test_an_approval_shows_the_whole_call_its_answer_then_a_short_result() -> None:
+    turn = TurnEvents()
+    approval = turn.approval("a1", "send_forecast", to="team@example.com", text="x" * 50)
+    output = shown(
+        *turn.started("Email it."),
+        *turn.call("c1", "send_forecast", to="team@example.com", text="x" * 50),
+        *turn.opened(approval),
+        *turn.closed("a1", AllowApproval()),
+        *turn.result("c1", "send_forecast", "sent"),
+        approver="by the handler",
+    )
+    assert output.splitlines()[2:] == [
+        f"  send_forecast(to='team@example.com', text='{'x' * 50}') needs approval",
+        "  approved (by the handler)",
+        "  send_forecast(…) → sent",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("answer", "answered", "line"),
+    [
+        (AllowApproval(scope="session"), True, "  approved for the session"),
+        (DenyApproval(reason="not now"), True, "  denied: not now"),
+        (DenyApproval(), True, "  denied"),
+        (None, False, "  send_forecast(to='a@b.c'): no answer, the turn ended"),
+    ],
+    ids=["allowed-for-the-session", "denied", "denied-without-reason", "unanswered"],
+)
+def test_an_approvals_answer_is_one_line(
+    answer: AllowApproval | DenyApproval | None, answered: bool, line: str
+) -> None:
+    turn = TurnEvents()
+    approval = turn.approval("a1", "send_forecast", to="a@b.c")
+    output = shown(
+        *turn.started("Email it."),
+        *turn.opened(approval),
+        *turn.closed("a1", answer, answered),
+    )
+    assert output.splitlines()[-2:] == ["  send_forecast(to='a@b.c') needs approval", line]
+
+
+def test_the_outcome_line_counts_the_steps_tool_calls_and_tokens() -> None:
+    turn = TurnEvents()
+    output = shown(
+        *turn.started("Paris?"),
+        *turn.call("c1", "get_weather", city="Paris"),
+        *turn.result("c1", "get_weather", "sunny"),
+        *turn.call("c2", "convert_temperature", celsius=21),
+        *turn.result("c2", "convert_temperature", "69.8"),
+        *turn.said("Sunny, 69.8 °F."),
+        *turn.completed(
+            "Sunny, 69.8 °F.", Usage(input_tokens=150, output_tokens=2, total_tokens=152)
+        ),
+    )
+    assert output.splitlines()[-1] == "Completed in 3 steps, 2 tool calls, 152 tokens"
+
+
+def test_each_turn_counts_its_own_steps_after_a_blank_line() -> None:
+    first, second = TurnEvents("t1"), TurnEvents("t2")
+    output = shown(
+        *first.started("Paris?"),
+        *first.call("c1", "get_weather", city="Paris"),
+        *first.result("c1", "get_weather", "sunny"),
+        *first.said("Sunny."),
+        *first.completed("Sunny.", Usage(total_tokens=1)),
+        *second.started("Thanks."),
+        *second.said("You are welcome."),
+        *second.completed("You are welcome."),
+    )
+    assert output.split("\n\n")[-1] == (
+        "user: Thanks.\nforecaster: You are welcome.\nCompleted in 1 step, no tool calls\n"
+    )
+    assert "Completed in 2 steps, 1 tool call, 1 token\n" in output
+
+
+@pytest.mark.parametrize(
+    ("record", "line"),
+    [
+        (
+            Failed(
+                turn_id="t1",
+                session_id=SESSION,
+                error=ErrorInfo(type="ModelError", message="Mistral answered HTTP 401"),
+            ),
+            "Failed: Mistral answered HTTP 401",
+        ),
+        (Interrupted(turn_id="t1", session_id=SESSION), "Interrupted (interrupted)"),
+        (
+            Interrupted(turn_id="t1", session_id=SESSION, cause="cancelled"),
+            "Interrupted (cancelled)",
+        ),
+        (
+            UnknownOutcome(turn_id="t1", session_id=SESSION, reason="the process died"),
+            "Unknown outcome: the process died",
+        ),
+    ],
+    ids=["failed", "interrupted", "cancelled", "unknown-outcome"],
+)
+def test_a_turn_that_did_not_complete_says_how_it_ended(record: Any, line: str) -> None:
+    turn = TurnEvents()
+    assert shown(*turn.started("Hi?"), *turn.ended(record)).splitlines()[-1] == line
+
+
+def test_a_reply_cut_mid_text_ends_its_line_before_the_outcome() -> None:
+    turn = TurnEvents()
+    added, delta, _ = turn.streamed("It is sunny in")
+    failed = Failed(
+        turn_id="t1", session_id=SESSION, error=ErrorInfo(type="ModelError", message="cut")
+    )
+    output = shown(*turn.started("Paris?"), added, delta, *turn.ended(failed))
+    assert output.endswith("\nforecaster: It is sunny in\nFailed: cut\n")
+
+
+def test_colour_marks_the_labels_the_calls_and_the_outcome() -> None:
+    turn = TurnEvents()
+    output = shown(
+        *turn.started("Paris?"),
+        *turn.call("c1", "get_weather", city="Paris"),
+        *turn.result("c1", "get_weather", "sunny"),
+        *turn.said("Sunny."),
+        *turn.completed("Sunny."),
+        colour=True,
+    )
+    assert output == (
+        "\n"
+        "\x1b[1muser: Paris?\x1b[0m\n"
+        "\x1b[2m  get_weather(city='Paris') → sunny\x1b[0m\n"
+        "\x1b[1;36mforecaster:\x1b[0m Sunny.\n"
+        "\x1b[32mCompleted in 2 steps, 1 tool call\x1b[0m\n"
+    )
+
+
+@pytest.mark.parametrize("colour", [False, None], ids=["off", "default-off-a-terminal"])
+def test_without_colour_there_is_no_escape_code(colour: bool | None) -> None:
+    turn = TurnEvents()
+    output = shown(
+        *turn.started("Paris?"),
+        *turn.call("c1", "get_weather", city="Paris"),
+        *turn.result("c1", "get_weather", "sunny", is_error=True),
+        *turn.said("Sunny."),
+        *turn.completed("Sunny."),
+        colour=colour,
+    )
+    assert "\x1b" not in output
+    assert "Completed in 2 steps, 1 tool call" in output
+
+
 def test_a_stream_without_an_encoding_takes_the_arrows() -> None:
     turn = TurnEvents()
     output = shown(
@@ -158,3 +374,22 @@ def test_a_stream_that_cannot_encode_arrows_gets_ascii() -> None:
         f"  get_weather(city='{'Paris' * 6}P...) -> sunny",
         "  get_weather(city='Lyon') x KeyError",
     ]
+
+
+def test_a_note_is_a_line_of_its_own() -> None:
+    out = io.StringIO()
+    transcript = Transcript(out, colour=True)
+    transcript.note("model: scripted")
+    transcript.note("")
+    assert out.getvalue() == "\x1b[2mmodel: scripted\x1b[0m\n\n"
+
+
+def test_interrupted_ends_the_line_the_reply_left_open() -> None:
+    turn = TurnEvents()
+    out = io.StringIO()
+    transcript = Transcript(out, agent_name="forecaster")
+    added, delta, _ = turn.streamed("It is")
+    for event in [*turn.started("Paris?"), added, delta]:
+        transcript.show(event)
+    transcript.interrupted()
+    assert out.getvalue().endswith("\nforecaster: It is\nInterrupted.\n")
