@@ -1,7 +1,8 @@
 """The ``python -m agentlib`` command line.
 
 Exit status: 0 when the command did what it was asked, 1 when it ran and something failed
-(a turn of the demo), 2 for bad usage (argparse's own code), 130 when Ctrl-C stopped it.
+(a turn of the demo), 2 for bad usage (argparse's own code), 130 when Ctrl-C stopped it,
+141 when its output was closed before the end (a pipe to ``head``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ environment:
 
 exit status:
   0 every turn completed, 1 a turn did not (the demo stops there), 2 bad usage,
-  130 interrupted (Ctrl-C)"""
+  130 interrupted (Ctrl-C), 141 the output was closed early (as by `| head`)"""
 
 SELFCHECK_DESCRIPTION = """\
 Check that this installation works: a history entry goes to JSON and back unchanged,

@@ -137,7 +137,9 @@ def main(interactive: bool = False) -> int:
     Returns:
         The exit status: 0 once every turn completed, 1 as soon as one did not (the turns
         after it would build on it), 2 for a MISTRAL_API_KEY that cannot be sent, 130 on
-        Ctrl-C (128 + SIGINT, as a shell reports a program that Ctrl-C stopped).
+        Ctrl-C (128 + SIGINT, as a shell reports a program that Ctrl-C stopped), 141 when
+        the output was closed before the end (128 + SIGPIPE, as a shell reports ``yes``
+        in ``yes | head``).
     """
     if isinstance(sys.stdout, io.TextIOWrapper):
         # A character the output cannot encode (a model's emoji on a Windows pipe) shows as
@@ -149,10 +151,20 @@ def main(interactive: bool = False) -> int:
         approver="" if interactive else "by the demo's on_approval handler; --interactive asks you",
     )
     try:
-        return _run(transcript, interactive)
-    except KeyboardInterrupt:
-        transcript.interrupted()
-        return 130
+        try:
+            return _run(transcript, interactive)
+        except KeyboardInterrupt:
+            transcript.interrupted()
+            return 130
+    except BrokenPipeError:
+        # The reader went away (``| head``): nobody is left to tell. It comes here whichever
+        # thread wrote: raised by the event handler or the prompt, it ends session.run. What
+        # is still buffered then goes nowhere, so the flush at exit cannot fail again (the
+        # recipe in the docs of Python's signal module).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
 
 
 def _run(transcript: Transcript, interactive: bool) -> int:

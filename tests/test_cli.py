@@ -60,6 +60,7 @@ def test_the_demos_help_says_what_it_does_its_options_environment_and_exit_statu
         "MISTRAL_BASE_URL",
         "NO_COLOR",
         "130 interrupted (Ctrl-C)",
+        "141 the output was closed early",
     ):
         assert said in result.stdout
 

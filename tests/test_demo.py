@@ -245,6 +245,68 @@ def test_ctrl_c_at_the_prompt_read_from_an_open_pipe_ends_the_demo_as_cleanly() 
     assert errors == b""  # no traceback, and no abort at exit
 
 
+def closing_the_output_first() -> tuple[int, bytes]:
+    """Run the demo with its stdout a pipe that nobody reads: closed before it starts.
+    Returns its exit status and stderr."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "agentlib", "demo"],
+            stdin=subprocess.DEVNULL,
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            env=environment(),
+        )
+    finally:
+        os.close(writer)
+    _, errors = process.communicate(timeout=DEADLINE)
+    return process.returncode, errors
+
+
+def closing_the_output_at_the_prompt(answer_at_a_terminal: bool) -> tuple[int, bytes]:
+    """Run the interactive demo; close its output once it asks for the approval, then answer
+    it, through a pipe (the prompt echoes the answer) or at a terminal (the demo writes next
+    the answer's line). Returns its exit status and stderr."""
+    if answer_at_a_terminal:
+        terminal, child_end = pty.openpty()
+    else:
+        child_end, terminal = os.pipe()  # the demo reads what the test writes
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentlib", "demo", "--interactive"],
+        stdin=child_end,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment({"NO_COLOR": "1"}),
+    )
+    os.close(child_end)
+    assert process.stdout is not None
+    try:
+        read_until(process.stdout.fileno(), b"[y/N] ")
+        process.stdout.close()
+        os.write(terminal, b"y\r" if answer_at_a_terminal else b"y\n")
+        _, errors = process.communicate(timeout=DEADLINE)
+    finally:
+        os.close(terminal)
+    return process.returncode, errors
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        closing_the_output_first,
+        lambda: closing_the_output_at_the_prompt(answer_at_a_terminal=False),
+        lambda: closing_the_output_at_the_prompt(answer_at_a_terminal=True),
+    ],
+    ids=["before-the-first-line", "at-the-prompt-echoing-the-answer", "at-the-prompt-then-a-line"],
+)
+def test_output_closed_early_ends_the_demo_quietly_with_status_141(
+    run: Callable[[], tuple[int, bytes]],
+) -> None:
+    status, errors = run()
+    assert (status, errors) == (141, b"")  # 128 + SIGPIPE, as a shell reports `yes | head`
+
+
 def test_colour_goes_to_a_terminal() -> None:
     status, output, errors = in_terminal(env={"TERM": "xterm"})
     assert (status, errors) == (0, "")
