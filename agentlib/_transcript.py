@@ -56,21 +56,29 @@ def wants_colour(stream: TextIO) -> bool:
 
 
 def _read_line() -> str | None:
-    """A line from stdin without its end; None at the end of input.
+    """A line from stdin without its end; None at the end of input, and when there is no
+    stdin to read (the program started without one, as with ``<&-``).
 
     Read from the file descriptor a byte at a time, never through ``sys.stdin`` (``input()``
     reads a pipe through it): its buffer holds a lock while it waits, and a thread left
     waiting there after a Ctrl-C makes the interpreter abort on its way out.
     """
+    stdin = sys.stdin
+    if stdin is None:
+        return None
     line = bytearray()
-    while not line.endswith(b"\n"):
-        byte = os.read(sys.stdin.fileno(), 1)
-        if not byte:
-            if not line:
-                return None
-            break
-        line += byte
-    return line.decode(sys.stdin.encoding or "utf-8", "replace").rstrip("\r\n")
+    try:
+        descriptor = stdin.fileno()
+        while not line.endswith(b"\n"):
+            byte = os.read(descriptor, 1)
+            if not byte:
+                break
+            line += byte
+    except (OSError, ValueError):  # no descriptor, or one closed since: nothing more comes
+        pass
+    if not line:
+        return None
+    return line.decode(stdin.encoding or "utf-8", "replace").rstrip("\r\n")
 
 
 def _plural(count: int, noun: str) -> str:

@@ -201,6 +201,21 @@ def test_the_interactive_demo_asks_for_the_approval_and_shows_the_answer(
     assert run.stdout.count("Completed in") == 3
 
 
+def test_the_interactive_demo_without_stdin_takes_it_as_the_end_of_input() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "agentlib", "demo", "--interactive"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+        env=environment(),
+        preexec_fn=lambda: os.close(0),  # as a shell's `<&-` does
+    )
+    assert (run.returncode, run.stderr) == (0, "")
+    assert "needs approval\n  allow it? [y/N] \n  denied: the user said no\n" in run.stdout
+    assert run.stdout.count("Completed in") == 3
+
+
 @pytest.mark.parametrize(
     ("typed", "shown"),
     [
