@@ -55,30 +55,39 @@ def wants_colour(stream: TextIO) -> bool:
         return False
 
 
-def _read_line() -> str | None:
-    """A line from stdin without its end; None at the end of input, and when there is no
-    stdin to read (the program started without one, as with ``<&-``).
+def _read_line(stdin: TextIO | None, terminal: bool) -> str:
+    """A line from ``stdin``, with its line break if it has one; "" at the end of input, and
+    when there is no stdin to read (the program started without one, as with ``<&-``).
 
-    Read from the file descriptor a byte at a time, never through ``sys.stdin`` (``input()``
-    reads a pipe through it): its buffer holds a lock while it waits, and a thread left
-    waiting there after a Ctrl-C makes the interpreter abort on its way out.
+    Read from the file descriptor, never through ``stdin`` itself (``input()`` reads a pipe
+    through it): its buffer holds a lock while it waits, and a thread left waiting there
+    after a Ctrl-C makes the interpreter abort on its way out. A pipe is read a byte at a
+    time, so that what follows the line stays for the next prompt; a terminal gives a line
+    per read, or what was typed before a Ctrl-D.
     """
-    stdin = sys.stdin
     if stdin is None:
-        return None
+        return ""
     line = bytearray()
     try:
         descriptor = stdin.fileno()
-        while not line.endswith(b"\n"):
-            byte = os.read(descriptor, 1)
-            if not byte:
-                break
-            line += byte
+        if terminal:
+            line += os.read(descriptor, 4096)
+        else:
+            while not line.endswith(b"\n"):
+                byte = os.read(descriptor, 1)
+                if not byte:
+                    break
+                line += byte
     except (OSError, ValueError):  # no descriptor, or one closed since: nothing more comes
         pass
-    if not line:
-        return None
-    return line.decode(stdin.encoding or "utf-8", "replace").rstrip("\r\n")
+    return line.decode(stdin.encoding or "utf-8", "replace")
+
+
+def _is_terminal(stream: TextIO | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except ValueError:  # a closed stream
+        return False
 
 
 def _plural(count: int, noun: str) -> str:
@@ -200,14 +209,16 @@ class Transcript:
         """
         self._end_line()
         self._write("  " + self._style("allow it? [y/N] ", "yellow"))
-        reply = _read_line()
-        if reply is None:
-            self._write("\n")  # nothing ended the line: Ctrl-D is not echoed
-            reply = ""
-        elif sys.stdin.isatty():
-            self._line_open = False  # the terminal echoed the reply and its newline
-        else:
+        stdin = sys.stdin
+        terminal = _is_terminal(stdin)
+        line = _read_line(stdin, terminal)
+        reply = line.rstrip("\r\n")
+        if not terminal:
             self._write(reply + "\n")  # a pipe echoes nothing: show what was read
+        elif line.endswith("\n"):
+            self._line_open = False  # the terminal echoed the reply and its line break
+        else:
+            self._write("\n")  # Ctrl-D ended the reply, and a terminal echoes no line break
         if reply.strip().lower() in ("y", "yes"):
             return AllowApproval()
         return DenyApproval(reason="the user said no")

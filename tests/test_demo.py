@@ -221,8 +221,9 @@ def test_the_interactive_demo_without_stdin_takes_it_as_the_end_of_input() -> No
     [
         (b"y\r", "  allow it? [y/N] y\n  approved\n"),
         (b"\x04", "  allow it? [y/N] \n  denied: the user said no\n"),  # Ctrl-D: a new line
+        (b"y\x04", "  allow it? [y/N] y\n  approved\n"),  # Ctrl-D ends the answer and its line
     ],
-    ids=["yes", "ctrl-d"],
+    ids=["yes", "ctrl-d", "yes-then-ctrl-d"],
 )
 def test_an_answer_typed_at_the_terminal_ends_its_line_once(typed: bytes, shown: str) -> None:
     status, output, errors = in_terminal(
