@@ -70,11 +70,16 @@ def _answer_about_oslo(request: agents.ModelRequest) -> str:
 MISTRAL_MODEL = "mistral-small-latest"
 
 
-def make_agent() -> agents.Agent:
-    """The demo's agent: Mistral's model if MISTRAL_API_KEY is set, else a scripted one."""
+def make_agent(mistral_key: str | None = None) -> agents.Agent:
+    """The demo's agent: on Mistral's model with ``mistral_key`` (MISTRAL_API_KEY's value)
+    if one is given, else on the scripted one.
+
+    Raises:
+        ValueError: The key cannot be sent (the message does not show it).
+    """
     model: agents.Model = scripted_model()
-    if os.environ.get("MISTRAL_API_KEY"):
-        model = agents.MistralModel(MISTRAL_MODEL)
+    if mistral_key:
+        model = agents.MistralModel(MISTRAL_MODEL, api_key=mistral_key)
     return agents.Agent(
         name="forecaster",
         instructions=(
@@ -168,12 +173,14 @@ def main(interactive: bool = False) -> int:
 
 
 def _run(transcript: Transcript, interactive: bool) -> int:
+    # Read once: the model and the note about it go by the same value.
+    mistral_key = os.environ.get("MISTRAL_API_KEY")
     try:
-        agent = make_agent()
+        agent = make_agent(mistral_key)
     except ValueError as error:  # a key that cannot go in a header; the message hides it
         print(f"python -m agentlib demo: error: MISTRAL_API_KEY: {error}", file=sys.stderr)
         return 2
-    if os.environ.get("MISTRAL_API_KEY"):
+    if mistral_key:
         transcript.note(f"model: {MISTRAL_MODEL} (Mistral, as MISTRAL_API_KEY is set)")
     else:
         transcript.note("model: scripted, offline (set MISTRAL_API_KEY to use Mistral)")

@@ -19,6 +19,7 @@ import pytest
 from _http_server import Reply, Server, serve_in_thread
 
 import agentlib
+from agentlib._demo import make_agent
 
 QUICKSTART = pathlib.Path(__file__).resolve().parent.parent / "docs" / "quickstart.md"
 DEMO_CODE = pathlib.Path(agentlib.__file__).resolve().parent / "_demo.py"
@@ -485,6 +486,20 @@ def test_a_mistral_key_that_cannot_be_sent_is_a_usage_error_that_hides_it() -> N
     assert run.stderr.startswith("python -m agentlib demo: error: MISTRAL_API_KEY: api_key ")
     assert run.stderr.count("\n") == 1  # one line, no traceback
     assert "sk-demo" not in run.stderr
+
+
+def test_the_demos_agent_runs_on_mistral_with_the_key_it_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
+    assert isinstance(make_agent("sk-demo-key").model, agentlib.MistralModel)
+
+
+def test_the_demos_agent_without_a_key_is_scripted_whatever_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MISTRAL_API_KEY", "sk-demo-key")
+    assert isinstance(make_agent(None).model, agentlib.ScriptedModel)
 
 
 def test_a_long_call_and_its_error_are_cut_to_one_short_line() -> None:
