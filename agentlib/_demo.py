@@ -68,18 +68,26 @@ def _answer_about_oslo(request: agents.ModelRequest) -> str:
 
 #: The Mistral model the demo uses when MISTRAL_API_KEY is set.
 MISTRAL_MODEL = "mistral-small-latest"
+#: Where Mistral's API is when MISTRAL_BASE_URL is not set.
+MISTRAL_URL = "https://api.mistral.ai/v1"
 
 
-def make_agent(mistral_key: str | None = None) -> agents.Agent:
+def make_agent(mistral_key: str | None = None, mistral_url: str | None = None) -> agents.Agent:
     """The demo's agent: on Mistral's model with ``mistral_key`` (MISTRAL_API_KEY's value)
     if one is given, else on the scripted one.
 
+    Args:
+        mistral_key: The key to send to Mistral.
+        mistral_url: Where Mistral's API is (MISTRAL_BASE_URL's value); by default,
+            :data:`MISTRAL_URL`.
+
     Raises:
-        ValueError: The key cannot be sent (the message does not show it).
+        ValueError: The key or the URL cannot be used: the message starts with the name of
+            the variable to fix, and never shows the key.
     """
     model: agents.Model = scripted_model()
     if mistral_key:
-        model = agents.MistralModel(MISTRAL_MODEL, api_key=mistral_key)
+        model = _mistral_model(mistral_key, mistral_url or MISTRAL_URL)
     return agents.Agent(
         name="forecaster",
         instructions=(
@@ -89,6 +97,19 @@ def make_agent(mistral_key: str | None = None) -> agents.Agent:
         model=model,
         tools=[get_weather, convert_temperature, send_forecast],
     )
+
+
+def _mistral_model(key: str, url: str) -> agents.MistralModel:
+    # Each value is tried on its own, so that an error names the one to fix: the key first,
+    # with Mistral's own URL, which it accepts.
+    try:
+        agents.MistralModel(MISTRAL_MODEL, api_key=key, base_url=MISTRAL_URL)
+    except ValueError as error:  # its message hides the key
+        raise ValueError(f"MISTRAL_API_KEY: {error}") from error
+    try:
+        return agents.MistralModel(MISTRAL_MODEL, api_key=key, base_url=url)
+    except ValueError as error:
+        raise ValueError(f"MISTRAL_BASE_URL: {error}") from error
 
 
 def scripted_model() -> agents.ScriptedModel:
@@ -141,10 +162,10 @@ def main(interactive: bool = False) -> int:
 
     Returns:
         The exit status: 0 once every turn completed, 1 as soon as one did not (the turns
-        after it would build on it), 2 for a MISTRAL_API_KEY that cannot be sent, 130 on
-        Ctrl-C (128 + SIGINT, as a shell reports a program that Ctrl-C stopped), 141 when
-        the output was closed before the end (128 + SIGPIPE, as a shell reports ``yes``
-        in ``yes | head``).
+        after it would build on it), 2 for a MISTRAL_API_KEY or MISTRAL_BASE_URL that
+        cannot be used, 130 on Ctrl-C (128 + SIGINT, as a shell reports a program that
+        Ctrl-C stopped), 141 when the output was closed before the end (128 + SIGPIPE, as
+        a shell reports ``yes`` in ``yes | head``).
     """
     if isinstance(sys.stdout, io.TextIOWrapper):
         # A character the output cannot encode (a model's emoji on a Windows pipe) shows as
@@ -176,9 +197,9 @@ def _run(transcript: Transcript, interactive: bool) -> int:
     # Read once: the model and the note about it go by the same value.
     mistral_key = os.environ.get("MISTRAL_API_KEY")
     try:
-        agent = make_agent(mistral_key)
-    except ValueError as error:  # a key that cannot go in a header; the message hides it
-        print(f"python -m agentlib demo: error: MISTRAL_API_KEY: {error}", file=sys.stderr)
+        agent = make_agent(mistral_key, os.environ.get("MISTRAL_BASE_URL"))
+    except ValueError as error:  # it names the variable to fix, and hides the key
+        print(f"python -m agentlib demo: error: {error}", file=sys.stderr)
         return 2
     if mistral_key:
         transcript.note(f"model: {MISTRAL_MODEL} (Mistral, as MISTRAL_API_KEY is set)")

@@ -502,6 +502,15 @@ def test_the_demos_agent_without_a_key_is_scripted_whatever_the_environment_says
     assert isinstance(make_agent(None).model, agentlib.ScriptedModel)
 
 
+def test_a_mistral_base_url_that_cannot_be_used_is_a_usage_error_that_names_it() -> None:
+    run = demo(env={"MISTRAL_API_KEY": "sk-demo-key", "MISTRAL_BASE_URL": "api.mistral.ai/v1"})
+    assert run.returncode == 2
+    assert run.stdout == ""
+    assert run.stderr.startswith("python -m agentlib demo: error: MISTRAL_BASE_URL: base_url ")
+    assert run.stderr.count("\n") == 1  # one line, no traceback
+    assert "sk-demo" not in run.stderr
+
+
 def test_a_long_call_and_its_error_are_cut_to_one_short_line() -> None:
     town = "Llanfairpwllgwyngyllgogerychwyrndrobwllllantysiliogogogoch"
     with serve_in_thread() as server:
