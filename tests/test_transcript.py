@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -393,3 +396,86 @@ def test_interrupted_ends_the_line_the_reply_left_open() -> None:
         transcript.show(event)
     transcript.interrupted()
     assert out.getvalue().endswith("\nforecaster: It is\nInterrupted.\n")
+
+
+# -- the prompt ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def type_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bytes], None]]:
+    """Make stdin a pipe; returns a function that writes to it (b"" closes it)."""
+    reader, writer = os.pipe()
+    stdin = open(reader, encoding="utf-8")  # noqa: SIM115 - closed on the way out
+    monkeypatch.setattr(sys, "stdin", stdin)
+    open_writer = [writer]
+
+    def type_in(data: bytes) -> None:
+        if data:
+            os.write(writer, data)
+        elif open_writer:
+            os.close(open_writer.pop())
+
+    yield type_in
+    type_in(b"")
+    stdin.close()
+
+
+def asked(turn: TurnEvents, *approvals: OpenApproval) -> tuple[io.StringIO, Transcript]:
+    """A transcript that has shown a turn's start and its ``approvals`` opening."""
+    screen = io.StringIO()
+    transcript = Transcript(screen, agent_name="forecaster")
+    for event in turn.started("Email it."):
+        transcript.show(event)
+    for approval in approvals:
+        for event in turn.opened(approval):
+            transcript.show(event)
+    return screen, transcript
+
+
+def test_an_answer_read_from_a_pipe_is_shown_after_the_prompt(
+    type_in: Callable[[bytes], None],
+) -> None:
+    turn = TurnEvents()
+    approval = turn.approval("a1", "send_forecast", to="a@b.c")
+    screen, transcript = asked(turn, approval)
+    type_in(b"yes\n")
+    assert transcript.ask(approval) == AllowApproval()
+    assert screen.getvalue().endswith(
+        "  send_forecast(to='a@b.c') needs approval\n  allow it? [y/N] yes\n"
+    )
+
+
+@pytest.mark.parametrize("typed", [b"n\n", b"whatever\n", b""], ids=["no", "other", "end"])
+def test_anything_but_yes_denies_the_approval(
+    type_in: Callable[[bytes], None], typed: bytes
+) -> None:
+    turn = TurnEvents()
+    approval = turn.approval("a1", "send_forecast", to="a@b.c")
+    screen, transcript = asked(turn, approval)
+    type_in(typed)
+    type_in(b"")
+    assert transcript.ask(approval) == DenyApproval(reason="the user said no")
+    assert screen.getvalue().endswith(f"  allow it? [y/N] {typed.decode().strip()}\n")
+
+
+def test_without_a_stdin_the_approval_is_denied(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", None)
+    turn = TurnEvents()
+    approval = turn.approval("a1", "send_forecast", to="a@b.c")
+    screen, transcript = asked(turn, approval)
+    assert transcript.ask(approval) == DenyApproval(reason="the user said no")
+    assert screen.getvalue().endswith("  allow it? [y/N] \n")
+
+
+def test_the_answer_is_read_up_to_its_line_break_and_the_next_prompt_reads_the_next_line(
+    type_in: Callable[[bytes], None],
+) -> None:
+    turn = TurnEvents()
+    first = turn.approval("a1", "send_forecast", to="a@b.c")
+    _, transcript = asked(turn, first)
+    type_in(b"y\nn\n")
+    assert transcript.ask(first) == AllowApproval()
+    second = turn.approval("a2", "send_forecast", to="d@e.f")
+    for event in [*turn.closed("a1", AllowApproval()), *turn.opened(second)]:
+        transcript.show(event)
+    assert transcript.ask(second) == DenyApproval(reason="the user said no")
