@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any, TextIO
 
@@ -98,11 +99,15 @@ class Transcript:
     """Prints a session's events to a stream as they happen, one turn after another.
 
     ``show`` takes each event (it is an ``on_event`` handler); ``ask`` is an ``on_approval``
-    handler that asks at the terminal. They are called one at a time: the approval is asked
-    once its ``CallbackOpened`` is shown, and the next event comes once it is answered.
+    handler that asks at the terminal. They may be called from several threads at once:
+    ``agentlib_sync`` calls ``show`` in the engine's thread, and ``ask`` in a worker thread
+    for each approval, while the events of the calls made in parallel still come. Each
+    line is written whole; approvals are asked one at a time, each prompt naming its call
+    unless its approval's line is just above; a line shown while a prompt waits goes above
+    it, and the prompt is asked again below.
 
     Args:
-        out: Where to print (a text stream that ``ask``'s prompt shares with ``input()``).
+        out: Where to print, the prompts included (their answers are read from stdin).
         agent_name: How the model's messages are labelled.
         colour: Colour the output; by default, as :func:`wants_colour` says.
         approver: Who answers approvals when ``ask`` does not, e.g. "the demo's handler";
@@ -132,6 +137,12 @@ class Transcript:
             self._arrow, self._cross, self._ellipsis = "->", "x", "..."
         else:
             self._arrow, self._cross, self._ellipsis = "→", "✗", "…"
+        # Held to write and to change what follows (several threads show and ask).
+        self._lock = threading.Lock()
+        # Held by the prompt that waits for its line: each prompt reads a line of its own.
+        self._asking = threading.Lock()
+        self._waiting: OpenApproval | None = None  # the approval whose prompt waits
+        self._above: str | None = None  # the approval whose line is the last one
         self._line_open = False
         self._messages: set[str] = set()  # the model's messages of this turn, by entry id
         self._streaming: str | None = None  # the message whose text is being printed
@@ -146,10 +157,48 @@ class Transcript:
 
     def note(self, text: str) -> None:
         """Print a line of commentary, dimmed."""
-        self._line(self._style(text, "dim"))
+        with self._lock:
+            self._line(self._style(text, "dim"))
 
     def show(self, event: Event) -> None:
         """Print what ``event`` adds to the transcript, if anything."""
+        with self._lock:
+            self._show(event)
+            if self._waiting is not None and not self._line_open:
+                self._write(self._prompt(self._waiting))  # it was pushed up: ask again
+
+    def ask(self, approval: OpenApproval) -> AllowApproval | DenyApproval:
+        """Ask at the terminal whether to allow ``approval``'s call; anything but y or yes
+        denies it, and so does the end of input (Ctrl-D).
+
+        It may run in a worker thread (``agentlib_sync`` runs a plain handler in one); a
+        Ctrl-C then reaches the main thread while this one waits for the line.
+        """
+        with self._asking:
+            with self._lock:
+                self._end_line()
+                self._waiting = approval
+                self._write(self._prompt(approval))
+            stdin = sys.stdin
+            terminal = _is_terminal(stdin)
+            line = _read_line(stdin, terminal)
+            with self._lock:
+                # Unless it was closed as it waited (its turn ended), and a line said so.
+                if self._waiting is approval:
+                    self._waiting = None
+                    self._end_prompt(line, terminal)
+        if line.strip().lower() in ("y", "yes"):
+            return AllowApproval()
+        return DenyApproval(reason="the user said no")
+
+    def interrupted(self) -> None:
+        """Print that the user stopped the program (Ctrl-C), on a line of its own."""
+        with self._lock:
+            self._line("Interrupted.")
+
+    # -- lines -------------------------------------------------------------------------------
+
+    def _show(self, event: Event) -> None:
         match event:
             case TurnStarted():
                 self._line("")
@@ -193,41 +242,31 @@ class Transcript:
                     self._shown.add(shown)
                 why = f": {approval.reason}" if approval.reason else ""
                 self._line(self._style(f"  {call} needs approval{why}", "yellow"))
+                self._above = approval.id
             case CallbackClosed(callback_id, answer=answer, answered=answered) if (
                 callback_id in self._approvals
             ):
+                if self._waiting is not None and self._waiting.id == callback_id:
+                    self._waiting = None  # no longer asked
                 self._show_answer(self._approvals.pop(callback_id), answer, answered)
             case TurnEnded(record):
                 self._line(self._outcome(record))
 
-    def ask(self, approval: OpenApproval) -> AllowApproval | DenyApproval:
-        """Ask at the terminal whether to allow ``approval``'s call; anything but y or yes
-        denies it, and so does the end of input (Ctrl-D).
-
-        It may run in a worker thread (``agentlib_sync`` runs a plain handler in one); a
-        Ctrl-C then reaches the main thread while this one waits for the line.
-        """
-        self._end_line()
-        self._write("  " + self._style("allow it? [y/N] ", "yellow"))
-        stdin = sys.stdin
-        terminal = _is_terminal(stdin)
-        line = _read_line(stdin, terminal)
-        reply = line.rstrip("\r\n")
+    def _end_prompt(self, line: str, terminal: bool) -> None:
+        """End the prompt's line once ``line``, its answer, was read."""
         if not terminal:
-            self._write(reply + "\n")  # a pipe echoes nothing: show what was read
+            self._write(line.rstrip("\r\n") + "\n")  # a pipe echoes nothing: show what was read
         elif line.endswith("\n"):
             self._line_open = False  # the terminal echoed the reply and its line break
         else:
-            self._write("\n")  # Ctrl-D ended the reply, and a terminal echoes no line break
-        if reply.strip().lower() in ("y", "yes"):
-            return AllowApproval()
-        return DenyApproval(reason="the user said no")
+            self._write("\n")  # Ctrl-D ended the reply; a terminal echoes no line break
 
-    def interrupted(self) -> None:
-        """Print that the user stopped the program (Ctrl-C), on a line of its own."""
-        self._line("Interrupted.")
-
-    # -- lines -------------------------------------------------------------------------------
+    def _prompt(self, approval: OpenApproval) -> str:
+        if self._above == approval.id:
+            call = "it"
+        else:  # another line came between: say which call
+            call = self._call_text(approval.tool_name, approval.arguments, whole=True)
+        return "  " + self._style(f"allow {call}? [y/N] ", "yellow")
 
     def _model_step(self) -> None:
         # A reply's text and tool calls come one after another: the first of them starts a
@@ -322,9 +361,10 @@ class Transcript:
 
     def _write(self, text: str) -> None:
         if text:
-            # Noted before the text shows: a Ctrl-C seen right after a prompt then ends its
-            # line, whichever thread wrote it.
+            # Noted before the text shows: a Ctrl-C that comes in between still finds the
+            # line it must end.
             self._line_open = not text.endswith("\n")
+            self._above = None
         # Flushed at once: a pipe would otherwise hold the lines until the program ends.
         self._out.write(text)
         self._out.flush()

@@ -7,8 +7,10 @@ import io
 import itertools
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import attrs
 import pytest
@@ -39,6 +41,11 @@ from agentlib import (
 from agentlib._transcript import Transcript
 
 SESSION = "s1"
+
+#: Longer than any test takes, even on a busy machine: it only catches a hang.
+DEADLINE = 60.0
+
+T = TypeVar("T")
 
 
 class TurnEvents:
@@ -401,6 +408,26 @@ def test_interrupted_ends_the_line_the_reply_left_open() -> None:
 # -- the prompt ------------------------------------------------------------------------------
 
 
+class Screen(io.StringIO):
+    """A StringIO that a test can wait on until some text shows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = threading.Condition()
+
+    def write(self, text: str) -> int:
+        with self._changed:
+            written = super().write(text)
+            self._changed.notify_all()
+        return written
+
+    def wait_for(self, text: str, count: int = 1) -> None:
+        """Return once ``text`` was written ``count`` times in all."""
+        with self._changed:
+            shown = self._changed.wait_for(lambda: self.getvalue().count(text) >= count, DEADLINE)
+        assert shown, f"no {text!r} after {self.getvalue()!r}"
+
+
 @pytest.fixture
 def type_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bytes], None]]:
     """Make stdin a pipe; returns a function that writes to it (b"" closes it)."""
@@ -420,9 +447,24 @@ def type_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bytes], None]
     stdin.close()
 
 
-def asked(turn: TurnEvents, *approvals: OpenApproval) -> tuple[io.StringIO, Transcript]:
+def in_thread(function: Callable[..., T], *args: Any) -> Future[T]:
+    """Call ``function`` in a thread of its own, as agentlib_sync calls an on_approval
+    handler; the thread does not keep the tests from ending should it hang."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(function(*args))
+        except BaseException as error:
+            future.set_exception(error)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+def asked(turn: TurnEvents, *approvals: OpenApproval) -> tuple[Screen, Transcript]:
     """A transcript that has shown a turn's start and its ``approvals`` opening."""
-    screen = io.StringIO()
+    screen = Screen()
     transcript = Transcript(screen, agent_name="forecaster")
     for event in turn.started("Email it."):
         transcript.show(event)
@@ -479,3 +521,66 @@ def test_the_answer_is_read_up_to_its_line_break_and_the_next_prompt_reads_the_n
     for event in [*turn.closed("a1", AllowApproval()), *turn.opened(second)]:
         transcript.show(event)
     assert transcript.ask(second) == DenyApproval(reason="the user said no")
+
+
+def test_a_line_shown_while_the_prompt_waits_goes_above_it_and_the_prompt_is_asked_again(
+    type_in: Callable[[bytes], None],
+) -> None:
+    turn = TurnEvents()
+    approval = turn.approval("a1", "send_forecast", to="a@b.c")
+    screen, transcript = asked(turn, approval)
+    for event in turn.call("c2", "get_weather", city="Oslo"):
+        transcript.show(event)
+    answer = in_thread(transcript.ask, approval)
+    screen.wait_for("[y/N] ")
+    # A call made in parallel ends while the user thinks.
+    for event in turn.result("c2", "get_weather", "snow"):
+        transcript.show(event)
+    type_in(b"y\n")
+    assert answer.result(DEADLINE) == AllowApproval()
+    assert screen.getvalue().endswith(
+        "  send_forecast(to='a@b.c') needs approval\n"
+        "  allow it? [y/N] \n"
+        "  get_weather(city='Oslo') → snow\n"
+        "  allow send_forecast(to='a@b.c')? [y/N] y\n"
+    )
+
+
+def test_approvals_asked_at_once_are_asked_one_after_the_other_each_naming_its_call(
+    type_in: Callable[[bytes], None],
+) -> None:
+    turn = TurnEvents()
+    first = turn.approval("a1", "send_forecast", to="a@b.c")
+    second = turn.approval("a2", "send_forecast", to="d@e.f")
+    screen, transcript = asked(turn, first, second)
+    first_answer = in_thread(transcript.ask, first)
+    screen.wait_for("[y/N] ")
+    second_answer = in_thread(transcript.ask, second)  # it waits for the first
+    type_in(b"y\n")
+    assert first_answer.result(DEADLINE) == AllowApproval()
+    screen.wait_for("[y/N] ", count=2)
+    type_in(b"n\n")
+    assert second_answer.result(DEADLINE) == DenyApproval(reason="the user said no")
+    assert screen.getvalue().endswith(
+        "  send_forecast(to='a@b.c') needs approval\n"
+        "  send_forecast(to='d@e.f') needs approval\n"
+        "  allow send_forecast(to='a@b.c')? [y/N] y\n"
+        "  allow send_forecast(to='d@e.f')? [y/N] n\n"
+    )
+
+
+def test_an_approval_closed_while_its_prompt_waits_is_not_asked_again(
+    type_in: Callable[[bytes], None],
+) -> None:
+    turn = TurnEvents()
+    approval = turn.approval("a1", "send_forecast", to="a@b.c")
+    screen, transcript = asked(turn, approval)
+    answer = in_thread(transcript.ask, approval)
+    screen.wait_for("[y/N] ")
+    for event in turn.closed("a1", None, answered=False):
+        transcript.show(event)
+    type_in(b"y\n")  # read by the prompt left waiting
+    answer.result(DEADLINE)
+    assert screen.getvalue().endswith(
+        "  allow it? [y/N] \n  send_forecast(to='a@b.c'): no answer, the turn ended\n"
+    )
