@@ -102,9 +102,9 @@ class Transcript:
     handler that asks at the terminal. They may be called from several threads at once:
     ``agentlib_sync`` calls ``show`` in the engine's thread, and ``ask`` in a worker thread
     for each approval, while the events of the calls made in parallel still come. Each
-    line is written whole; approvals are asked one at a time, each prompt naming its call
-    unless its approval's line is just above; a line shown while a prompt waits goes above
-    it, and the prompt is asked again below.
+    line is written whole; approvals are asked one at a time; a prompt or an answer names
+    its call unless its approval's line is just above; a line shown while a prompt waits
+    goes above it, and the prompt is asked again below.
 
     Args:
         out: Where to print, the prompts included (their answers are read from stdin).
@@ -187,6 +187,7 @@ class Transcript:
                 if self._waiting is approval:
                     self._waiting = None
                     self._end_prompt(line, terminal)
+                    self._above = approval.id
         if line.strip().lower() in ("y", "yes"):
             return AllowApproval()
         return DenyApproval(reason="the user said no")
@@ -248,7 +249,10 @@ class Transcript:
             ):
                 if self._waiting is not None and self._waiting.id == callback_id:
                     self._waiting = None  # no longer asked
-                self._show_answer(self._approvals.pop(callback_id), answer, answered)
+                call = self._approvals.pop(callback_id)
+                # Below its approval's line or prompt, "approved" is clear; else it says which.
+                named = "" if self._above == callback_id else f"{call}: "
+                self._show_answer(named, call, answer, answered)
             case TurnEnded(record):
                 self._line(self._outcome(record))
 
@@ -297,15 +301,15 @@ class Transcript:
         self._line(self._style(start + text, style))
 
     def _show_answer(
-        self, call: str, answer: AllowApproval | DenyApproval | None, answered: bool
+        self, named: str, call: str, answer: AllowApproval | DenyApproval | None, answered: bool
     ) -> None:
         by = f" ({self._approver})" if self._approver else ""
         if isinstance(answer, AllowApproval):
             scope = " for the session" if answer.scope == "session" else ""
-            self._line(self._style(f"  approved{scope}{by}", "green"))
+            self._line(self._style(f"  {named}approved{scope}{by}", "green"))
         elif isinstance(answer, DenyApproval):
             reason = f": {answer.reason}" if answer.reason else ""
-            self._line(self._style(f"  denied{reason}{by}", "red"))
+            self._line(self._style(f"  {named}denied{reason}{by}", "red"))
         elif not answered:
             self._line(self._style(f"  {call}: no answer, the turn ended", "yellow"))
 

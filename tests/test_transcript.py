@@ -228,6 +228,23 @@ def test_an_approval_shows_the_whole_call_its_answer_then_a_short_result() -> No
     ]
 
 
+def test_an_answer_not_just_below_its_approval_names_its_call() -> None:
+    turn = TurnEvents()
+    output = shown(
+        *turn.started("Email both."),
+        *turn.opened(turn.approval("a1", "send_forecast", to="a@b.c")),
+        *turn.opened(turn.approval("a2", "send_forecast", to="d@e.f")),
+        *turn.closed("a2", DenyApproval(reason="not now")),
+        *turn.closed("a1", AllowApproval()),
+    )
+    assert output.splitlines()[-4:] == [
+        "  send_forecast(to='a@b.c') needs approval",
+        "  send_forecast(to='d@e.f') needs approval",
+        "  denied: not now",  # just below its approval's line
+        "  send_forecast(to='a@b.c'): approved",
+    ]
+
+
 @pytest.mark.parametrize(
     ("answer", "answered", "line"),
     [
@@ -584,3 +601,17 @@ def test_an_approval_closed_while_its_prompt_waits_is_not_asked_again(
     assert screen.getvalue().endswith(
         "  allow it? [y/N] \n  send_forecast(to='a@b.c'): no answer, the turn ended\n"
     )
+
+
+def test_an_answer_just_below_its_prompt_does_not_name_its_call(
+    type_in: Callable[[bytes], None],
+) -> None:
+    turn = TurnEvents()
+    first = turn.approval("a1", "send_forecast", to="a@b.c")
+    second = turn.approval("a2", "send_forecast", to="d@e.f")
+    screen, transcript = asked(turn, first, second)
+    type_in(b"y\n")
+    transcript.ask(first)
+    for event in turn.closed("a1", AllowApproval()):
+        transcript.show(event)
+    assert screen.getvalue().endswith("  allow send_forecast(to='a@b.c')? [y/N] y\n  approved\n")
