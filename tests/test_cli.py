@@ -108,7 +108,10 @@ def test_an_unknown_argument_prints_the_usage_it_breaks_and_exits_2(
 def test_an_unknown_command_exits_2_naming_the_commands() -> None:
     result = run("agentlib", "demoo")
     assert (result.returncode, result.stdout) == (2, "")
-    assert "invalid choice: 'demoo' (choose from 'demo', 'selfcheck')" in result.stderr
+    assert "invalid choice: 'demoo'" in result.stderr
+    # Quoted before CPython 3.12.8 and 3.13.1, bare since (python/cpython#125431).
+    choices = result.stderr.partition("(choose from ")[2]
+    assert choices.replace("'", "") == "demo, selfcheck)\n"
 
 
 def test_no_command_prints_the_help_and_exits_2() -> None:
