@@ -20,7 +20,8 @@ from ._entries import Entry, MessageEntry
 
 PROG = "python -m agentlib"
 
-#: Each command and what it does, for the main help and the command's own.
+#: Each command and what it does, in a line: the main help lists it, and the command's own
+#: help opens with it.
 COMMANDS = {
     "demo": "run an agent with three tools over three turns (offline, or on Mistral)",
     "selfcheck": "check that this installation works",
@@ -35,12 +36,12 @@ DESCRIPTION = (
 
 EPILOG = f"Start with `{PROG} demo`; `{PROG} <command> --help` says more."
 
-DEMO_DESCRIPTION = """\
-Run a small agent, "forecaster", for three turns: it looks up the weather in two cities
-with a tool, converts a temperature with another, then emails a forecast with a third
-that needs your approval. Each turn is printed as it runs: the user's message, the
-model's text as it streams, each tool call with its result, the approval, and how the
-turn ended.
+#: What the demo's own help says after its line in COMMANDS.
+DEMO_DETAILS = """\
+The agent, "forecaster", looks up the weather in two cities with a tool, converts a
+temperature with another, then emails a forecast with a third that needs your approval.
+Each turn is printed as it runs: the user's message, the model's text as it streams, each
+tool call with its result, the approval, and how the turn ended.
 
 It runs offline on a scripted model; with MISTRAL_API_KEY set, on Mistral."""
 
@@ -54,9 +55,16 @@ exit status:
   0 every turn completed, 1 a turn did not (the demo stops there), 2 bad usage,
   130 interrupted (Ctrl-C), 141 the output was closed early (as by `| head`)"""
 
-SELFCHECK_DESCRIPTION = """\
-Check that this installation works: a history entry goes to JSON and back unchanged,
-through agentlib's converter. Prints the JSON."""
+#: What selfcheck's own help says after its line in COMMANDS.
+SELFCHECK_DETAILS = """\
+A history entry goes to JSON and back unchanged, through agentlib's converter; the JSON
+is printed."""
+
+
+def _description(command: str, details: str) -> str:
+    """A command's own description: its line in COMMANDS, as a sentence, then ``details``."""
+    line = COMMANDS[command]
+    return f"{line[0].upper()}{line[1:]}.\n\n{details}"
 
 
 class _CommandParser(argparse.ArgumentParser):
@@ -87,15 +95,15 @@ def _parser() -> argparse.ArgumentParser:
         version=f"agentlib {__version__}",
         help="print agentlib's version and exit",
     )
-    # The description lists the commands: argparse's own list misaligns names and help.
+    # The description lists the commands: argparse's own list misaligns names and help, so
+    # it is hidden and the commands have no help= for it.
     commands = parser.add_subparsers(
         dest="command", metavar="<command>", help=argparse.SUPPRESS, parser_class=_CommandParser
     )
     demo = commands.add_parser(
         "demo",
         prog=f"{PROG} demo",
-        help=COMMANDS["demo"],
-        description=DEMO_DESCRIPTION,
+        description=_description("demo", DEMO_DETAILS),
         epilog=DEMO_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -108,8 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "selfcheck",
         prog=f"{PROG} selfcheck",
-        help=COMMANDS["selfcheck"],
-        description=SELFCHECK_DESCRIPTION,
+        description=_description("selfcheck", SELFCHECK_DETAILS),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     return parser

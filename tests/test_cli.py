@@ -49,12 +49,24 @@ def test_help_describes_agentlib_and_each_command() -> None:
     assert "--version   print agentlib's version and exit\n" in result.stdout
 
 
+@pytest.mark.parametrize("command", ["demo", "selfcheck"])
+def test_a_commands_help_opens_with_the_line_the_main_help_lists_for_it(command: str) -> None:
+    listed = run("agentlib", "--help").stdout.split("commands:\n")[1]
+    summary = next(
+        line.split(maxsplit=1)[1]
+        for line in listed.splitlines()
+        if line.startswith(f"  {command} ")
+    )
+    paragraphs = run("agentlib", command, "--help").stdout.split("\n\n")
+    assert paragraphs[1] == f"{summary[0].upper()}{summary[1:]}."
+
+
 def test_the_demos_help_says_what_it_does_its_options_environment_and_exit_statuses() -> None:
     result = run("agentlib", "demo", "--help")
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.startswith("usage: python -m agentlib demo [-h] [--interactive]\n")
     for said in (
-        'Run a small agent, "forecaster", for three turns',
+        'The agent, "forecaster", looks up the weather',
         "--interactive  ask you at the terminal",
         "MISTRAL_API_KEY",
         "MISTRAL_BASE_URL",
