@@ -45,6 +45,10 @@ T = TypeVar("T")
 #: reaches it, even on a busy machine.
 WAIT = 30
 
+#: Where tests run ``python -m agentlib``: a directory without the project's sources, so that
+#: it imports the installed package, as a user's would (the project's root would shadow it).
+HERE = Path(__file__).resolve().parent
+
 #: Gives the ``store`` argument of each ``open_runtime`` of a test: the same store each time.
 StoreFor = Callable[[], "str | Store"]
 

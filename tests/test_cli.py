@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from _support import HERE
 
 import agentlib
 
@@ -17,6 +18,7 @@ def run(module: str, *arguments: str) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("MISTRAL_")}
     return subprocess.run(
         [sys.executable, "-m", module, *arguments],
+        cwd=HERE,
         capture_output=True,
         text=True,
         timeout=60,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 from _http_server import Reply, Server, serve_in_thread
+from _support import HERE
 
 import agentlib
 from agentlib._demo import make_agent
@@ -45,6 +46,7 @@ def demo(
     """Run the demo through pipes; offline (no MISTRAL_API_KEY) unless ``env`` says otherwise."""
     return subprocess.run(
         [sys.executable, "-m", "agentlib", "demo", *arguments],
+        cwd=HERE,
         input=stdin,
         capture_output=True,
         text=True,
@@ -59,6 +61,7 @@ def start_demo(*arguments: str, env: Mapping[str, str] | None = None) -> subproc
     terminal, even when this process was started with SIGINT ignored."""
     return subprocess.Popen(
         [sys.executable, "-m", "agentlib", "demo", *arguments],
+        cwd=HERE,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -97,6 +100,7 @@ def in_terminal(
     terminal, child_end = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "agentlib", "demo", *arguments],
+        cwd=HERE,
         stdin=child_end,
         stdout=child_end,
         stderr=subprocess.PIPE,
@@ -205,6 +209,7 @@ def test_the_interactive_demo_asks_for_the_approval_and_shows_the_answer(
 def test_the_interactive_demo_without_stdin_takes_it_as_the_end_of_input() -> None:
     run = subprocess.run(
         [sys.executable, "-m", "agentlib", "demo", "--interactive"],
+        cwd=HERE,
         capture_output=True,
         text=True,
         timeout=DEADLINE,
@@ -270,6 +275,7 @@ def closing_the_output_first() -> tuple[int, bytes]:
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "agentlib", "demo"],
+            cwd=HERE,
             stdin=subprocess.DEVNULL,
             stdout=writer,
             stderr=subprocess.PIPE,
@@ -291,6 +297,7 @@ def closing_the_output_at_the_prompt(answer_at_a_terminal: bool) -> tuple[int, b
         child_end, terminal = os.pipe()  # the demo reads what the test writes
     process = subprocess.Popen(
         [sys.executable, "-m", "agentlib", "demo", "--interactive"],
+        cwd=HERE,
         stdin=child_end,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
