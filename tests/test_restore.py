@@ -720,3 +720,26 @@ async def test_a_client_tools_error_survives_a_restart_as_an_error_result() -> N
     assert isinstance(after, ToolResultEntry)
     assert after.is_error
     assert after.text == before.text
+
+
+async def test_a_subagents_session_read_back_after_a_restart_ends_its_events(
+    tmp_path: Path,
+) -> None:
+    child = Agent("helper", model=ScriptedModel(["helped"]))
+    parent = Agent(
+        "parent",
+        model=ScriptedModel([reply(call("helper", message="help")), "thanks"]),
+        subagents=[child],
+    )
+    url = f"sqlite:///{tmp_path}/s.db"
+    async with agentlib.open_runtime(url):
+        session = await parent.start_session()
+        await session.run("go")
+        (sub,) = await session.subagents()
+    async with agentlib.open_runtime(url):
+        (again,) = await parent.session(session.id).subagents()
+        assert again.id == sub.id
+        with trio.fail_after(WAIT):
+            events = [type(event).__name__ async for event in again.iter_events()]
+    assert events[0] == "TurnStarted"
+    assert events[-1] == "TurnEnded"

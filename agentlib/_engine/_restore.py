@@ -50,6 +50,7 @@ async def restore(engine: Engine, session_id: str, agent: AgentDefinition) -> No
         StoreError: The store failed, or holds a tree it cannot have written (damaged).
     """
     store = engine.store
+    await engine.flush()  # what this runtime wrote of a tree it let go of is read back
     stored = await store.load(session_id)
     if stored is None:
         raise not_found(session_id)
@@ -79,13 +80,15 @@ async def restore(engine: Engine, session_id: str, agent: AgentDefinition) -> No
     try:
         engine.states.update(states)
         for node in tree:
-            engine.adopt(
+            live = engine.adopt(
                 states[node.row.session_id],
                 agents[node.row.session_id],
                 first_seq=node.first_seq,
                 stored_seq=node.last_seq,
                 ready=False,
             )
+            if live.state.parent_id is not None and live.state.active is None:
+                live.log.close()  # a subagent's session ended with its one turn
         plan, facts = machine.restart(engine.states, tree[0].row.session_id)
         engine.commit(facts)
     except BaseException:
