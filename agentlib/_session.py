@@ -366,15 +366,16 @@ class Session:
         log = live.log
         position = log.seq_of(after)
         output_type = self._agent.output_type
-        while True:
-            while position < log.visible:
-                for event in await log.read_page(position + 1):
-                    position += 1
-                    yield _event_for_reader(event, output_type)
-            if log.finished(position):
-                return
-            await log.wait_beyond(position)
-            self._runtime.store.check()
+        with live.reading():
+            while True:
+                while position < log.visible:
+                    for event in await log.read_page(position + 1):
+                        position += 1
+                        yield _event_for_reader(event, output_type)
+                if log.finished(position):
+                    return
+                await log.wait_beyond(position)
+                self._runtime.store.check()
 
     async def cancel(self) -> None:
         """End the session and its subagents: interrupt the running turns; later sends
@@ -535,7 +536,7 @@ class Turn:
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         waiter = Waiter(runtime, live, self._session._handler_for, deadline)
         try:
-            with waiter.scope:
+            with waiter.scope, live.reading():
                 record = await self._follow(
                     live, turn, waiter, position, delivered, wanted, on_event
                 )
@@ -633,21 +634,22 @@ class Turn:
         log = live.log
         position = max(log.seq_of(after), turn.first_seq - 1)
         output_type = self._session._agent.output_type
-        while True:
-            while position < log.visible:
-                for event in await log.read_page(position + 1):
-                    position += 1
-                    if event.turn_id != turn.id:
-                        continue
-                    yield _event_for_reader(event, output_type)
-                    if isinstance(event, TurnEnded):
-                        return
-            if turn.end_seq is not None and position >= turn.end_seq:
-                return  # the position was at or past its end
-            if log.finished(position):
-                return  # the runtime closed: the turn stays as it is, for the next one
-            await log.wait_beyond(position)
-            self._session._runtime.store.check()
+        with live.reading():
+            while True:
+                while position < log.visible:
+                    for event in await log.read_page(position + 1):
+                        position += 1
+                        if event.turn_id != turn.id:
+                            continue
+                        yield _event_for_reader(event, output_type)
+                        if isinstance(event, TurnEnded):
+                            return
+                if turn.end_seq is not None and position >= turn.end_seq:
+                    return  # the position was at or past its end
+                if log.finished(position):
+                    return  # the runtime closed: the turn stays as it is, for the next one
+                await log.wait_beyond(position)
+                self._session._runtime.store.check()
 
     async def steer(self, content: Content) -> Turn | TurnConflict:
         """Add a message to this running turn: the model sees it at its next step.

@@ -4,8 +4,9 @@ and restores may ask of the runtime."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -113,7 +114,8 @@ class LiveSession:
         credentials: The sign-in credentials it was given (never stored), by source.
         handler_runs: The handler runs answering its callbacks, by callback id.
         closed: The waits on its callbacks: set when each closes, by callback id.
-        turns: Its turns that run (or ran) in this runtime, by id.
+        turns: Its unended turns that run (or are parked) in this runtime, by id.
+        readers: How many readers follow its log now: while one does, the runtime keeps it.
     """
 
     state: SessionMachine
@@ -124,10 +126,31 @@ class LiveSession:
     handler_runs: dict[str, HandlerRun] = attrs.field(factory=dict)
     closed: dict[str, trio.Event] = attrs.field(factory=dict)
     turns: dict[str, LiveTurn] = attrs.field(factory=dict)
+    readers: int = 0
 
     @property
     def id(self) -> str:
         return self.state.id
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """A reader follows the session's log for the block."""
+        self.readers += 1
+        try:
+            yield
+        finally:
+            self.readers -= 1
+
+    @property
+    def idle(self) -> bool:
+        """Nothing of it is under way here: no turn, no handler run, no reader."""
+        return (
+            self.ready
+            and self.state.active is None
+            and not self.turns
+            and not self.handler_runs
+            and not self.readers
+        )
 
 
 def check_callback_id(callback_id: object) -> str:

@@ -8,6 +8,7 @@ turns and the tools they ask for, and wakes whoever waits on a callback that clo
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import math
@@ -37,7 +38,12 @@ from ._turns import run_turn
 if TYPE_CHECKING:
     from .._definition import AgentDefinition
 
-__all__ = ["Runtime", "not_found", "open_engine"]
+__all__ = ["IDLE_KEPT", "Runtime", "not_found", "open_engine"]
+
+#: How many trees of sessions of a durable store a runtime keeps once they are idle (no
+#: turn, no handler run, no reader): it lets go of the ones used least recently, and of
+#: their leases, and reads them back from the store when they are used again.
+IDLE_KEPT = 1_000
 
 
 @attrs.define(eq=False)
@@ -50,7 +56,9 @@ class Runtime:
         owner: This runtime's name in the store's leases.
         lease_seconds: How long a lease on a session lasts without renewal.
         event_retention: How many events each session keeps (None: all).
-        sessions: The sessions this runtime holds, by id.
+        sessions: The sessions this runtime holds, by id. With a durable store, it keeps
+            only the :data:`IDLE_KEPT` idle trees of sessions used last: the others are
+            read back from the store when they are used.
     """
 
     _nursery: trio.Nursery
@@ -69,6 +77,9 @@ class Runtime:
     # Events written and not yet durable, oldest first: (session, seq).
     _unseen: list[tuple[LiveSession, int]] = attrs.field(factory=list)
     _written: trio.Event = attrs.field(factory=trio.Event)
+    # With a durable store, the roots of the trees of sessions held, least recently used
+    # first.
+    _recent: collections.OrderedDict[str, None] = attrs.field(factory=collections.OrderedDict)
 
     # -- doing what the machine decided -------------------------------------------------------
 
@@ -230,7 +241,57 @@ class Runtime:
         self.sessions[state.id] = live
         if state.key is not None:
             self._session_keys[state.key] = state.id
+        if state.parent_id is None:
+            self._used(state.id)
         return live
+
+    def _used(self, root_id: str) -> None:
+        """The tree of sessions rooted at ``root_id`` was used: with a durable store, it is
+        kept, and the idle trees used least recently beyond :data:`IDLE_KEPT` let go of."""
+        if not self.store.durable:
+            return
+        recent = self._recent
+        recent[root_id] = None
+        recent.move_to_end(root_id)
+        # A few at a time: a tree under way stays, as the most recent.
+        for _ in range(min(4, len(recent) - IDLE_KEPT)):
+            oldest = next(iter(recent))
+            tree = self._tree(oldest)
+            if all(live.idle for live in tree):
+                del recent[oldest]
+                self._let_go(tree)
+            else:
+                recent.move_to_end(oldest)
+
+    def _tree(self, root_id: str) -> list[LiveSession]:
+        """The sessions this runtime holds of the tree rooted at ``root_id``."""
+        tree = []
+        todo = [root_id]
+        while todo:
+            live = self.sessions.get(todo.pop())
+            if live is not None:
+                tree.append(live)
+                todo.extend(live.state.children)
+        return tree
+
+    def _let_go(self, tree: list[LiveSession]) -> None:
+        """Hold the tree no more: its state is in the store, to read back when it is used;
+        its leases end once all this runtime wrote is durable."""
+        for live in tree:
+            self.sessions.pop(live.id, None)
+            self.states.pop(live.id, None)
+            if live.state.key is not None:
+                self._session_keys.pop(live.state.key, None)
+        self.spawn(self._release, [live.id for live in tree], name="agentlib release")
+
+    async def _release(self, session_ids: list[str]) -> None:
+        """End this runtime's leases on sessions it let go of (unless it read them back
+        meanwhile); a store that fails leaves them to expire."""
+        with contextlib.suppress(StoreError):
+            await self.flush()
+            async with self._loads:
+                gone = [session_id for session_id in session_ids if session_id not in self.sessions]
+                await self.store.release(gone, self.owner)
 
     def new_session(
         self,
@@ -301,6 +362,7 @@ class Runtime:
         """
         live = self.sessions.get(session_id)
         if live is not None and live.ready:
+            self._used(machine.root_of(self.states, session_id).id)
             return live
         self.know(agent)
         # One load at a time: two loads of one tree (by its root and by a subagent) must not
