@@ -140,6 +140,8 @@ class LiveSession:
             yield
         finally:
             self.readers -= 1
+            if not self.readers and self.state.active is None:
+                self.log.pack()  # idle
 
     @property
     def idle(self) -> bool:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import attrs
 import trio
 
 from .._errors import InvalidCursorError, ObservationLost, StoreError
@@ -27,6 +29,23 @@ _HELD_KEEP = 2_000
 _PAGE = 1_000
 
 
+#: An event as an idle log keeps it: (its class, its turn_id, its other fields' values).
+Packed = tuple[Any, ...]
+
+_new = object.__new__
+_put = object.__setattr__
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[str, ...]:
+    """The fields of an event class beyond those of every event."""
+    return tuple(
+        field.name
+        for field in attrs.fields(cls)
+        if field.name not in ("id", "session_id", "turn_id")
+    )
+
+
 class EventLog:
     """The events of one session, in order, numbered from 1 (their seq).
 
@@ -36,7 +55,23 @@ class EventLog:
     With a durable store (``read``), the log holds the recent events only (from
     ``held_from``): the others, in the store, are read back a page at a time for the readers
     that ask. A session read back from the store holds none of its old events.
+
+    An idle session's log keeps its events packed (:meth:`pack`), without their ids, which
+    their seq gives; a reader gets each as it was.
     """
+
+    __slots__ = (
+        "_changed",
+        "_events",
+        "_packed",
+        "_read",
+        "_woken",
+        "closed",
+        "first_seq",
+        "held_from",
+        "session_id",
+        "visible",
+    )
 
     def __init__(
         self,
@@ -47,7 +82,7 @@ class EventLog:
         read: ReadEvents | None = None,
     ) -> None:
         self.session_id = session_id
-        self._events: list[Event] = []
+        self._events: list[Event | Packed] = []
         self.first_seq = first_seq  # the oldest event kept (in memory or in the store)
         self.held_from = first_seq  # the seq of _events[0]: the older ones are in the store
         if stored_seq is not None:  # events up to stored_seq are in the store
@@ -55,9 +90,9 @@ class EventLog:
         self._read = read
         self.visible = self.held_from - 1  # the seq of the last durable event
         self.closed = False
-        self._changed = trio.Event()
-        self._waiting = 0  # readers waiting on _changed
+        self._changed: trio.Event | None = None  # made when a reader waits
         self._woken = 0  # how many times wake() was called
+        self._packed = 0  # how many of _events (the first ones) are packed
 
     @property
     def last_seq(self) -> int:
@@ -85,6 +120,7 @@ class EventLog:
                 if drop > 0:
                     del self._events[:drop]
                     self.held_from += drop
+                    self._packed = max(0, self._packed - drop)
 
     def held(self, seq: int) -> Event | None:
         """The event ``seq`` if the log holds it; None if only the store does.
@@ -96,7 +132,34 @@ class EventLog:
             raise self._lost(seq)
         if seq < self.held_from:
             return None
-        return self._events[seq - self.held_from]
+        return self._unpack(seq, self._events[seq - self.held_from])
+
+    def _unpack(self, seq: int, item: Event | Packed) -> Event:
+        if not isinstance(item, tuple):
+            return item
+        cls, turn_id, *values = item
+        # Set field by field, as the class's __init__ did when the event was made.
+        event = _new(cls)
+        _put(event, "id", format_cursor(self.session_id, seq))
+        _put(event, "session_id", self.session_id)
+        _put(event, "turn_id", turn_id)
+        for name, value in zip(_fields(cls), values, strict=True):
+            _put(event, name, value)
+        return event  # type: ignore[no-any-return]
+
+    def pack(self) -> None:
+        """Keep the events held so far packed: the session is idle, and a packed event
+        takes a third of the memory. Reading unpacks a copy, equal to the event."""
+        events = self._events
+        session_id = self.session_id
+        for index in range(self._packed, len(events)):
+            event = events[index]
+            assert not isinstance(event, tuple)
+            seq = self.held_from + index
+            if event.session_id == session_id and event.id == format_cursor(session_id, seq):
+                cls: type = type(event)
+                events[index] = (cls, event.turn_id, *[getattr(event, n) for n in _fields(cls)])
+        self._packed = len(events)
 
     async def read_page(self, seq: int) -> Sequence[Event]:
         """Visible events from ``seq`` on (at least one, if ``seq`` is visible): those the
@@ -108,7 +171,11 @@ class EventLog:
         """
         event = self.held(seq)
         if event is not None:
-            return self._events[seq - self.held_from : self.visible - self.held_from + 1]
+            start = seq - self.held_from
+            held = self._events[start : self.visible - self.held_from + 1]
+            if start >= self._packed:
+                return held  # type: ignore[return-value]  # none is packed
+            return [self._unpack(seq + offset, item) for offset, item in enumerate(held)]
         assert self._read is not None, "a log without a store holds every event"
         page = await self._read(seq - 1, min(_PAGE, self.held_from - seq))
         if seq < self.first_seq:
@@ -145,6 +212,7 @@ class EventLog:
         drop = max(0, min(first - self.held_from, len(self._events)))
         del self._events[:drop]
         self.held_from += drop
+        self._packed = max(0, self._packed - drop)
         self.first_seq = first
 
     def close(self) -> None:
@@ -156,13 +224,14 @@ class EventLog:
         """Wake every reader waiting here, to see that something else changed (its store
         failed, say): their waits return."""
         self._woken += 1
-        self._changed.set()
-        self._changed = trio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def _wake(self) -> None:
-        if self._waiting:  # a new Event only when a reader waits on this one
+        if self._changed is not None:  # a reader waits on it
             self._changed.set()
-            self._changed = trio.Event()
+            self._changed = None
 
     def finished(self, seq: int) -> bool:
         """Whether a reader at ``seq`` has read everything: the log is closed, and no event
@@ -173,11 +242,9 @@ class EventLog:
         """Return once a reader may see an event after ``seq``, or has read everything."""
         woken = self._woken
         while self.visible <= seq and not self.finished(seq) and self._woken == woken:
-            self._waiting += 1
-            try:
-                await self._changed.wait()
-            finally:
-                self._waiting -= 1
+            if self._changed is None:
+                self._changed = trio.Event()
+            await self._changed.wait()
 
     def seq_of(self, after: TurnState[Any] | str | None) -> int:
         """The position ``after`` names: 0 for None, else the seq of its cursor.

@@ -16,9 +16,10 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import types
 import uuid
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -95,6 +96,14 @@ __all__ = [
     "apply",
     "format_cursor",
 ]
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+T = TypeVar("T")
+
+#: The empty mapping sessions share until they have something of the kind (``_own``).
+_NOTHING: Mapping[Any, Any] = types.MappingProxyType({})
 
 
 def format_cursor(session_id: str, seq: int) -> str:
@@ -201,8 +210,8 @@ class TurnMachine:
     output_type: Any = None
     model_steps: int = 0
     step: ToolStep | None = None
-    steered: list[MessageEntry] = attrs.field(factory=list)
-    tool_calls: list[ToolCallEntry] = attrs.field(factory=list)
+    steered: Sequence[MessageEntry] = ()
+    tool_calls: Sequence[ToolCallEntry] = ()
     record: TurnState[Any] | None = None
     end_seq: int | None = None
     stop_cause: StopCause | None = None
@@ -274,11 +283,13 @@ class SessionMachine:
     hidden: int = 0
     turns: dict[str, TurnMachine] = attrs.field(factory=dict, repr=False)
     active: str | None = None
-    keys: dict[str, tuple[str, str]] = attrs.field(factory=dict, repr=False)
-    callbacks: dict[str, CallbackState] = attrs.field(factory=dict, repr=False)
-    shown: dict[str, tuple[int, Callback]] = attrs.field(factory=dict, repr=False)
-    approved_tools: set[str] = attrs.field(factory=set, repr=False)
-    children: list[str] = attrs.field(factory=list, repr=False)
+    # What most sessions never have is a shared empty value until the first fact adds to it
+    # (``_own``): an idle session is small.
+    keys: Mapping[str, tuple[str, str]] = attrs.field(default=_NOTHING, repr=False)
+    callbacks: Mapping[str, CallbackState] = attrs.field(default=_NOTHING, repr=False)
+    shown: Mapping[str, tuple[int, Callback]] = attrs.field(default=_NOTHING, repr=False)
+    approved_tools: frozenset[str] = attrs.field(default=frozenset(), repr=False)
+    children: Sequence[str] = attrs.field(default=(), repr=False)
 
     def row(self, *, lease: tuple[str, float] | None = None) -> SessionRow:
         """The session as the store keeps it."""
@@ -302,6 +313,16 @@ class SessionMachine:
             raise TurnNotFoundError(
                 f"session {self.id} has no turn {turn_id!r}; use an id from a send or a record"
             ) from None
+
+
+def _own(mapping: Mapping[K, V]) -> dict[K, V]:
+    """``mapping`` to add to: a dict of its own in place of the shared empty one."""
+    return mapping if isinstance(mapping, dict) else {}
+
+
+def _own_list(items: Sequence[T]) -> list[T]:
+    """``items`` to append to: a list of its own in place of the shared empty tuple."""
+    return items if isinstance(items, list) else list(items)
 
 
 #: The sessions a runtime holds, by id: a transition may reach a whole tree of subagents.
@@ -343,9 +364,11 @@ def apply(sessions: Sessions, fact: Op) -> None:
         session.last_seq = max(session.last_seq, fact.seq)
         event = fact.event
         if isinstance(event, CallbackOpened):
-            session.shown[event.callback.id] = (fact.seq, event.callback)
-        elif isinstance(event, CallbackClosed):
-            session.shown.pop(event.callback_id, None)
+            shown = session.shown = _own(session.shown)
+            shown[event.callback.id] = (fact.seq, event.callback)
+        elif isinstance(event, CallbackClosed) and event.callback_id in session.shown:
+            shown = session.shown = _own(session.shown)
+            del shown[event.callback_id]
     elif isinstance(fact, EntryRow):
         entry = fact.entry
         session.entries.append(entry)
@@ -353,6 +376,7 @@ def apply(sessions: Sessions, fact: Op) -> None:
         turn = session.turns.get(entry.turn_id or "")
         if turn is not None:
             if isinstance(entry, ToolCallEntry):
+                turn.tool_calls = _own_list(turn.tool_calls)
                 turn.tool_calls.append(entry)
             elif turn.steered and any(message.id == entry.id for message in turn.steered):
                 turn.steered = [message for message in turn.steered if message.id != entry.id]
@@ -368,11 +392,14 @@ def apply(sessions: Sessions, fact: Op) -> None:
     elif isinstance(fact, SteerRow):
         message = fact.message
         assert isinstance(message, MessageEntry)
-        session.turns[fact.turn_id].steered.append(message)
+        turn = session.turns[fact.turn_id]
+        turn.steered = _own_list(turn.steered)
+        turn.steered.append(message)
     elif isinstance(fact, CallbackRow):
         _apply_callback(session, fact)
     elif isinstance(fact, KeyRow):
-        session.keys[fact.key] = (fact.turn_id, fact.fingerprint)
+        keys = session.keys = _own(session.keys)
+        keys[fact.key] = (fact.turn_id, fact.fingerprint)
     else:
         assert isinstance(fact, PruneRow)  # the log's: the state keeps no events
 
@@ -393,6 +420,7 @@ def _apply_session(sessions: Sessions, row: SessionRow) -> None:
     )
     parent = sessions.get(row.parent_id or "")
     if parent is not None and row.session_id not in parent.children:
+        parent.children = _own_list(parent.children)
         parent.children.append(row.session_id)
 
 
@@ -418,7 +446,8 @@ def _apply_callback(session: SessionMachine, row: CallbackRow) -> None:
     callback = row.callback
     known = session.callbacks.get(callback.id)
     if known is None:
-        known = session.callbacks[callback.id] = CallbackState(callback=callback)
+        callbacks = session.callbacks = _own(session.callbacks)
+        known = callbacks[callback.id] = CallbackState(callback=callback)
     known.phase = CallbackPhase(row.state)
     known.answer = row.answer
     known.error = row.error
@@ -429,7 +458,7 @@ def _apply_callback(session: SessionMachine, row: CallbackRow) -> None:
         and isinstance(answer, AllowApproval)
         and answer.scope == "session"
     ):
-        session.approved_tools.add(callback.tool_name)
+        session.approved_tools |= {callback.tool_name}
 
 
 # -- reading the state ----------------------------------------------------------------------

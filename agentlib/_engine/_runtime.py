@@ -133,6 +133,8 @@ class Runtime:
                 self.store.write(PruneRow(live.id, before))
         if live.state.parent_id is not None:
             log.close()
+        if not live.readers:
+            log.pack()  # idle, unless another turn starts
 
     async def flush(self) -> None:
         """Return once everything written so far is durable, and readers see its events:
