@@ -144,6 +144,15 @@ class Session:
     a trio task (under asyncio, say) they raise ``RuntimeError``; use ``agentlib_sync`` there.
     """
 
+    __slots__ = (
+        "_agent",
+        "_on_approval",
+        "_on_client_tool",
+        "_on_sign_in",
+        "_runtime",
+        "id",
+    )
+
     def __init__(
         self,
         runtime: Runtime,
@@ -448,6 +457,8 @@ class Turn:
         started: True for a turn a send started, False for a running turn a send joined,
             None for a reference built from an id.
     """
+
+    __slots__ = ("_session", "id", "session_id", "started")
 
     def __init__(self, session: Session, turn_id: str, *, started: bool | None) -> None:
         self._session = session

@@ -21,7 +21,7 @@ from .._callbacks import Callback, KeepCallbackOpen
 from .._errors import ClientToolAnswerError, SdkError
 from ._live import HandlerRun
 from ._log import EventLog
-from ._machine import find_callback
+from ._machine import find_callback, own, without
 
 if TYPE_CHECKING:
     from ._live import Engine, LiveSession
@@ -48,7 +48,8 @@ def start_run(
     """The run answering ``callback`` (opened in ``owner``): the running one, or a new one."""
     run = owner.handler_runs.get(callback.id)
     if run is None:
-        run = owner.handler_runs[callback.id] = HandlerRun(callback)
+        runs = owner.handler_runs = own(owner.handler_runs)
+        run = runs[callback.id] = HandlerRun(callback)
         name = f"agentlib handler {callback.id}"
         engine.spawn(_run, engine, owner, handler, run, name=name)
     return run
@@ -87,7 +88,7 @@ async def _run(engine: Engine, owner: LiveSession, handler: Handler, run: Handle
                 )
     finally:
         if owner.handler_runs.get(callback.id) is run:
-            del owner.handler_runs[callback.id]
+            owner.handler_runs = without(owner.handler_runs, callback.id)
         run.done.set()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -17,7 +17,7 @@ from .._ops import Op
 from .._records import TurnState
 from .._store._base import Store
 from ._log import EventLog
-from ._machine import SessionMachine, StopCause
+from ._machine import NOTHING, SessionMachine, StopCause
 
 if TYPE_CHECKING:
     from .._definition import AgentDefinition
@@ -122,10 +122,11 @@ class LiveSession:
     agent: AgentDefinition
     log: EventLog
     ready: bool = True
-    credentials: dict[str, str] = attrs.field(factory=dict, repr=False)
-    handler_runs: dict[str, HandlerRun] = attrs.field(factory=dict)
-    closed: dict[str, trio.Event] = attrs.field(factory=dict)
-    turns: dict[str, LiveTurn] = attrs.field(factory=dict)
+    # Empty and shared until something is added (``own``): an idle session is small.
+    credentials: Mapping[str, str] = attrs.field(default=NOTHING, repr=False)
+    handler_runs: Mapping[str, HandlerRun] = attrs.field(default=NOTHING)
+    closed: Mapping[str, trio.Event] = attrs.field(default=NOTHING)
+    turns: Mapping[str, LiveTurn] = attrs.field(default=NOTHING)
     readers: int = 0
 
     @property

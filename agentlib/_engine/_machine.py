@@ -103,7 +103,7 @@ V = TypeVar("V")
 T = TypeVar("T")
 
 #: The empty mapping sessions share until they have something of the kind (``_own``).
-_NOTHING: Mapping[Any, Any] = types.MappingProxyType({})
+NOTHING: Mapping[Any, Any] = types.MappingProxyType({})
 
 
 def format_cursor(session_id: str, seq: int) -> str:
@@ -285,9 +285,9 @@ class SessionMachine:
     active: str | None = None
     # What most sessions never have is a shared empty value until the first fact adds to it
     # (``_own``): an idle session is small.
-    keys: Mapping[str, tuple[str, str]] = attrs.field(default=_NOTHING, repr=False)
-    callbacks: Mapping[str, CallbackState] = attrs.field(default=_NOTHING, repr=False)
-    shown: Mapping[str, tuple[int, Callback]] = attrs.field(default=_NOTHING, repr=False)
+    keys: Mapping[str, tuple[str, str]] = attrs.field(default=NOTHING, repr=False)
+    callbacks: Mapping[str, CallbackState] = attrs.field(default=NOTHING, repr=False)
+    shown: Mapping[str, tuple[int, Callback]] = attrs.field(default=NOTHING, repr=False)
     approved_tools: frozenset[str] = attrs.field(default=frozenset(), repr=False)
     children: Sequence[str] = attrs.field(default=(), repr=False)
 
@@ -315,12 +315,19 @@ class SessionMachine:
             ) from None
 
 
-def _own(mapping: Mapping[K, V]) -> dict[K, V]:
+def own(mapping: Mapping[K, V]) -> dict[K, V]:
     """``mapping`` to add to: a dict of its own in place of the shared empty one."""
     return mapping if isinstance(mapping, dict) else {}
 
 
-def _own_list(items: Sequence[T]) -> list[T]:
+def without(mapping: Mapping[K, V], key: K) -> Mapping[K, V]:
+    """``mapping`` without ``key``: the shared empty one once nothing is left."""
+    left = own(mapping)
+    del left[key]
+    return left or NOTHING
+
+
+def own_list(items: Sequence[T]) -> list[T]:
     """``items`` to append to: a list of its own in place of the shared empty tuple."""
     return items if isinstance(items, list) else list(items)
 
@@ -364,11 +371,10 @@ def apply(sessions: Sessions, fact: Op) -> None:
         session.last_seq = max(session.last_seq, fact.seq)
         event = fact.event
         if isinstance(event, CallbackOpened):
-            shown = session.shown = _own(session.shown)
+            shown = session.shown = own(session.shown)
             shown[event.callback.id] = (fact.seq, event.callback)
         elif isinstance(event, CallbackClosed) and event.callback_id in session.shown:
-            shown = session.shown = _own(session.shown)
-            del shown[event.callback_id]
+            session.shown = without(session.shown, event.callback_id)
     elif isinstance(fact, EntryRow):
         entry = fact.entry
         session.entries.append(entry)
@@ -376,7 +382,7 @@ def apply(sessions: Sessions, fact: Op) -> None:
         turn = session.turns.get(entry.turn_id or "")
         if turn is not None:
             if isinstance(entry, ToolCallEntry):
-                turn.tool_calls = _own_list(turn.tool_calls)
+                turn.tool_calls = own_list(turn.tool_calls)
                 turn.tool_calls.append(entry)
             elif turn.steered and any(message.id == entry.id for message in turn.steered):
                 turn.steered = [message for message in turn.steered if message.id != entry.id]
@@ -393,12 +399,12 @@ def apply(sessions: Sessions, fact: Op) -> None:
         message = fact.message
         assert isinstance(message, MessageEntry)
         turn = session.turns[fact.turn_id]
-        turn.steered = _own_list(turn.steered)
+        turn.steered = own_list(turn.steered)
         turn.steered.append(message)
     elif isinstance(fact, CallbackRow):
         _apply_callback(session, fact)
     elif isinstance(fact, KeyRow):
-        keys = session.keys = _own(session.keys)
+        keys = session.keys = own(session.keys)
         keys[fact.key] = (fact.turn_id, fact.fingerprint)
     else:
         assert isinstance(fact, PruneRow)  # the log's: the state keeps no events
@@ -420,7 +426,7 @@ def _apply_session(sessions: Sessions, row: SessionRow) -> None:
     )
     parent = sessions.get(row.parent_id or "")
     if parent is not None and row.session_id not in parent.children:
-        parent.children = _own_list(parent.children)
+        parent.children = own_list(parent.children)
         parent.children.append(row.session_id)
 
 
@@ -446,7 +452,7 @@ def _apply_callback(session: SessionMachine, row: CallbackRow) -> None:
     callback = row.callback
     known = session.callbacks.get(callback.id)
     if known is None:
-        callbacks = session.callbacks = _own(session.callbacks)
+        callbacks = session.callbacks = own(session.callbacks)
         known = callbacks[callback.id] = CallbackState(callback=callback)
     known.phase = CallbackPhase(row.state)
     known.answer = row.answer

@@ -31,7 +31,7 @@ from .._store._base import Store
 from . import _machine as machine
 from ._live import LiveSession, LiveTurn, check_callback_id
 from ._log import EventLog
-from ._machine import CallbackPhase, CallState, SessionMachine, StopCause
+from ._machine import CallbackPhase, CallState, SessionMachine, StopCause, own, without
 from ._restore import restore
 from ._turns import run_turn
 
@@ -44,6 +44,9 @@ __all__ = ["IDLE_KEPT", "Runtime", "not_found", "open_engine"]
 #: turn, no handler run, no reader): it lets go of the ones used least recently, and of
 #: their leases, and reads them back from the store when they are used again.
 IDLE_KEPT = 1_000
+
+#: The inputs of every session started without any: one dict, never changed.
+_NO_INPUTS: dict[str, Any] = {}
 
 
 @attrs.define(eq=False)
@@ -110,9 +113,10 @@ class Runtime:
     def _callback_closed(self, live: LiveSession, callback_id: str) -> None:
         state = live.state.callbacks[callback_id]
         if isinstance(state.answer, SignInAnswer):  # never stored: this runtime keeps them
-            live.credentials.update(state.answer.credentials)
-        closed = live.closed.pop(callback_id, None)
+            live.credentials = {**live.credentials, **state.answer.credentials}
+        closed = live.closed.get(callback_id)
         if closed is not None:
+            live.closed = without(live.closed, callback_id)
             closed.set()
         run = live.handler_runs.get(callback_id)
         if run is not None:
@@ -173,7 +177,8 @@ class Runtime:
         """Run the turn in a task of its own (going on from its tool step, ``resume``)."""
         turn = live.turns.get(turn_id)
         if turn is None:
-            turn = live.turns[turn_id] = LiveTurn()
+            turns = live.turns = own(live.turns)
+            turn = turns[turn_id] = LiveTurn()
         turn.scope = trio.CancelScope()
         if turn.stopping:
             turn.scope.cancel()
@@ -308,7 +313,12 @@ class Runtime:
         session_id = new_id()
         lease = (self.owner, self.lease_seconds) if self.store.durable else None
         facts = machine.new_session(
-            self.states, session_id, agent.name, dict(inputs), key=key, lease=lease
+            self.states,
+            session_id,
+            agent.name,
+            dict(inputs) if inputs else _NO_INPUTS,
+            key=key,
+            lease=lease,
         )
         live = self.adopt(self.states[session_id], agent)
         self.commit(facts)
@@ -478,8 +488,9 @@ class Runtime:
         """Record how the turn ended: TurnEnded is its last event."""
         _, facts = machine.end_turn(self.states, live.id, turn_id, record)
         self.commit(facts)
-        turn = live.turns.pop(turn_id, None)
+        turn = live.turns.get(turn_id)
         if turn is not None:
+            live.turns = without(live.turns, turn_id)
             turn.finish()
         parent_id = live.state.parent_id
         if parent_id is not None:  # the parent's turn may wait on this one, parked
@@ -512,7 +523,8 @@ class Runtime:
         """Set once the callback (of ``owner``) closes."""
         closed = owner.closed.get(callback_id)
         if closed is None:
-            closed = owner.closed[callback_id] = trio.Event()
+            waits = owner.closed = own(owner.closed)
+            closed = waits[callback_id] = trio.Event()
             if not owner.state.callbacks[callback_id].open:
                 closed.set()
         return closed
