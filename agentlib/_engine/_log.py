@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -10,7 +11,16 @@ import attrs
 import trio
 
 from .._errors import InvalidCursorError, ObservationLost, StoreError
-from .._events import Event
+from .._events import (
+    CallbackClosed,
+    CallbackOpened,
+    EntryAdded,
+    EntryCompleted,
+    EntryDelta,
+    Event,
+    TurnEnded,
+    TurnStarted,
+)
 from .._records import TurnState
 from ._machine import format_cursor
 
@@ -29,11 +39,21 @@ _HELD_KEEP = 2_000
 _PAGE = 1_000
 
 
-#: An event as an idle log keeps it: (its class, its turn_id, its other fields' values).
-Packed = tuple[Any, ...]
-
 _new = object.__new__
 _put = object.__setattr__
+
+#: The event classes a log packs, by their code in its ``_kinds`` (0: kept whole).
+_KINDS: tuple[Any, ...] = (
+    None,
+    TurnStarted,
+    EntryAdded,
+    EntryDelta,
+    EntryCompleted,
+    CallbackOpened,
+    CallbackClosed,
+    TurnEnded,
+)
+_CODES = {cls: code for code, cls in enumerate(_KINDS) if cls is not None}
 
 
 @functools.cache
@@ -56,15 +76,16 @@ class EventLog:
     ``held_from``): the others, in the store, are read back a page at a time for the readers
     that ask. A session read back from the store holds none of its old events.
 
-    An idle session's log keeps its events packed (:meth:`pack`), without their ids, which
-    their seq gives; a reader gets each as it was.
+    An idle session's log keeps its events packed (:meth:`pack`): of each, only what its
+    class, its seq and its turn do not say; a reader gets each as it was.
     """
 
     __slots__ = (
         "_changed",
         "_events",
-        "_packed",
+        "_kinds",
         "_read",
+        "_turns",
         "_woken",
         "closed",
         "first_seq",
@@ -82,7 +103,9 @@ class EventLog:
         read: ReadEvents | None = None,
     ) -> None:
         self.session_id = session_id
-        self._events: list[Event | Packed] = []
+        # The events held, from held_from: the first len(_kinds) packed (each its fields'
+        # values: one, or a tuple of them), the others whole.
+        self._events: list[Any] = []
         self.first_seq = first_seq  # the oldest event kept (in memory or in the store)
         self.held_from = first_seq  # the seq of _events[0]: the older ones are in the store
         if stored_seq is not None:  # events up to stored_seq are in the store
@@ -92,7 +115,8 @@ class EventLog:
         self.closed = False
         self._changed: trio.Event | None = None  # made when a reader waits
         self._woken = 0  # how many times wake() was called
-        self._packed = 0  # how many of _events (the first ones) are packed
+        self._kinds: bytearray | None = None  # the class code of each packed event
+        self._turns: list[tuple[int, str | None]] | None = None  # (seq, turn_id) where it changes
 
     @property
     def last_seq(self) -> int:
@@ -118,9 +142,7 @@ class EventLog:
                 # The oldest are durable: readers that want them read them back.
                 drop = min(len(self._events) - _HELD_KEEP, self.visible - self.held_from + 1)
                 if drop > 0:
-                    del self._events[:drop]
-                    self.held_from += drop
-                    self._packed = max(0, self._packed - drop)
+                    self._drop(drop)
 
     def held(self, seq: int) -> Event | None:
         """The event ``seq`` if the log holds it; None if only the store does.
@@ -132,34 +154,74 @@ class EventLog:
             raise self._lost(seq)
         if seq < self.held_from:
             return None
-        return self._unpack(seq, self._events[seq - self.held_from])
+        return self._event(seq)
 
-    def _unpack(self, seq: int, item: Event | Packed) -> Event:
-        if not isinstance(item, tuple):
-            return item
-        cls, turn_id, *values = item
+    def _event(self, seq: int) -> Event:
+        """Event ``seq``, which the log holds: as it was, if it is packed."""
+        index = seq - self.held_from
+        item = self._events[index]
+        kinds = self._kinds
+        if kinds is None or index >= len(kinds) or not kinds[index]:
+            return item  # type: ignore[no-any-return]
+        cls = _KINDS[kinds[index]]
+        names = _fields(cls)
+        values = (item,) if len(names) == 1 else item
         # Set field by field, as the class's __init__ did when the event was made.
         event = _new(cls)
         _put(event, "id", format_cursor(self.session_id, seq))
         _put(event, "session_id", self.session_id)
-        _put(event, "turn_id", turn_id)
-        for name, value in zip(_fields(cls), values, strict=True):
+        _put(event, "turn_id", self._turn_at(seq))
+        for name, value in zip(names, values, strict=True):
             _put(event, name, value)
         return event  # type: ignore[no-any-return]
 
+    def _turn_at(self, seq: int) -> str | None:
+        turns = self._turns
+        assert turns is not None
+        at = bisect.bisect_right(turns, seq, key=lambda change: change[0]) - 1
+        return turns[at][1]
+
     def pack(self) -> None:
-        """Keep the events held so far packed: the session is idle, and a packed event
-        takes a third of the memory. Reading unpacks a copy, equal to the event."""
+        """Keep the events held so far packed: the session is idle. A packed event takes
+        9 bytes beyond its values; reading makes a copy, equal to the event."""
         events = self._events
+        kinds = self._kinds
+        if kinds is None:
+            kinds = self._kinds = bytearray()
+            self._turns = []
+        turns = self._turns
+        assert turns is not None
         session_id = self.session_id
-        for index in range(self._packed, len(events)):
+        for index in range(len(kinds), len(events)):
             event = events[index]
-            assert not isinstance(event, tuple)
             seq = self.held_from + index
-            if event.session_id == session_id and event.id == format_cursor(session_id, seq):
-                cls: type = type(event)
-                events[index] = (cls, event.turn_id, *[getattr(event, n) for n in _fields(cls)])
-        self._packed = len(events)
+            cls: type = type(event)
+            code = _CODES.get(cls, 0)
+            if (
+                code
+                and event.id == format_cursor(session_id, seq)
+                and event.session_id == session_id
+            ):
+                names = _fields(cls)
+                if len(names) == 1:
+                    events[index] = getattr(event, names[0])
+                else:
+                    events[index] = tuple([getattr(event, name) for name in names])
+                if not turns or turns[-1][1] != event.turn_id:
+                    turns.append((seq, event.turn_id))
+            else:
+                code = 0
+            kinds.append(code)
+
+    def _drop(self, count: int) -> None:
+        """Let go of the ``count`` oldest events held."""
+        del self._events[:count]
+        self.held_from += count
+        if self._kinds is not None and self._turns is not None:
+            del self._kinds[:count]
+            # The turn of the oldest event held is the last change at or before it.
+            before = bisect.bisect_right(self._turns, self.held_from, key=lambda c: c[0]) - 1
+            del self._turns[: max(0, before)]
 
     async def read_page(self, seq: int) -> Sequence[Event]:
         """Visible events from ``seq`` on (at least one, if ``seq`` is visible): those the
@@ -172,10 +234,9 @@ class EventLog:
         event = self.held(seq)
         if event is not None:
             start = seq - self.held_from
-            held = self._events[start : self.visible - self.held_from + 1]
-            if start >= self._packed:
-                return held  # type: ignore[return-value]  # none is packed
-            return [self._unpack(seq + offset, item) for offset, item in enumerate(held)]
+            if self._kinds is None or start >= len(self._kinds):
+                return self._events[start : self.visible - self.held_from + 1]  # none packed
+            return [event, *[self._event(later) for later in range(seq + 1, self.visible + 1)]]
         assert self._read is not None, "a log without a store holds every event"
         page = await self._read(seq - 1, min(_PAGE, self.held_from - seq))
         if seq < self.first_seq:
@@ -210,9 +271,7 @@ class EventLog:
         if first <= self.first_seq:
             return
         drop = max(0, min(first - self.held_from, len(self._events)))
-        del self._events[:drop]
-        self.held_from += drop
-        self._packed = max(0, self._packed - drop)
+        self._drop(drop)
         self.first_seq = first
 
     def close(self) -> None:
