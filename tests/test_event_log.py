@@ -40,9 +40,12 @@ def events() -> list[Event]:
     )
     answer = MessageEntry(id="m2", turn_id="t1", role="assistant")
     approval = OpenApproval(
-        id="0b7f4c5e-8a1d-4c53-9f0e-6c2b8a1d4c53", session_id=SESSION, turn_id="t1",
-        tool_name="delete", arguments={"path": "a"},
-    )  # fmt: skip
+        id="0b7f4c5e-8a1d-4c53-9f0e-6c2b8a1d4c53",
+        session_id=SESSION,
+        turn_id="t1",
+        tool_name="delete",
+        arguments={"path": "a"},
+    )
     record = Completed(turn_id="t1", session_id=SESSION, cursor=cursor(9), output="ok", text="ok")
     return [
         TurnStarted(id=cursor(1), session_id=SESSION, turn_id="t1", message=message),
