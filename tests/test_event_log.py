@@ -58,7 +58,7 @@ def events() -> list[Event]:
             turn_id="t1",
             callback_id=approval.id,
             answered=True,
-        ),  # fmt: skip
+        ),
         EntryAdded(id=cursor(6), session_id=SESSION, turn_id="t1", entry=answer),
         EntryDelta(id=cursor(7), session_id=SESSION, turn_id="t1", entry_id="m2", delta="o"),
         UnknownEvent(
