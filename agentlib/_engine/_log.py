@@ -212,6 +212,7 @@ class EventLog:
             else:
                 code = 0
             kinds.append(code)
+        self._events = events[:]  # no room to grow: it may stay idle for long
 
     def _drop(self, count: int) -> None:
         """Let go of the ``count`` oldest events held."""

@@ -211,7 +211,7 @@ class TurnMachine:
     model_steps: int = 0
     step: ToolStep | None = None
     steered: Sequence[MessageEntry] = ()
-    tool_calls: Sequence[ToolCallEntry] = ()
+    tool_calls: tuple[ToolCallEntry, ...] = ()
     record: TurnState[Any] | None = None
     end_seq: int | None = None
     stop_cause: StopCause | None = None
@@ -382,8 +382,7 @@ def apply(sessions: Sessions, fact: Op) -> None:
         turn = session.turns.get(entry.turn_id or "")
         if turn is not None:
             if isinstance(entry, ToolCallEntry):
-                turn.tool_calls = own_list(turn.tool_calls)
-                turn.tool_calls.append(entry)
+                turn.tool_calls = (*turn.tool_calls, entry)  # the record shares it
             elif turn.steered and any(message.id == entry.id for message in turn.steered):
                 turn.steered = [message for message in turn.steered if message.id != entry.id]
     elif isinstance(fact, TurnRow):
@@ -959,7 +958,7 @@ def completed(sessions: Sessions, session_id: str, turn_id: str, text: str) -> T
         session_id=session.id,
         output=output,
         text=text,
-        tool_calls=tuple(turn.tool_calls),
+        tool_calls=tuple(turn.tool_calls),  # the same tuple
         usage=_usage(session, turn),
     )
 
