@@ -9,6 +9,7 @@ import attrs
 
 from ._content import ContentBlock, _to_tuple, text_of
 from ._json import (
+    EMPTY_OBJECT,
     InvalidValue,
     as_json,
     check_json_object,
@@ -133,7 +134,7 @@ class ToolResultEntry:
     is_error: bool = False
     tool_call_id: str
     annotations: Mapping[str, Any] = attrs.field(
-        factory=dict, converter=as_json, validator=check_json_object
+        default=EMPTY_OBJECT, converter=as_json, validator=check_json_object
     )
 
     @property

@@ -322,6 +322,29 @@ def _lists(value: Any, depth: int) -> Any:
     return pairs if any(pairs[key] is not value[key] for key in value) else value
 
 
+class _EmptyObject(Mapping[str, Any]):
+    """The empty JSON object that values without one share: it cannot change."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: str) -> Any:
+        raise KeyError(key)
+
+    def __iter__(self) -> typing.Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "{}"
+
+
+#: The default of an object field most values leave empty: one for all, rather than a
+#: dict each.
+EMPTY_OBJECT: Mapping[str, Any] = _EmptyObject()
+
+
 def json_field(default: Any = None) -> Any:
     """An attrs field holding a JSON value (tuples are stored as lists)."""
     return attrs.field(default=default, converter=as_json, validator=check_json)

@@ -66,6 +66,11 @@ def _fields(cls: type) -> tuple[str, ...]:
     )
 
 
+#: For each class a log packs: its code, and the fields it keeps of an event.
+_PACKING = {cls: (code, _fields(cls)) for cls, code in _CODES.items()}
+_KEPT_WHOLE: tuple[int, tuple[str, ...]] = (0, ())
+
+
 class EventLog:
     """The events of one session, in order, numbered from 1 (their seq).
 
@@ -115,8 +120,9 @@ class EventLog:
         self.closed = False
         self._changed: trio.Event | None = None  # made when a reader waits
         self._woken = 0  # how many times wake() was called
-        self._kinds: bytearray | None = None  # the class code of each packed event
-        self._turns: list[tuple[int, str | None]] | None = None  # (seq, turn_id) where it changes
+        self._kinds: bytes | None = None  # the class code of each packed event
+        # Where the turn of the packed events changes: seq, turn_id, seq, turn_id...
+        self._turns: tuple[Any, ...] = ()
 
     @property
     def last_seq(self) -> int:
@@ -177,52 +183,48 @@ class EventLog:
 
     def _turn_at(self, seq: int) -> str | None:
         turns = self._turns
-        assert turns is not None
-        at = bisect.bisect_right(turns, seq, key=lambda change: change[0]) - 1
-        return turns[at][1]
+        at = bisect.bisect_right(turns[::2], seq) - 1
+        return turns[2 * at + 1]  # type: ignore[no-any-return]
 
     def pack(self) -> None:
         """Keep the events held so far packed: the session is idle. A packed event takes
         9 bytes beyond its values; reading makes a copy, equal to the event."""
         events = self._events
-        kinds = self._kinds
-        if kinds is None:
-            kinds = self._kinds = bytearray()
-            self._turns = []
-        turns = self._turns
-        assert turns is not None
+        kinds = bytearray(self._kinds or b"")
+        turns = list(self._turns)
         session_id = self.session_id
         for index in range(len(kinds), len(events)):
             event = events[index]
             seq = self.held_from + index
-            cls: type = type(event)
-            code = _CODES.get(cls, 0)
+            code, names = _PACKING.get(type(event), _KEPT_WHOLE)
             if (
                 code
-                and event.id == format_cursor(session_id, seq)
+                and event.id == f"{session_id}:{seq:012d}"  # format_cursor's, inlined
                 and event.session_id == session_id
             ):
-                names = _fields(cls)
                 if len(names) == 1:
                     events[index] = getattr(event, names[0])
                 else:
                     events[index] = tuple([getattr(event, name) for name in names])
-                if not turns or turns[-1][1] != event.turn_id:
-                    turns.append((seq, event.turn_id))
+                if not turns or turns[-1] != event.turn_id:
+                    turns += (seq, event.turn_id)
             else:
                 code = 0
             kinds.append(code)
-        self._events = events[:]  # no room to grow: it may stay idle for long
+        # No room to grow: it may stay idle for long.
+        self._events = events[:]
+        self._kinds = bytes(kinds)
+        self._turns = tuple(turns)
 
     def _drop(self, count: int) -> None:
         """Let go of the ``count`` oldest events held."""
         del self._events[:count]
         self.held_from += count
-        if self._kinds is not None and self._turns is not None:
-            del self._kinds[:count]
+        if self._kinds is not None:
+            self._kinds = self._kinds[count:]
             # The turn of the oldest event held is the last change at or before it.
-            before = bisect.bisect_right(self._turns, self.held_from, key=lambda c: c[0]) - 1
-            del self._turns[: max(0, before)]
+            before = bisect.bisect_right(self._turns[::2], self.held_from) - 1
+            self._turns = self._turns[2 * max(0, before) :]
 
     async def read_page(self, seq: int) -> Sequence[Event]:
         """Visible events from ``seq`` on (at least one, if ``seq`` is visible): those the

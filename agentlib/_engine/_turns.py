@@ -593,6 +593,9 @@ async def _delegate(turn: _Turn, index: int, subagent: AgentDefinition) -> ToolR
     return error_result(entry, f"the turn of {subagent.name} ended as {type(record).__name__}")
 
 
+_JSON_SCALARS = (bool, int)
+
+
 def _result_entry(call: ToolCallEntry, value: Any) -> ToolResultEntry:
     structured: Any = None
     if isinstance(value, str):
@@ -605,6 +608,9 @@ def _result_entry(call: ToolCallEntry, value: Any) -> ToolResultEntry:
         and all(isinstance(item, _CONTENT_CLASSES) for item in value)
     ):
         content = tuple(value)
+    elif value is None or type(value) in _JSON_SCALARS:
+        structured = value  # JSON as it is
+        content = (TextContentBlock(text=json.dumps(structured)),)
     else:
         # What goes back to the model is JSON within the nesting limit, or an error saying why
         # not; checked before the converter walks the value, recursively.
@@ -623,6 +629,11 @@ def _result_entry(call: ToolCallEntry, value: Any) -> ToolResultEntry:
                 f"attrs classes, dataclasses or content blocks @ ${problem.at}",
             )
         content = (TextContentBlock(text=json.dumps(structured)),)
-    return attrs.evolve(
-        error_result(call, ""), content=content, structured_content=structured, is_error=False
+    return ToolResultEntry(
+        id=new_id(),
+        turn_id=call.turn_id,
+        name=call.name,
+        content=content,
+        structured_content=structured,
+        tool_call_id=call.tool_call_id,
     )
