@@ -1,8 +1,9 @@
 """The ``python -m agentlib`` command line.
 
 Exit status: 0 when the command did what it was asked, 1 when it ran and something failed
-(a turn of the demo), 2 for bad usage (argparse's own code), 130 when Ctrl-C stopped it,
-141 when its output was closed before the end (a pipe to ``head``).
+(a turn of the demo), 2 for bad usage (argparse's own code; a closed standard output is
+one), 130 when Ctrl-C stopped it, 141 when its output was closed before the end (a pipe to
+``head``).
 """
 
 from __future__ import annotations
@@ -132,6 +133,12 @@ def _selfcheck() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (argparse exits with 2 itself)."""
+    if sys.stdout is None:
+        # Closed before the start (``>&-``). Every command writes there, help and version
+        # included, which argparse would otherwise send to stderr with status 0.
+        if sys.stderr is not None:
+            print(f"{PROG}: error: standard output is closed", file=sys.stderr)
+        return 2
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":

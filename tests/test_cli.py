@@ -13,9 +13,17 @@ from _support import HERE
 import agentlib
 
 
-def run(module: str, *arguments: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m <module> <arguments>``, offline."""
+def run(
+    module: str, *arguments: str, closed: tuple[int, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m <module> <arguments>``, offline, with the file descriptors ``closed``
+    closed (1 for stdout, 2 for stderr), as a shell's ``>&-`` and ``2>&-`` do."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("MISTRAL_")}
+
+    def close() -> None:  # in the child, once its pipes are in place
+        for fd in closed:
+            os.close(fd)
+
     return subprocess.run(
         [sys.executable, "-m", module, *arguments],
         cwd=HERE,
@@ -24,6 +32,7 @@ def run(module: str, *arguments: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
         env=env,
+        preexec_fn=close if closed else None,
     )
 
 
@@ -148,3 +157,34 @@ def test_python_m_agentlib_sync_help_says_the_same_and_exits_0(option: str) -> N
     result = run("agentlib_sync", option)
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout == run("agentlib_sync").stderr
+
+
+EVERY_COMMAND = pytest.mark.parametrize(
+    "arguments",
+    [
+        ("demo",),
+        ("demo", "--interactive"),
+        ("selfcheck",),
+        ("--help",),
+        ("--version",),
+        ("demo", "--help"),
+        ("selfcheck", "--help"),
+        (),
+    ],
+    ids=lambda arguments: " ".join(arguments) or "no-command",
+)
+
+
+@EVERY_COMMAND
+def test_a_closed_stdout_is_a_usage_error_said_in_one_line(arguments: tuple[str, ...]) -> None:
+    result = run("agentlib", *arguments, closed=(1,))
+    assert (result.returncode, result.stderr) == (
+        2,
+        "python -m agentlib: error: standard output is closed\n",
+    )
+
+
+@EVERY_COMMAND
+def test_a_closed_stdout_and_stderr_exit_2_without_a_word(arguments: tuple[str, ...]) -> None:
+    # The status is all there is to check: a traceback would make it 1.
+    assert run("agentlib", *arguments, closed=(1, 2)).returncode == 2
