@@ -22,6 +22,7 @@ from agentlib import (
     TurnEnded,
     TurnStarted,
     UnknownEvent,
+    Usage,
 )
 from agentlib._engine._log import EventLog
 from agentlib._engine._machine import format_cursor
@@ -119,3 +120,37 @@ async def test_a_packed_log_pruned_reads_from_the_first_kept(before: int) -> Non
     assert log.first_seq == min(before, 12)
     assert await read_all(log) == appended[before - 1 :]
     assert [log.held(seq) for seq in range(log.first_seq, 12)] == appended[before - 1 :]
+
+
+async def test_a_streamed_message_reads_as_it_opened_and_as_it_completed() -> None:
+    """A message added empty and completed with its text is packed once, as the completed
+    message; one that changed otherwise (here its usage) is kept as it was."""
+
+    def cursor(seq: int) -> str:
+        return format_cursor(SESSION, seq)
+
+    def message(entry_id: str, text: str = "", **fields: object) -> MessageEntry:
+        content = (TextContentBlock(text=text),) if text else ()
+        return MessageEntry(id=entry_id, turn_id="t1", role="assistant", content=content, **fields)
+
+    usage = Usage(input_tokens=3, output_tokens=2)
+    finals = [message("m1", "Hello"), message("m2", "Bye", usage=usage)]
+    appended: list[Event] = []
+    for final in finals:
+        ids = {"session_id": SESSION, "turn_id": "t1"}
+        seq = len(appended)
+        appended += [
+            EntryAdded(id=cursor(seq + 1), **ids, entry=message(final.id)),
+            EntryDelta(id=cursor(seq + 2), **ids, entry_id=final.id, delta="x"),
+            EntryCompleted(id=cursor(seq + 3), **ids, entry=final),
+        ]
+    log = log_of(appended)
+    log.pack()
+    assert await read_all(log) == appended
+    opened = [log.held(1), log.held(4)]
+    assert [event.entry for event in opened if isinstance(event, EntryAdded)] == [
+        message("m1"),
+        message("m2"),
+    ]
+    assert log._events[0] is finals[0]  # packed as the completed message
+    assert log._events[3] is not finals[1]  # kept whole: it differs by more than content

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 
 import attrs
 import pytest
 import trio
-from _support import Gate, Recorder, held_agent, held_turn, user_texts
+from _support import Gate, Recorder, events_through, held_agent, held_turn, user_texts
 
 import agentlib
 from agentlib import (
     Agent,
     Busy,
     Completed,
+    EntryCompleted,
     Failed,
     HistoryImportMessage,
     Interrupted,
@@ -38,6 +40,26 @@ class Score:
 
 
 # --- start_session ------------------------------------------------------------------------
+
+
+async def test_ids_of_sessions_turns_and_entries_are_random_uuids() -> None:
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    script = [ModelReply(tool_calls=[ToolCallRequest(name="add", arguments={"a": 1})]), "3"]
+    agent = Agent("calc", "Add.", ScriptedModel(script), [add])
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        record = await session.run("add")
+        events = await events_through(session, record.cursor)
+    entries = [event.entry.id for event in events if isinstance(event, EntryCompleted)]
+    ids = [session.id, record.turn_id, *entries]
+    parsed = [uuid.UUID(hex=value) for value in ids]
+    assert [(u.hex, u.version, u.variant) for u in parsed] == [
+        (value, 4, uuid.RFC_4122) for value in ids
+    ]
+    assert len(set(ids)) == len(ids) == 6
 
 
 async def test_start_session_imports_history_that_the_model_sees_first() -> None:

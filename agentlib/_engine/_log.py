@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import trio
 
+from .._entries import MessageEntry
 from .._errors import InvalidCursorError, ObservationLost, StoreError
 from .._events import (
     CallbackClosed,
@@ -55,6 +56,10 @@ _KINDS: tuple[Any, ...] = (
 )
 _CODES = {cls: code for code, cls in enumerate(_KINDS) if cls is not None}
 
+#: The code of an ``EntryAdded`` whose entry is that of the message's ``EntryCompleted``
+#: without its content (its text streamed in between): packed as the completed entry.
+_OPENED = len(_KINDS)
+
 
 @functools.cache
 def _fields(cls: type) -> tuple[str, ...]:
@@ -69,6 +74,30 @@ def _fields(cls: type) -> tuple[str, ...]:
 #: For each class a log packs: its code, and the fields it keeps of an event.
 _PACKING = {cls: (code, _fields(cls)) for cls, code in _CODES.items()}
 _KEPT_WHOLE: tuple[int, tuple[str, ...]] = (0, ())
+
+
+def _completed_messages(events: Sequence[Any], start: int) -> dict[str, MessageEntry]:
+    """The messages of the ``EntryCompleted`` events from ``start`` on, by id."""
+    return {
+        event.entry.id: event.entry
+        for event in events[start:]
+        if type(event) is EntryCompleted and type(event.entry) is MessageEntry
+    }
+
+
+def _opens(entry: Any, finals: dict[str, MessageEntry]) -> bool:
+    """Whether ``entry`` is its completed message without content: a streamed message."""
+    final = finals.get(getattr(entry, "id", None))  # type: ignore[arg-type]
+    return (
+        final is not None
+        and type(entry) is MessageEntry
+        and not entry.content
+        and all(
+            getattr(entry, field.name) == getattr(final, field.name)
+            for field in attrs.fields(MessageEntry)
+            if field.name != "content"
+        )
+    )
 
 
 class EventLog:
@@ -169,7 +198,10 @@ class EventLog:
         kinds = self._kinds
         if kinds is None or index >= len(kinds) or not kinds[index]:
             return item  # type: ignore[no-any-return]
-        cls = _KINDS[kinds[index]]
+        code = kinds[index]
+        if code == _OPENED:
+            code, item = _CODES[EntryAdded], attrs.evolve(item, content=())
+        cls = _KINDS[code]
         names = _fields(cls)
         values = (item,) if len(names) == 1 else item
         # Set field by field, as the class's __init__ did when the event was made.
@@ -193,6 +225,7 @@ class EventLog:
         kinds = bytearray(self._kinds or b"")
         turns = list(self._turns)
         session_id = self.session_id
+        finals = _completed_messages(events, len(kinds))
         for index in range(len(kinds), len(events)):
             event = events[index]
             seq = self.held_from + index
@@ -202,7 +235,9 @@ class EventLog:
                 and event.id == f"{session_id}:{seq:012d}"  # format_cursor's, inlined
                 and event.session_id == session_id
             ):
-                if len(names) == 1:
+                if code == _CODES[EntryAdded] and _opens(event.entry, finals):
+                    code, events[index] = _OPENED, finals[event.entry.id]
+                elif len(names) == 1:
                     events[index] = getattr(event, names[0])
                 else:
                     events[index] = tuple([getattr(event, name) for name in names])

@@ -281,7 +281,7 @@ class SessionMachine:
     last_seq: int = 0
     entries: list[Entry] = attrs.field(factory=list, repr=False)
     hidden: int = 0
-    turns: dict[str, TurnMachine] = attrs.field(factory=dict, repr=False)
+    turns: Mapping[str, TurnMachine] = attrs.field(default=NOTHING, repr=False)
     active: str | None = None
     # What most sessions never have is a shared empty value until the first fact adds to it
     # (``_own``): an idle session is small.
@@ -325,6 +325,41 @@ def without(mapping: Mapping[K, V], key: K) -> Mapping[K, V]:
     left = own(mapping)
     del left[key]
     return left or NOTHING
+
+
+class _One(Mapping[K, V]):
+    """A mapping of one item: what most sessions hold of their turns, in a third of a
+    dict's room."""
+
+    __slots__ = ("_key", "_value")
+
+    def __init__(self, key: K, value: V) -> None:
+        self._key = key
+        self._value = value
+
+    def __getitem__(self, key: K) -> V:
+        if key == self._key:
+            return self._value
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[K]:
+        return iter((self._key,))
+
+    def __len__(self) -> int:
+        return 1
+
+    def __repr__(self) -> str:
+        return f"{{{self._key!r}: {self._value!r}}}"
+
+
+def adding(mapping: Mapping[K, V], key: K, value: V) -> Mapping[K, V]:
+    """``mapping`` with ``key`` added (a new key, at the end): the shared empty mapping
+    becomes a mapping of one, which becomes a dict at the second."""
+    if not mapping:
+        return _One(key, value)
+    items = own(mapping) if isinstance(mapping, dict) else dict(mapping)
+    items[key] = value
+    return items
 
 
 def own_list(items: Sequence[T]) -> list[T]:
@@ -432,12 +467,13 @@ def _apply_session(sessions: Sessions, row: SessionRow) -> None:
 def _apply_turn(session: SessionMachine, row: TurnRow) -> None:
     turn = session.turns.get(row.turn_id)
     if turn is None:
-        turn = session.turns[row.turn_id] = TurnMachine(
+        turn = TurnMachine(
             id=row.turn_id,
             session_id=session.id,
             first_seq=row.first_seq,
             max_steps=row.max_steps or 0,
         )
+        session.turns = adding(session.turns, row.turn_id, turn)
         if row.record is None:
             session.active = row.turn_id
     if row.record is not None:
