@@ -125,7 +125,6 @@ class CallState(enum.Enum):
     """How far a tool call of a step got. The values are what a store keeps."""
 
     NEW = "new"  #: its hooks ran, nothing else yet
-    APPROVED = "approved"  #: allowed, or needing no approval: it may run
     WAITING = "waiting"  #: on a callback: its approval, or a client tool's answer
     RUNNING = "running"  #: its tool runs: whether it finished, after a crash, nobody knows
     DELEGATED = "delegated"  #: a subagent's turn runs it

@@ -21,7 +21,7 @@ import trio
 
 from .._callbacks import AllowApproval, DenyApproval, KeepCallbackOpen, SignInAnswer
 from .._entries import Entry
-from .._errors import SdkError, SessionNotFoundError, StoreError
+from .._errors import SdkError, StoreError
 from .._events import TurnEnded
 from .._history import new_id
 from .._ops import CallbackRow, EventRow, Op, PruneRow
@@ -32,13 +32,13 @@ from . import _machine as machine
 from ._live import LiveSession, LiveTurn, check_callback_id
 from ._log import EventLog
 from ._machine import CallbackPhase, CallState, SessionMachine, StopCause, own, without
-from ._restore import restore
+from ._restore import not_found, restore
 from ._turns import run_turn
 
 if TYPE_CHECKING:
     from .._definition import AgentDefinition
 
-__all__ = ["IDLE_KEPT", "Runtime", "not_found", "open_engine"]
+__all__ = ["IDLE_KEPT", "Runtime", "open_engine"]
 
 #: How many trees of sessions of a durable store a runtime keeps once they are idle (no
 #: turn, no handler run, no reader): it lets go of the ones used least recently, and of
@@ -264,7 +264,9 @@ class Runtime:
         for _ in range(min(4, len(recent) - IDLE_KEPT)):
             oldest = next(iter(recent))
             tree = self._tree(oldest)
-            if all(live.idle for live in tree):
+            if not tree:  # let go of already: its lease was lost
+                del recent[oldest]
+            elif all(live.idle for live in tree):
                 del recent[oldest]
                 self._let_go(tree)
             else:
@@ -649,13 +651,6 @@ def _type_name(output_type: Any) -> str | None:
     if output_type is None:
         return None
     return f"{getattr(output_type, '__module__', '?')}.{getattr(output_type, '__qualname__', '?')}"
-
-
-def not_found(session_id: str) -> SessionNotFoundError:
-    return SessionNotFoundError(
-        f"no session {session_id!r} in this runtime's store; start one with "
-        "agent.start_session(), or open the runtime on the store that holds it"
-    )
 
 
 @contextlib.asynccontextmanager

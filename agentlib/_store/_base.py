@@ -153,9 +153,10 @@ class Store(abc.ABC):
     so that another runtime takes them over at once.
     """
 
-    #: Whether sessions outlive the runtime. A durable store is given every write, and the
-    #: sessions a runtime runs are leased; one that is not (``":memory:"``, whose sessions end
-    #: with the runtime that holds them) is given only some writes, and takes no lease.
+    #: Whether sessions outlive the runtime. A durable store keeps every write, and the
+    #: sessions a runtime runs are leased. One that is not (``":memory:"``, whose sessions end
+    #: with the runtime that holds them) is given every write too, but keeps none: it reports
+    #: the events as committed at once, and takes no lease.
     #: With a durable store, a runtime that closes leaves a turn blocked on callbacks
     #: blocked, for the next one to resume.
     durable: bool = True
