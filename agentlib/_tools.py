@@ -10,7 +10,6 @@ from typing import Any, Literal, TypeVar, overload
 
 import attrs
 import cattrs
-import trio
 
 from ._callbacks import Credentials
 from ._convert import CONVERTER, validation_error
@@ -19,6 +18,7 @@ from ._inputs import Dependency, dependencies_of
 from ._json import TOO_DEEP, InvalidValue, NotJson, json_problem, nesting_problem, read_json
 from ._models._base import ToolSchema
 from ._schema import Definitions, docstring_parameters
+from ._threads import run_in_thread
 
 __all__ = ["Tool", "ToolSource", "arguments_problem", "client_tool", "tool"]
 
@@ -146,7 +146,7 @@ class Tool:
         if self._is_async:
             return await self.function(**arguments)
         # A stopped turn does not wait for a sync tool's thread: the thread is left to finish.
-        return await trio.to_thread.run_sync(
+        return await run_in_thread(
             functools.partial(self.function, **arguments), abandon_on_cancel=True
         )
 

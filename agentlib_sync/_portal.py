@@ -25,6 +25,7 @@ import trio
 import agentlib
 from agentlib._errors import add_note
 from agentlib._open import enter
+from agentlib._threads import run_in_thread
 
 __all__ = ["Portal", "off_thread", "portal"]
 
@@ -192,7 +193,7 @@ def off_thread(handler: H | None) -> H | None:
     @functools.wraps(handler)
     async def in_thread(callback: Any) -> Any:
         # A wait that times out does not wait for the thread: it is left to finish.
-        answer = await trio.to_thread.run_sync(handler, callback, abandon_on_cancel=True)
+        answer = await run_in_thread(handler, callback, abandon_on_cancel=True)
         if inspect.isawaitable(answer):
             answer = await answer
         return answer

@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 import pytest
+import sniffio
 import trio
 from _support import Recorder
 
@@ -469,6 +470,50 @@ async def test_a_sync_tool_does_not_block_the_engine() -> None:
         proceed.set()
         record = await turn.result()
     assert isinstance(record, Completed)
+
+
+async def test_a_sync_tool_runs_outside_any_async_library() -> None:
+    # Libraries that ask which one runs (httpx's sync client, say) see none in its thread.
+    found: list[str] = []
+
+    def which() -> str:
+        """Tell which async library runs here."""
+        try:
+            found.append(sniffio.current_async_library())
+        except sniffio.AsyncLibraryNotFoundError:
+            found.append("none")
+        return found[-1]
+
+    await run_agent(Agent("a", model=ScriptedModel([call("which"), "ok"]), tools=[which]))
+    assert found == ["none"]
+
+
+async def test_sync_tools_share_trios_default_thread_limiter() -> None:
+    limiter = trio.to_thread.current_default_thread_limiter()
+    lock = threading.Lock()
+    running: list[int] = [0]
+    most: list[int] = []
+
+    def busy() -> str:
+        """Be busy for a moment."""
+        with lock:
+            running[0] += 1
+            most.append(running[0])
+        threading.Event().wait(0.02)  # room for another thread to start, were it allowed
+        with lock:
+            running[0] -= 1
+        return "done"
+
+    calls = [ToolCallRequest(name="busy", arguments={}) for _ in range(3)]
+    agent = Agent("a", model=ScriptedModel([ModelReply(tool_calls=calls), "ok"]), tools=[busy])
+    total, limiter.total_tokens = limiter.total_tokens, 1
+    try:
+        record, _ = await run_agent(agent)
+    finally:
+        limiter.total_tokens = total
+    assert isinstance(record, Completed)
+    assert most == [1, 1, 1]
+    assert limiter.borrowed_tokens == 0
 
 
 async def test_an_async_tool_runs_in_the_trio_thread() -> None:

@@ -492,9 +492,7 @@ async def _approve(turn: _Turn, index: int, tool: Tool | None) -> ToolResultEntr
     """
     call = turn.step.calls[index]
     restored = _restored(turn, index, OpenApproval)
-    if call.state is CallState.DELEGATED or (
-        call.state is CallState.WAITING and restored is None
-    ):
+    if call.state is CallState.DELEGATED or (call.state is CallState.WAITING and restored is None):
         return None  # approved before (the call waits on something else now)
     session = turn.live.state
     tool_approval = (

@@ -32,6 +32,7 @@ from .._entries import Entry
 from .._errors import StoreSchemaError
 from .._events import Event
 from .._records import TurnState
+from .._threads import run_in_thread
 from ._base import (
     CallbackRow,
     EntryRow,
@@ -269,7 +270,7 @@ class SQLiteStore(Store):
             self._closing = True
             self._wake.set()
             await self._stopped.wait()
-            await trio.to_thread.run_sync(self._close_files)
+            await run_in_thread(self._close_files)
 
     def _close_files(self) -> None:
         with self._read_lock:  # no read is under way on the reader, nor starts
@@ -325,7 +326,7 @@ class SQLiteStore(Store):
                 # A commit under way finishes even when the runtime is cancelled.
                 with trio.CancelScope(shield=True):
                     try:
-                        await trio.to_thread.run_sync(self._commit, group, payloads)
+                        await run_in_thread(self._commit, group, payloads)
                     except (sqlite3.Error, LeaseLost) as error:
                         # Nothing more is written here: the next runtime to open these
                         # sessions (in this process or another) takes them at once. Then
@@ -333,7 +334,7 @@ class SQLiteStore(Store):
                         # its other tasks go on.
                         held = list(self._held.items())
                         with contextlib.suppress(StoreError):  # they expire by themselves
-                            await trio.to_thread.run_sync(self._free, held, 1.0)
+                            await run_in_thread(self._free, held, 1.0)
                         self.failure = error
                         self._progress.set()
                         self.committed(())
@@ -485,7 +486,7 @@ class SQLiteStore(Store):
     async def _in_thread(self, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)`` in a worker thread; SQLite's errors as :class:`StoreError`."""
         try:
-            return await trio.to_thread.run_sync(function, *args)
+            return await run_in_thread(function, *args)
         except sqlite3.Error as error:
             raise StoreError(f"the store {self.path} failed: {error}") from error
 

@@ -1,0 +1,66 @@
+"""Running a blocking function in a worker thread, for sync tools, handlers and the store."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import outcome
+import trio
+
+# trio's own dependency: code in the thread must not think it runs in trio's thread.
+from sniffio import current_async_library_cvar
+
+__all__ = ["run_in_thread"]
+
+T = TypeVar("T")
+
+
+async def run_in_thread(
+    function: Callable[..., T], *args: Any, abandon_on_cancel: bool = False
+) -> T:
+    """``function(*args)`` in a worker thread of trio's cache, in a copy of the caller's
+    context, under trio's default thread limiter.
+
+    What ``trio.to_thread.run_sync`` does, without what the engine never uses and every
+    call paid for: naming the thread for each call (two system calls, and back) and serving
+    ``trio.from_thread`` calls that pass no ``trio_token``. It takes half the time.
+
+    Cancelled while the function runs, it waits for it to finish, or, with
+    ``abandon_on_cancel``, returns at once and leaves the thread to finish on its own.
+    """
+    await trio.lowlevel.checkpoint_if_cancelled()
+    limiter = trio.to_thread.current_default_thread_limiter()
+    placeholder = object()  # the limiter's borrower: the thread, which may outlive the call
+    await limiter.acquire_on_behalf_of(placeholder)
+    task: trio.lowlevel.Task | None = trio.lowlevel.current_task()
+    token = trio.lowlevel.current_trio_token()
+    context = contextvars.copy_context()
+    context.run(current_async_library_cvar.set, None)
+
+    def back_in_trio(result: outcome.Outcome[T]) -> None:
+        limiter.release_on_behalf_of(placeholder)
+        if task is not None:  # None: the caller was cancelled and left
+            trio.lowlevel.reschedule(task, result)
+
+    def deliver(result: outcome.Outcome[T]) -> None:  # in the worker thread
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(back_in_trio, result)
+
+    def abort(raise_cancel: Any) -> trio.lowlevel.Abort:
+        nonlocal task
+        if not abandon_on_cancel:
+            return trio.lowlevel.Abort.FAILED  # the result comes; then the cancel
+        task = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    try:
+        trio.lowlevel.start_thread_soon(functools.partial(context.run, function, *args), deliver)
+    except BaseException:
+        limiter.release_on_behalf_of(placeholder)
+        raise
+    result: T = await trio.lowlevel.wait_task_rescheduled(abort)
+    return result
