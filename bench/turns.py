@@ -1,13 +1,33 @@
-"""Turns per second of a scripted turn, and the blocking facade's round trip.
+"""Turns per second of a scripted turn, the blocking facade's round trip, and long sessions.
 
 The workload is the peers' (shared bench README): the model asks for ``add(a=1, b=2)``, the
-tool (a plain sync function) runs, the model answers "The answer is 3." Each turn runs in a
-fresh session, as each peer turn runs in a fresh conversation.
+tool (a plain sync function) runs, the model answers "The answer is 3." In the ``turns`` mode
+each turn runs in a fresh session, as each peer turn runs in a fresh conversation.
 
 Usage::
 
-    python bench/turns.py [N]                      # agentlib only
-    python bench/turns.py [N] --peers PYTHON       # also the peers, with their interpreter
+    python bench/turns.py [N]                     # turns (async, sync) and the round trip
+    python bench/turns.py [N] --peers PYTHON      # also the peers, with their interpreter
+    python bench/turns.py --mode turns [N] [--peers PYTHON] [--repeats R]
+    python bench/turns.py --mode round_trip [N]   # agentlib_sync's call, and anyio's
+    python bench/turns.py --mode long [N]         # N turns (10,000) in one in-memory session
+    python bench/turns.py --mode long_sqlite [N]  # the same in a SQLite runtime
+
+Modes:
+
+- ``turns``: N sequential turns (2,000) after 50 warm-up turns, async then sync, each run in
+  a fresh process, R times (5), interleaved with the peers' runs as their ``run_all.py``
+  interleaves them. Prints a line per run, then the median of the runs for each framework
+  and mode, then a line per mode (``async_vs_peers``, ``sync_vs_peers``) with agentlib's
+  µs per turn, each peer's, and ``speedup``: the best peer's µs per turn over agentlib's.
+- ``round_trip``: the median of N (5,000) calls of an async no-op through agentlib_sync's
+  portal and through anyio's ``BlockingPortal.call`` (``start_blocking_portal(backend=
+  "trio")``), in alternating blocks in one process; ``ratio`` is agentlib's over anyio's.
+- ``long`` and ``long_sqlite``: one session runs N turns (10,000) after 50 warm-up turns in
+  another session. Each turn is timed; the median per-turn µs of turns 1-100 and of the last
+  100 are printed, and ``ratio``, last over first. Also: the median of each 100 turns from
+  every tenth of the session, and of the first 100 turns of a fresh session run after it
+  (in the same runtime), to tell a session's growth from the process's.
 
 Prints one JSON line per figure. Compare ratios from one run, never absolute times across runs.
 """
@@ -21,7 +41,9 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from typing import Any
 
 import trio
 
@@ -30,7 +52,18 @@ import agentlib_sync
 from agentlib_sync._portal import portal
 
 WARMUP = 50
-PEERS = pathlib.Path(__file__).resolve().parents[2] / "shared" / "bench" / "peers"
+WINDOW = 100
+REPEATS = 5
+DEFAULTS = {"turns": 2000, "round_trip": 5000, "long": 10_000, "long_sqlite": 10_000}
+PEER_SCRIPTS = ("bench_pydantic_ai.py", "bench_openai_agents.py")
+
+
+def peers_dir() -> pathlib.Path:
+    """The peers' scripts: ``shared/bench/peers`` beside the checkout or one of its parents."""
+    for parent in pathlib.Path(__file__).resolve().parents:
+        if (parent / "shared" / "bench" / "peers").is_dir():
+            return parent / "shared" / "bench" / "peers"
+    raise SystemExit("no shared/bench/peers directory above this checkout")
 
 
 def add(a: int, b: int) -> int:
@@ -43,8 +76,12 @@ def script() -> list[agentlib.ModelReply | str]:
     return [agentlib.ModelReply(tool_calls=[call]), "The answer is 3."]
 
 
-def emit(**figures: object) -> None:
-    print(json.dumps({"framework": "agentlib", "python": platform.python_version(), **figures}))
+def figures(**values: object) -> dict[str, Any]:
+    return {"framework": "agentlib", "python": platform.python_version(), **values}
+
+
+def emit(**values: object) -> None:
+    print(json.dumps(figures(**values)), flush=True)
 
 
 def bench_async(n: int) -> float:
@@ -82,43 +119,175 @@ def bench_sync(n: int) -> float:
     return time.perf_counter() - start
 
 
-def bench_round_trip(n: int) -> float:
+def bench_round_trip(n: int) -> dict[str, float]:
+    """The median seconds of a call of an async no-op, by portal: agentlib_sync's and
+    anyio's, measured in alternating blocks."""
+    from anyio.from_thread import start_blocking_portal
+
     async def nothing() -> None:
         return None
 
-    for _ in range(200):
-        portal.call(nothing)
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        portal.call(nothing)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    blocks = 10
+    with start_blocking_portal(backend="trio") as anyio_portal:
+        calls = {"agentlib": portal.call, "anyio": anyio_portal.call}
+        for call in calls.values():
+            for _ in range(200):
+                call(nothing)
+        samples: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(blocks):
+            for name, call in calls.items():
+                for _ in range(max(1, n // blocks)):
+                    start = time.perf_counter()
+                    call(nothing)
+                    samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def run_peers(python: str) -> None:
-    for script_name in ("bench_pydantic_ai.py", "bench_openai_agents.py"):
-        for mode in ("sync", "async"):
-            done = subprocess.run(
-                [python, str(PEERS / script_name), mode],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            print(done.stdout.strip().splitlines()[-1])
+async def bench_long(n: int, store: str | None) -> dict[str, Any]:
+    """One session of ``n`` turns: the median µs of each turn, wall-clock and CPU (the
+    process's, all threads), by window of 100 turns."""
+    agent = agentlib.Agent(
+        "calc", "You add numbers.", agentlib.ScriptedModel(script() * max(n, WARMUP)), [add]
+    )
+
+    async def timed(session: agentlib.Session, count: int) -> tuple[list[float], list[float]]:
+        wall, cpu = [], []
+        for _ in range(count):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            record = await session.run("add 1 and 2")
+            cpu.append(time.process_time() - start_cpu)
+            wall.append(time.perf_counter() - start)
+            assert isinstance(record, agentlib.Completed), record
+        return wall, cpu
+
+    def us(values: list[float]) -> float:
+        return round(statistics.median(values) * 1e6, 1)
+
+    async with agentlib.open_runtime(store):
+        await timed(await agent.start_session(), WARMUP)
+        started = time.perf_counter()
+        wall, cpu = await timed(await agent.start_session(), n)
+        seconds = time.perf_counter() - started
+        fresh, _ = await timed(await agent.start_session(), WINDOW)
+    step = max(WINDOW, n // 10)
+    return {
+        "n": n,
+        "window": WINDOW,
+        "first_us_median": us(wall[:WINDOW]),
+        "last_us_median": us(wall[-WINDOW:]),
+        "ratio": round(statistics.median(wall[-WINDOW:]) / statistics.median(wall[:WINDOW]), 3),
+        "first_cpu_us_median": us(cpu[:WINDOW]),
+        "last_cpu_us_median": us(cpu[-WINDOW:]),
+        "windows_us_median": {
+            f"{start + 1}-{start + WINDOW}": us(wall[start : start + WINDOW])
+            for start in [*range(0, n - WINDOW, step), n - WINDOW]
+        },
+        "fresh_session_after_us_median": us(fresh),
+        "seconds": round(seconds, 2),
+    }
+
+
+def run_long(n: int, sqlite: bool) -> None:
+    if not sqlite:
+        emit(mode="long", store="memory", **trio.run(bench_long, n, None))
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        result = trio.run(bench_long, n, f"sqlite:///{directory}/long.db")
+    if n < 10_000:
+        result["note"] = f"{n:,} turns, fewer than the 10,000 of the target"
+    emit(mode="long_sqlite", store="sqlite", **result)
+
+
+def once(mode: str, n: int) -> dict[str, Any]:
+    seconds = (bench_async if mode == "async" else bench_sync)(n)
+    return figures(mode=mode, n=n, turns_per_s=n / seconds, us_per_turn=seconds / n * 1e6)
+
+
+def run_turns(n: int, repeats: int, python: str | None) -> None:
+    """Each mode's runs, a fresh process each, interleaved with the peers' runs; then the
+    medians, and agentlib's speed-up on the best peer."""
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    commands = [[sys.executable, __file__, "--once", "{mode}", str(n)]]
+    if python:
+        commands += [[python, str(peers_dir() / name), "{mode}", str(n)] for name in PEER_SCRIPTS]
+    for repeat in range(1, repeats + 1):
+        for mode in ("async", "sync"):
+            for command in commands:
+                done = subprocess.run(
+                    [part.format(mode=mode) for part in command],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                run = json.loads(done.stdout.strip().splitlines()[-1])
+                run["repeat"] = repeat
+                print(json.dumps(run), flush=True)
+                runs.setdefault((run["framework"], mode), []).append(run)
+    medians: dict[tuple[str, str], float] = {}
+    for (framework, mode), done_runs in runs.items():
+        per_turn = [run["us_per_turn"] for run in done_runs]
+        medians[framework, mode] = statistics.median(per_turn)
+        line = {
+            key: done_runs[0][key]
+            for key in ("framework", "python", "version")
+            if key in done_runs[0]
+        }
+        line |= {"mode": f"{mode}_median", "n": n, "repeats": len(done_runs)}
+        line |= {
+            "us_per_turn": round(medians[framework, mode], 1),
+            "us_per_turn_min": round(min(per_turn), 1),
+            "us_per_turn_max": round(max(per_turn), 1),
+            "turns_per_s": round(1e6 / medians[framework, mode], 1),
+        }
+        print(json.dumps(line), flush=True)
+    for mode in ("async", "sync"):
+        peers = {fw: us for (fw, m), us in medians.items() if m == mode and fw != "agentlib"}
+        if not peers:
+            continue
+        best = min(peers, key=peers.__getitem__)
+        mine = medians["agentlib", mode]
+        emit(
+            mode=f"{mode}_vs_peers",
+            n=n,
+            repeats=repeats,
+            us_per_turn=round(mine, 1),
+            peers_us_per_turn={fw: round(us, 1) for fw, us in peers.items()},
+            best_peer=best,
+            speedup=round(peers[best] / mine, 2),
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("n", nargs="?", type=int, default=2000, help="turns per mode")
+    parser.add_argument("n", nargs="?", type=int, help="turns (or calls) per run")
+    parser.add_argument(
+        "--mode",
+        choices=["turns", "round_trip", "long", "long_sqlite"],
+        help="one figure only (default: turns, then round_trip)",
+    )
     parser.add_argument("--peers", metavar="PYTHON", help="an interpreter with the peer SDKs")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="runs of each turns mode")
+    parser.add_argument("--once", choices=["async", "sync"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    for mode, bench in (("async", bench_async), ("sync", bench_sync)):
-        seconds = bench(args.n)
-        emit(mode=mode, n=args.n, turns_per_s=args.n / seconds, us_per_turn=seconds / args.n * 1e6)
-    emit(mode="round_trip", n=5000, us_median=bench_round_trip(5000) * 1e6)
-    if args.peers:
-        run_peers(args.peers)
+    if args.once:
+        print(json.dumps(once(args.once, args.n or DEFAULTS["turns"])))
+        return
+    for mode in [args.mode] if args.mode else ["turns", "round_trip"]:
+        # Without --mode, N is the turns' (the round trip makes its default number of calls).
+        n = (args.n if args.mode or mode == "turns" else None) or DEFAULTS[mode]
+        if mode == "turns":
+            run_turns(n, args.repeats, args.peers)
+        elif mode == "round_trip":
+            medians = bench_round_trip(n)
+            emit(
+                mode="round_trip",
+                n=n,
+                us_median=round(medians["agentlib"] * 1e6, 2),
+                anyio_us_median=round(medians["anyio"] * 1e6, 2),
+                ratio=round(medians["agentlib"] / medians["anyio"], 3),
+            )
+        else:
+            run_long(n, sqlite=mode == "long_sqlite")
 
 
 if __name__ == "__main__":
