@@ -32,8 +32,15 @@ import trio
 
 import agentlib
 
-PEERS = pathlib.Path(__file__).resolve().parents[2] / "shared" / "bench" / "peers"
 DEFAULTS = {"held": 10_000, "inflight": 10_000, "parked": 10_000, "durable": 100_000}
+
+
+def peers_dir() -> pathlib.Path:
+    """The peers' scripts: ``shared/bench/peers`` beside the checkout or one of its parents."""
+    for parent in pathlib.Path(__file__).resolve().parents:
+        if (parent / "shared" / "bench" / "peers").is_dir():
+            return parent / "shared" / "bench" / "peers"
+    raise SystemExit("no shared/bench/peers directory above this checkout")
 
 
 def rss_kib() -> float:
@@ -173,7 +180,7 @@ def run_peers(python: str) -> None:
     for script_name in ("bench_pydantic_ai.py", "bench_openai_agents.py"):
         for mode in ("held", "inflight"):
             done = subprocess.run(
-                [python, str(PEERS / script_name), mode, str(DEFAULTS[mode] // 10)],
+                [python, str(peers_dir() / script_name), mode, str(DEFAULTS[mode] // 10)],
                 capture_output=True,
                 text=True,
                 check=True,
