@@ -1,0 +1,291 @@
+"""Every figure of the bench, beside the peers' from the same run, as a Markdown table.
+
+Usage::
+
+    python bench/report.py [--peers PYTHON] [--quick]
+
+Runs, each in a process of its own (``turns.py`` and ``memory.py``, which start more):
+
+- ``turns.py --mode turns``: a scripted turn, async and sync, the median of 5 runs (and of
+  the peers' runs, interleaved, with ``--peers``);
+- ``turns.py --mode round_trip``: agentlib_sync's round trip, and anyio's;
+- ``turns.py --mode long`` and ``--mode long_sqlite``: turns 1-100 and the last 100 of one
+  10,000-turn session, in memory and on SQLite;
+- ``memory.py all``: a held session, a parked turn, 100,000 durable sessions (and the peers'
+  held and inflight, with ``--peers``).
+
+Prints the table (figure, agentlib, best peer or reference, ratio, target, met?), notes on
+how the figures were made, then every JSON line the benchmarks printed. ``--quick`` runs
+each with a small N: it checks that the report works; its figures judge no target.
+Compare ratios from one run, never absolute times across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import time
+from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+#: What each run is given: full, then quick.
+SIZES = {
+    "turns": (2000, 200),
+    "repeats": (5, 1),
+    "round_trip": (5000, 1000),
+    "long": (10_000, 1000),
+    "long_sqlite": (10_000, 300),
+    "memory": (None, 1000),  # None: memory.py's own (10,000 sessions or turns; 100,000 durable)
+}
+#: Durable sessions: RSS is flat if it grows by no more than this after the first tenth.
+FLAT = 0.05
+
+
+def steps(quick: bool, peers: str | None) -> list[list[str]]:
+    def size(name: str) -> str:
+        return str(SIZES[name][quick])
+
+    turns = [sys.executable, str(HERE / "turns.py"), "--mode"]
+    memory = [sys.executable, str(HERE / "memory.py"), "all"]
+    with_peers = ["--peers", peers] if peers else []
+    memory_n = [] if SIZES["memory"][quick] is None else [size("memory")]
+    return [
+        [*turns, "turns", size("turns"), "--repeats", size("repeats"), *with_peers],
+        [*turns, "round_trip", size("round_trip")],
+        [*turns, "long", size("long")],
+        [*turns, "long_sqlite", size("long_sqlite")],
+        [*memory, *memory_n, *with_peers],
+    ]
+
+
+def run(command: list[str]) -> tuple[list[dict[str, Any]], bool]:
+    """The JSON lines ``command`` printed, and whether it succeeded."""
+    shown = " ".join(pathlib.Path(part).name if os.sep in part else part for part in command)
+    print(f"report: {shown} ...", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - started
+    print(f"report: ... {seconds:.0f} s, exit status {done.returncode}", file=sys.stderr)
+    if done.returncode:
+        print(done.stderr, file=sys.stderr)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return lines, done.returncode == 0
+
+
+def number(value: float, unit: str = "") -> str:
+    text = f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
+    return f"{text} {unit}".rstrip()
+
+
+def met(ok: bool | None) -> str:
+    return "—" if ok is None else "yes" if ok else "**no**"
+
+
+class Table:
+    def __init__(self, lines: list[dict[str, Any]]) -> None:
+        self.lines = lines
+        self.rows: list[tuple[str, ...]] = []
+        self.notes: list[str] = []
+
+    def find(self, framework: str, mode: str) -> dict[str, Any] | None:
+        for line in self.lines:
+            if line.get("framework") == framework and line.get("mode") == mode:
+                return line
+        return None
+
+    def peers(self, mode: str) -> dict[str, dict[str, Any]]:
+        return {
+            line["framework"]: line
+            for line in self.lines
+            if line.get("mode") == mode and line.get("framework") != "agentlib"
+        }
+
+    def row(self, figure: str, *cells: str) -> None:
+        self.rows.append((figure, *cells))
+
+    def missing(self, figure: str, target: str) -> None:
+        self.row(figure, "not measured", "—", "—", target, "—")
+
+    def memory(self, figure: str, mode: str, key: str, peer_mode: str, peer_key: str) -> None:
+        target = "≤ 3 KiB" if mode == "held" else "≤ 8 KiB"
+        mine = self.find("agentlib", mode)
+        if mine is None:
+            self.missing(figure, target)
+            return
+        value = mine[key]
+        peers = {name: line[peer_key] for name, line in self.peers(peer_mode).items()}
+        best = min(peers, key=peers.__getitem__) if peers else None
+        reference = f"{best} {number(peers[best], 'KiB')}" if best else "—"
+        ratio = f"{value / peers[best]:.2f}x the best peer" if best else "—"
+        limit = 3.0 if mode == "held" else 8.0
+        self.row(figure, number(value, "KiB"), reference, ratio, target, met(value <= limit))
+
+    def durable(self) -> None:
+        figure, target = "Durable idle sessions: RSS", f"flat (≤ +{FLAT:.0%} after the first tenth)"
+        mine = self.find("agentlib", "durable")
+        if mine is None:
+            self.missing(figure, target)
+            return
+        before, after = mine["rss_after_first_tenth_kib"], mine["rss_after_kib"]
+        growth = after - before
+        self.row(
+            f"Durable idle sessions ({mine['n']:,}): RSS after the first tenth → after all",
+            f"{before / 1024:,.1f} → {after / 1024:,.1f} MiB ({growth / 1024:+,.1f} MiB)",
+            "—",
+            f"{after / before:.3f}x (after / first tenth)",
+            target,
+            met(growth <= FLAT * before),
+        )
+        samples = ", ".join(f"{kib / 1024:,.1f}" for kib in mine["rss_samples_kib"])
+        self.notes.append(
+            f"Durable sessions: RSS (MiB) after each fifth: {samples}; the runtime held "
+            f"{mine['sessions_held_by_runtime']:,} sessions at the end."
+        )
+
+    def round_trip(self) -> None:
+        figure, target = "Blocking facade round trip (median)", "≤ 50 µs or ≤ 0.40x anyio"
+        mine = self.find("agentlib", "round_trip")
+        if mine is None:
+            self.missing(figure, target)
+            return
+        ok = mine["us_median"] <= 50 or mine["ratio"] <= 0.4
+        self.row(
+            figure,
+            number(mine["us_median"], "µs"),
+            f"anyio BlockingPortal.call {number(mine['anyio_us_median'], 'µs')}",
+            f"{mine['ratio']:.2f}x anyio",
+            target,
+            met(ok),
+        )
+
+    def turn(self, mode: str) -> None:
+        figure, target = f"Scripted turn, {mode} (median µs/turn)", "≥ 6x the best peer"
+        mine = self.find("agentlib", f"{mode}_median")
+        if mine is None:
+            self.missing(figure, target)
+            return
+        versus = self.find("agentlib", f"{mode}_vs_peers")
+        if versus is None:
+            self.row(figure, number(mine["us_per_turn"], "µs"), "no peers run", "—", target, "—")
+            return
+        best = versus["best_peer"]
+        self.row(
+            figure,
+            number(mine["us_per_turn"], "µs"),
+            f"{best} {number(versus['peers_us_per_turn'][best], 'µs')}",
+            f"{versus['speedup']:.2f}x faster",
+            target,
+            met(versus["speedup"] >= 6),
+        )
+        others = ", ".join(
+            f"{name} {number(value, 'µs')}" for name, value in versus["peers_us_per_turn"].items()
+        )
+        self.notes.append(
+            f"Turns, {mode}: median of {mine['repeats']} runs of {mine['n']:,} turns, a fresh "
+            f"process each (agentlib {number(mine['us_per_turn_min'], 'µs')} to "
+            f"{number(mine['us_per_turn_max'], 'µs')}); peers: {others}."
+        )
+
+    def long(self, mode: str, where: str) -> None:
+        figure, target = f"{where} session, turns 1-100 vs the last 100", "≤ 1.10x"
+        mine = self.find("agentlib", mode)
+        if mine is None:
+            self.missing(figure, target)
+            return
+        n = mine["n"]
+        self.row(
+            f"{where} session of {n:,} turns: the last 100 vs turns 1-100 (median µs/turn)",
+            f"turns {n - 99:,}-{n:,}: {number(mine['last_us_median'], 'µs')}",
+            f"turns 1-100: {number(mine['first_us_median'], 'µs')}",
+            f"{mine['ratio']:.2f}x (last / first)",
+            target,
+            met(mine["ratio"] <= 1.10),
+        )
+        windows = ", ".join(
+            f"{span}: {number(value)}" for span, value in mine["windows_us_median"].items()
+        )
+        note = (
+            f"{where} session: median µs/turn by window: {windows}; a fresh session's first "
+            f"100 turns right after it: {number(mine['fresh_session_after_us_median'], 'µs')}; "
+            f"CPU time, last / first: {number(mine['last_cpu_us_median'])} / "
+            f"{number(mine['first_cpu_us_median'])} µs."
+        )
+        if "note" in mine:
+            note += f" {mine['note'][0].upper()}{mine['note'][1:]}."
+        self.notes.append(note)
+
+    def markdown(self) -> str:
+        header = ("Figure", "agentlib", "Best peer / reference", "Ratio", "Target", "Met?")
+        lines = [header, ("---",) * len(header), *self.rows]
+        return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+
+
+def environment(lines: list[dict[str, Any]], quick: bool) -> str:
+    versions = sorted(
+        {f"{line['framework']} {line['version']}" for line in lines if "version" in line}
+    )
+    parts = [
+        f"Python {platform.python_version()}",
+        f"{os.cpu_count()} CPUs",
+        time.strftime("%Y-%m-%d"),
+        *versions,
+    ]
+    text = "Measured in one run: " + ", ".join(parts) + "."
+    if quick:
+        text += " Quick run (small N): a check that the report works, not a measure of targets."
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--peers", metavar="PYTHON", help="an interpreter with the peer SDKs")
+    parser.add_argument("--quick", action="store_true", help="small N: a smoke run")
+    args = parser.parse_args()
+    lines: list[dict[str, Any]] = []
+    failed = 0
+    for command in steps(args.quick, args.peers):
+        got, ok = run(command)
+        lines += got
+        failed += not ok
+    table = Table(lines)
+    table.memory("Idle in-memory session, one finished turn", "held", "kib_per_session",
+                 "held", "kib_per_session")  # fmt: skip
+    table.memory("Turn parked on a tool approval", "parked", "kib_per_parked_turn",
+                 "inflight", "kib_per_inflight_turn")  # fmt: skip
+    table.memory("Turn parked in its model call", "inflight", "kib_per_inflight_turn",
+                 "inflight", "kib_per_inflight_turn")  # fmt: skip
+    table.durable()
+    table.round_trip()
+    table.turn("async")
+    table.turn("sync")
+    table.long("long", "In-memory")
+    table.long("long_sqlite", "SQLite")
+    print(table.markdown())
+    print()
+    print(environment(lines, args.quick))
+    print(
+        "The peers' parked turn is their inflight figure: a turn parked inside its first "
+        "model call, as a turn waiting on an approval would be."
+    )
+    for note in table.notes:
+        print(f"- {note}")
+    print()
+    print("Raw figures, one JSON line each:")
+    print()
+    print("```json")
+    for line in lines:
+        print(json.dumps(line))
+    print("```")
+    if failed:
+        print(f"report: {failed} benchmark(s) failed; see above", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
