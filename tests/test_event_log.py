@@ -154,3 +154,42 @@ async def test_a_streamed_message_reads_as_it_opened_and_as_it_completed() -> No
     ]
     assert log._events[0] is finals[0]  # packed as the completed message
     assert log._events[3] is not finals[1]  # kept whole: it differs by more than content
+
+
+async def test_a_long_log_packed_at_every_turns_end_reads_as_it_was_appended() -> None:
+    """Past a few hundred events a log is packed where it is, turn after turn; reads, and
+    reads after letting go of the oldest, give every event as it was, with its turn."""
+
+    def turn(number: int, first: int) -> list[Event]:
+        turn_id = f"t{number}"
+        ids = {"session_id": SESSION, "turn_id": turn_id}
+        message = MessageEntry(
+            id=f"m{number}", turn_id=turn_id, role="user", content=(TextContentBlock(text="hi"),)
+        )
+        record = Completed(
+            turn_id=turn_id,
+            session_id=SESSION,
+            cursor=format_cursor(SESSION, first + 3),
+            output="ok",
+            text="ok",
+        )
+        return [
+            TurnStarted(id=format_cursor(SESSION, first), **ids, message=message),
+            EntryAdded(id=format_cursor(SESSION, first + 1), **ids, entry=message),
+            EntryCompleted(id=format_cursor(SESSION, first + 2), **ids, entry=message),
+            TurnEnded(id=format_cursor(SESSION, first + 3), **ids, record=record),
+        ]
+
+    log = EventLog(SESSION)
+    appended: list[Event] = []
+    for number in range(150):  # 600 events
+        events_of_turn = turn(number, len(appended) + 1)
+        appended += events_of_turn
+        for event in events_of_turn:
+            log.append(event)
+        log.made_visible(len(appended))
+        log.pack()
+    assert await read_all(log) == appended
+    assert log.held(599) == appended[598]
+    log.prune(401)
+    assert await read_all(log) == appended[400:]

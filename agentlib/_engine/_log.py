@@ -100,6 +100,15 @@ def _opens(entry: Any, finals: dict[str, MessageEntry]) -> bool:
     )
 
 
+#: A log of at most this many events is packed without room to grow.
+_COMPACT_MAX = 256
+
+
+def _change_at(turns: Sequence[Any], seq: int) -> int:
+    """The index of the last turn change at or before ``seq`` (in ``seq, turn_id, ...``)."""
+    return bisect.bisect_right(range(len(turns) // 2), seq, key=lambda at: turns[2 * at]) - 1
+
+
 class EventLog:
     """The events of one session, in order, numbered from 1 (their seq).
 
@@ -149,9 +158,9 @@ class EventLog:
         self.closed = False
         self._changed: trio.Event | None = None  # made when a reader waits
         self._woken = 0  # how many times wake() was called
-        self._kinds: bytes | None = None  # the class code of each packed event
+        self._kinds: bytes | bytearray | None = None  # the class code of each packed event
         # Where the turn of the packed events changes: seq, turn_id, seq, turn_id...
-        self._turns: tuple[Any, ...] = ()
+        self._turns: Sequence[Any] = ()
 
     @property
     def last_seq(self) -> int:
@@ -215,15 +224,18 @@ class EventLog:
 
     def _turn_at(self, seq: int) -> str | None:
         turns = self._turns
-        at = bisect.bisect_right(turns[::2], seq) - 1
-        return turns[2 * at + 1]  # type: ignore[no-any-return]
+        turn_id: str | None = turns[2 * _change_at(turns, seq) + 1]
+        return turn_id
 
     def pack(self) -> None:
         """Keep the events held so far packed: the session is idle. A packed event takes
         9 bytes beyond its values; reading makes a copy, equal to the event."""
         events = self._events
-        kinds = bytearray(self._kinds or b"")
-        turns = list(self._turns)
+        # A small log is kept without room to grow, a large one grows where it is: copying
+        # it at every turn's end would make each turn of a long session slower.
+        small = len(events) <= _COMPACT_MAX
+        kinds = self._kinds if isinstance(self._kinds, bytearray) else bytearray(self._kinds or b"")
+        turns = self._turns if isinstance(self._turns, list) else list(self._turns)
         session_id = self.session_id
         finals = _completed_messages(events, len(kinds))
         for index in range(len(kinds), len(events)):
@@ -246,10 +258,13 @@ class EventLog:
             else:
                 code = 0
             kinds.append(code)
-        # No room to grow: it may stay idle for long.
-        self._events = events[:]
-        self._kinds = bytes(kinds)
-        self._turns = tuple(turns)
+        if small:  # no room to grow: it may stay idle for long
+            self._events = events[:]
+            self._kinds = bytes(kinds)
+            self._turns = tuple(turns)
+        else:
+            self._kinds = kinds
+            self._turns = turns
 
     def _drop(self, count: int) -> None:
         """Let go of the ``count`` oldest events held."""
@@ -258,7 +273,7 @@ class EventLog:
         if self._kinds is not None:
             self._kinds = self._kinds[count:]
             # The turn of the oldest event held is the last change at or before it.
-            before = bisect.bisect_right(self._turns[::2], self.held_from) - 1
+            before = _change_at(self._turns, self.held_from)
             self._turns = self._turns[2 * max(0, before) :]
 
     async def read_page(self, seq: int) -> Sequence[Event]:
