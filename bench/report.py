@@ -207,6 +207,16 @@ class Table:
             target,
             met(mine["ratio"] <= 1.10),
         )
+        if "interleaved_ratio" in mine:
+            self.row(
+                f"{where} session of {n:,} turns, measured turn for turn beside a new "
+                "session's first 100 (median µs/turn)",
+                f"turns {n + 1:,}-{n + 100:,}: {number(mine['interleaved_last_us_median'], 'µs')}",
+                f"a new session's 1-100: {number(mine['interleaved_first_us_median'], 'µs')}",
+                f"{mine['interleaved_ratio']:.2f}x (long / new)",
+                target,
+                met(mine["interleaved_ratio"] <= 1.10),
+            )
         windows = ", ".join(
             f"{span}: {number(value)}" for span, value in mine["windows_us_median"].items()
         )

@@ -147,7 +147,10 @@ async def bench_long(n: int, store: str | None) -> dict[str, Any]:
     """One session of ``n`` turns: the median µs of each turn, wall-clock and CPU (the
     process's, all threads), by window of 100 turns."""
     agent = agentlib.Agent(
-        "calc", "You add numbers.", agentlib.ScriptedModel(script() * max(n, WARMUP)), [add]
+        "calc",
+        "You add numbers.",
+        agentlib.ScriptedModel(script() * (max(n, WARMUP) + WINDOW)),
+        [add],
     )
 
     async def timed(session: agentlib.Session, count: int) -> tuple[list[float], list[float]]:
@@ -166,9 +169,17 @@ async def bench_long(n: int, store: str | None) -> dict[str, Any]:
     async with agentlib.open_runtime(store):
         await timed(await agent.start_session(), WARMUP)
         started = time.perf_counter()
-        wall, cpu = await timed(await agent.start_session(), n)
+        session = await agent.start_session()
+        wall, cpu = await timed(session, n)
         seconds = time.perf_counter() - started
         fresh, _ = await timed(await agent.start_session(), WINDOW)
+        # The machine drifts over a long run: the same comparison, measured turn for turn
+        # side by side, the long session's next turns against a new session's first ones.
+        long_session, new_session = session, await agent.start_session()
+        beside_long, beside_new = [], []
+        for _ in range(WINDOW):
+            beside_long += (await timed(long_session, 1))[0]
+            beside_new += (await timed(new_session, 1))[0]
     step = max(WINDOW, n // 10)
     return {
         "n": n,
@@ -183,6 +194,11 @@ async def bench_long(n: int, store: str | None) -> dict[str, Any]:
             for start in [*range(0, n - WINDOW, step), n - WINDOW]
         },
         "fresh_session_after_us_median": us(fresh),
+        "interleaved_last_us_median": us(beside_long),
+        "interleaved_first_us_median": us(beside_new),
+        "interleaved_ratio": round(
+            statistics.median(beside_long) / statistics.median(beside_new), 3
+        ),
         "seconds": round(seconds, 2),
     }
 
