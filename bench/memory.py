@@ -155,6 +155,7 @@ async def durable(n: int) -> None:
             warm = n // 10
             samples = []
             before = 0.0
+            blocks_before = 0
             for i in range(n):
                 session = await calc.start_session()
                 record = await session.run(f"conversation {i}: add 1 and 2")
@@ -162,15 +163,23 @@ async def durable(n: int) -> None:
                 del session
                 if i + 1 == warm:
                     before = rss_kib()
+                    gc.collect()
+                    blocks_before = sys.getallocatedblocks()
                 if (i + 1) % (n // 5) == 0:
                     samples.append(round(rss_kib()))
             after = rss_kib()
+            gc.collect()
+            blocks_after = sys.getallocatedblocks()
             held_sessions = len(runtime.sessions)
         size = os.path.getsize(f"{directory}/sessions.db")
     emit(mode="durable", n=n, rss_after_first_tenth_kib=before, rss_after_kib=after,
          rss_samples_kib=samples, growth_kib=after - before,
          bytes_per_session_after_first_tenth=(after - before) * 1024 / (n - warm),
-         sessions_held_by_runtime=held_sessions, file_bytes=size)  # fmt: skip
+         sessions_held_by_runtime=held_sessions, file_bytes=size,
+         # Python's own objects (RSS also holds SQLite's page cache, up to its cache_size).
+         python_blocks_after_first_tenth=blocks_before, python_blocks_after=blocks_after,
+         python_blocks_per_session_after_first_tenth=(blocks_after - blocks_before)
+         / (n - warm))  # fmt: skip
 
 
 MODES = {"held": held, "inflight": inflight, "parked": parked, "durable": durable}

@@ -142,6 +142,17 @@ class Table:
             target,
             met(growth <= FLAT * before),
         )
+        if "python_blocks_after" in mine:
+            blocks = mine["python_blocks_per_session_after_first_tenth"]
+            self.row(
+                f"Durable idle sessions ({mine['n']:,}): Python's allocated blocks after the "
+                "first tenth → after all (RSS also holds SQLite's page cache, up to 64 MiB)",
+                f"{mine['python_blocks_after_first_tenth']:,} → {mine['python_blocks_after']:,}",
+                "—",
+                f"{blocks:+.2f} blocks per session",
+                "flat (< 1 block per session)",
+                met(blocks < 1),
+            )
         samples = ", ".join(f"{kib / 1024:,.1f}" for kib in mine["rss_samples_kib"])
         self.notes.append(
             f"Durable sessions: RSS (MiB) after each fifth: {samples}; the runtime held "
