@@ -20,6 +20,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
+import outcome
 import trio
 
 import agentlib
@@ -33,6 +34,26 @@ T = TypeVar("T")
 
 _START_TIMEOUT = 30.0
 _CLOSE_TIMEOUT = 5.0
+#: The most tasks that wait for a call once they ran one (more calls at once spawn more).
+_IDLE_TASKS = 8
+
+
+class _Call:
+    """A blocking call's work, run by a task of the engine's loop."""
+
+    __slots__ = ("cancelled", "run", "scope")
+
+    def __init__(self, run: Callable[[], Awaitable[None]]) -> None:
+        self.run = run
+        self.scope: trio.CancelScope | None = None  # the scope it runs in, while it runs
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Stop it (Ctrl-C in its caller), in the loop's thread: at once if it runs, when it
+        starts if it has not yet."""
+        self.cancelled = True
+        if self.scope is not None:
+            self.scope.cancel()
 
 
 class Portal:
@@ -46,6 +67,9 @@ class Portal:
         self._runtime: agentlib.Runtime | None = None
         self._stop: trio.Event | None = None
         self._closed = False
+        # Tasks of the engine's loop that ran a call and wait for the next (loop's thread
+        # only): a call reuses one rather than spawning a task of its own.
+        self._idle: list[trio.lowlevel.Task] = []
 
     def _ensure_started(self) -> None:
         if self._closed or sys.is_finalizing():
@@ -100,24 +124,19 @@ class Portal:
         self._ensure_started()
         assert self._token is not None
         assert self._nursery is not None
-        runtime = self._runtime
-        assert runtime is not None
         # A bare lock is the cheapest cross-thread signal: the task releases it when done.
         done = _thread.allocate_lock()
         done.acquire()
         result: list[Any] = []  # [value] or [value, error]
         notes: list[str] = []
-        scope = trio.CancelScope()
 
-        async def task() -> None:
-            enter(runtime)
+        async def run() -> None:
             try:
-                with scope:
-                    try:
-                        result.append(await afn(*args, **kwargs))
-                    except trio.Cancelled as cancelled:  # keep its notes for the caller
-                        notes[:] = getattr(cancelled, "__notes__", ())
-                        raise
+                try:
+                    result.append(await afn(*args, **kwargs))
+                except trio.Cancelled as cancelled:  # keep its notes for the caller
+                    notes[:] = getattr(cancelled, "__notes__", ())
+                    raise
             except BaseException as exc:
                 result[:] = [None, exc]
                 if isinstance(exc, trio.Cancelled):
@@ -125,9 +144,9 @@ class Portal:
             finally:
                 done.release()
 
-        nursery = self._nursery
+        call = _Call(run)
         try:
-            self._token.run_sync_soon(nursery.start_soon, task)
+            self._token.run_sync_soon(self._dispatch, call)
         except trio.RunFinishedError:
             raise RuntimeError(
                 "agentlib's engine has stopped (the interpreter is exiting)"
@@ -135,9 +154,9 @@ class Portal:
         try:
             done.acquire()
         except KeyboardInterrupt as stop:
-            # Stop this call's task (not the turns it started), wait briefly, re-raise with
-            # what the task noted on its way out (e.g. which turn goes on, how to stop it).
-            self._token.run_sync_soon(scope.cancel)
+            # Stop this call (not the turns it started), wait briefly, re-raise with what it
+            # noted on its way out (e.g. which turn goes on, how to stop it).
+            self._token.run_sync_soon(_Call.cancel, call)
             done.acquire(timeout=_CLOSE_TIMEOUT)
             for note in notes:
                 add_note(stop, note)
@@ -148,6 +167,48 @@ class Portal:
                 raise RuntimeError("agentlib's engine stopped during the call") from None
             raise error
         return result[0]  # type: ignore[no-any-return]
+
+    def _dispatch(self, call: _Call) -> None:
+        """Run ``call`` in a task that waits for one, or in a new one (loop's thread)."""
+        if self._idle:
+            trio.lowlevel.reschedule(self._idle.pop(), outcome.Value(call))
+        else:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._work, call)
+
+    async def _work(self, call: _Call | None) -> None:
+        """Run calls one after the other, each in the task's cancel scope (a new one after a
+        call was cancelled), until enough other tasks wait for a call."""
+        assert self._runtime is not None
+        enter(self._runtime)
+        task = trio.lowlevel.current_task()
+
+        def abort(raise_cancel: Any) -> trio.lowlevel.Abort:  # the engine is closing
+            self._idle.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        async def next_call() -> _Call | None:
+            if len(self._idle) >= _IDLE_TASKS:
+                return None
+            self._idle.append(task)
+            next_one: _Call = await trio.lowlevel.wait_task_rescheduled(abort)
+            return next_one
+
+        while call is not None:
+            with trio.CancelScope() as scope:
+                while call is not None:
+                    call.scope = scope
+                    try:
+                        if call.cancelled:  # before it started
+                            scope.cancel()
+                        await call.run()
+                    finally:
+                        call.scope = None
+                    if scope.cancel_called:
+                        break
+                    call = await next_call()
+            if scope.cancel_called:  # spent: the next call gets a new scope
+                call = await next_call()
 
     def iterate(self, make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
         """An async iterator as a blocking one: one round trip per item; stopping early
