@@ -119,6 +119,10 @@ def checked_class(cls: Any) -> bool:
     return (module == "agentlib" or module.startswith("agentlib.")) and cls not in _UNCHECKED
 
 
+#: Types whose values are JSON as they are (subclasses are walked: ``bool`` is ``int``'s).
+_SCALARS = (str, int, bool)
+
+
 def _walk(value: object, *, strict: bool) -> Problem | None:
     """The first problem of ``value``, walked without recursion so that no depth breaks it.
 
@@ -126,6 +130,8 @@ def _walk(value: object, *, strict: bool) -> Problem | None:
     :func:`agentlib.unstructure` takes it: sets count as arrays, and attrs classes and
     dataclasses as objects, except agentlib's own, which checked their data when built.
     """
+    if value is None or type(value) in _SCALARS:
+        return None  # the common case, without building a stack
     stack: list[tuple[object, int, _Link]] = [(value, 0, None)]
     while stack:
         item, depth, link = stack.pop()

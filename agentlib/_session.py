@@ -583,7 +583,10 @@ class Turn:
                     if delivered <= position:
                         continue
                     if isinstance(event, TurnEnded):
-                        return attrs.evolve(event.record, cursor=log.last_cursor())
+                        record, cursor = event.record, log.last_cursor()
+                        if record.cursor == cursor:
+                            return record  # the common case: nothing came after its end
+                        return attrs.evolve(record, cursor=cursor)
                     if isinstance(event, CallbackOpened):
                         waiter.handle(event.callback)
             position = max(position, delivered)

@@ -92,12 +92,12 @@ def _opens(entry: Any, finals: dict[str, MessageEntry]) -> bool:
         final is not None
         and type(entry) is MessageEntry
         and not entry.content
-        and all(
-            getattr(entry, field.name) == getattr(final, field.name)
-            for field in attrs.fields(MessageEntry)
-            if field.name != "content"
-        )
+        and all(getattr(entry, name) == getattr(final, name) for name in _BESIDE_CONTENT)
     )
+
+
+#: The fields of a message beside its content.
+_BESIDE_CONTENT = tuple(f.name for f in attrs.fields(MessageEntry) if f.name != "content")
 
 
 #: A log of at most this many events is packed without room to grow.

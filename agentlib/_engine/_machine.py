@@ -671,8 +671,12 @@ class Facts(list[Op]):
     ) -> Event:
         """Append an event of ``event_type`` to the session's log."""
         seq = session.last_seq + 1
+        session_id = session.id
         event = event_type(
-            id=format_cursor(session.id, seq), session_id=session.id, turn_id=turn_id, **fields
+            id=f"{session_id}:{seq:012d}",  # format_cursor's, inlined: every event has one
+            session_id=session_id,
+            turn_id=turn_id,
+            **fields,
         )
         self.add(EventRow(session.id, seq, event))
         return event

@@ -90,11 +90,11 @@ class Runtime:
         """Do what the facts of a transition ask: write them to the store; publish their
         events (to readers once durable); wake the waits on the callbacks they close; and
         note the ends of turns. The machine applied them already."""
-        durable = self.store.durable
+        durable, write, sessions = self.store.durable, self.store.write, self.sessions
         for fact in facts:
-            self.store.write(fact)
+            write(fact)
             if isinstance(fact, EventRow):
-                live = self.sessions.get(fact.session_id)
+                live = sessions.get(fact.session_id)
                 if live is None:
                     continue
                 live.log.append(fact.event)
