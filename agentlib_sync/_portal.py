@@ -1,9 +1,10 @@
 """The engine's thread: one trio loop on a daemon thread, and blocking calls into it.
 
 Every blocking call of ``agentlib_sync`` hands its work to a task of that loop (one that
-waits for calls, or a new one) and waits on a lock the task releases when it is done. Because the loop has its own thread, blocking calls work from
-any thread that is not the loop's: a plain script, a worker thread, inside a running asyncio
-loop (a notebook cell) or inside another trio program.
+waits for calls, or a new one) and waits on a lock the task releases when it is done. Because
+the loop has its own thread, blocking calls work from any thread that is not the loop's: a
+plain script, a worker thread, inside a running asyncio loop (a notebook cell) or inside
+another trio program.
 """
 
 from __future__ import annotations
