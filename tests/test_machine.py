@@ -96,6 +96,24 @@ class Run:
         self.update(turn_id, index, session_id, state=CallState.WAITING, callback=callback_id)
         return callback_id
 
+    def delegate(self, turn_id: str) -> str:
+        """The turn's first call runs in a new subagent session, ``child``: its turn's id."""
+        child_turn, facts = machine.start_subagent(
+            self.sessions,
+            ROOT,
+            turn_id,
+            child_id="child",
+            agent="helper",
+            message="look",
+            limit=8,
+            max_steps=5,
+            output_type=None,
+            lease=None,
+        )
+        self.keep(facts)
+        self.update(turn_id, 0, state=CallState.DELEGATED, child=("child", child_turn))
+        return child_turn
+
     def answer(self, session_id: str, callback_id: str, answer: Any) -> None:
         self.keep(machine.close_callback(self.sessions, session_id, callback_id, answer=answer))
 
@@ -184,20 +202,7 @@ def test_an_open_callback_shows_in_every_log_above_and_the_record_reads_blocked(
     root_turn = run.turn()
     run.model_step(root_turn)
     run.tool_step(root_turn, "helper")
-    child_turn, facts = machine.start_subagent(
-        run.sessions,
-        ROOT,
-        root_turn,
-        child_id="child",
-        agent="helper",
-        message="look",
-        limit=8,
-        max_steps=5,
-        output_type=None,
-        lease=None,
-    )
-    run.keep(facts)
-    run.update(root_turn, 0, state=CallState.DELEGATED, child=("child", child_turn))
+    child_turn = run.delegate(root_turn)
     run.model_step(child_turn, "child")
     run.tool_step(child_turn, "erase", session_id="child")
     callback_id = run.approval(child_turn, 0, "child")
@@ -416,20 +421,7 @@ def delegated_to_a_subagent(run: Run, child_point: Callable[[Run, str], None]) -
     root_turn = run.turn()
     run.model_step(root_turn)
     run.tool_step(root_turn, "helper", "index")
-    child_turn, facts = machine.start_subagent(
-        run.sessions,
-        ROOT,
-        root_turn,
-        child_id="child",
-        agent="helper",
-        message="look",
-        limit=8,
-        max_steps=5,
-        output_type=None,
-        lease=None,
-    )
-    run.keep(facts)
-    run.update(root_turn, 0, state=CallState.DELEGATED, child=("child", child_turn))
+    child_turn = run.delegate(root_turn)
     child_point(run, child_turn)
     return root_turn, child_turn
 
