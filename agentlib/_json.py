@@ -120,7 +120,7 @@ def checked_class(cls: Any) -> bool:
 
 
 #: Types whose values are JSON as they are (subclasses are walked: ``bool`` is ``int``'s).
-_SCALARS = (str, int, bool)
+JSON_SCALARS = (str, int, bool)
 
 
 def _walk(value: object, *, strict: bool) -> Problem | None:
@@ -130,7 +130,7 @@ def _walk(value: object, *, strict: bool) -> Problem | None:
     :func:`agentlib.unstructure` takes it: sets count as arrays, and attrs classes and
     dataclasses as objects, except agentlib's own, which checked their data when built.
     """
-    if value is None or type(value) in _SCALARS:
+    if value is None or type(value) in JSON_SCALARS:
         return None  # the common case, without building a stack
     stack: list[tuple[object, int, _Link]] = [(value, 0, None)]
     while stack:

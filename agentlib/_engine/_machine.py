@@ -16,7 +16,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-import types
 import uuid
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, TypeVar
@@ -58,6 +57,7 @@ from .._events import (
     TurnStarted,
 )
 from .._history import new_id
+from .._json import EMPTY_OBJECT
 from .._ops import (
     CallbackRow,
     EntryRow,
@@ -102,8 +102,9 @@ K = TypeVar("K")
 V = TypeVar("V")
 T = TypeVar("T")
 
-#: The empty mapping sessions share until they have something of the kind (``_own``).
-NOTHING: Mapping[Any, Any] = types.MappingProxyType({})
+#: The empty mapping sessions share until they have something of the kind (``own``): the
+#: one empty object data classes share too.
+NOTHING: Mapping[Any, Any] = EMPTY_OBJECT
 
 
 def format_cursor(session_id: str, seq: int) -> str:

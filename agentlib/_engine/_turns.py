@@ -27,7 +27,7 @@ from .._errors import SessionBusyError, ValidationError
 from .._history import new_id
 from .._hooks import DenyToolCall, ModifiedArguments, RequestApproval
 from .._inputs import read_input
-from .._json import TOO_DEEP, json_problem, nesting_problem
+from .._json import JSON_SCALARS, TOO_DEEP, json_problem, nesting_problem
 from .._models._base import ModelRequest, ToolCallRequest
 from .._output import output_schema
 from .._records import Completed, Failed, Interrupted, TurnState, UnknownOutcome
@@ -591,9 +591,6 @@ async def _delegate(turn: _Turn, index: int, subagent: AgentDefinition) -> ToolR
     return error_result(entry, f"the turn of {subagent.name} ended as {type(record).__name__}")
 
 
-_JSON_SCALARS = (bool, int)
-
-
 def _result_entry(call: ToolCallEntry, value: Any) -> ToolResultEntry:
     structured: Any = None
     if isinstance(value, str):
@@ -606,7 +603,7 @@ def _result_entry(call: ToolCallEntry, value: Any) -> ToolResultEntry:
         and all(isinstance(item, _CONTENT_CLASSES) for item in value)
     ):
         content = tuple(value)
-    elif value is None or type(value) in _JSON_SCALARS:
+    elif value is None or type(value) in JSON_SCALARS:  # not str: handled above
         structured = value  # JSON as it is
         content = (TextContentBlock(text=json.dumps(structured)),)
     else:
