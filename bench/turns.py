@@ -20,9 +20,14 @@ Modes:
   interleaves them. Prints a line per run, then the median of the runs for each framework
   and mode, then a line per mode (``async_vs_peers``, ``sync_vs_peers``) with agentlib's
   µs per turn, each peer's, and ``speedup``: the best peer's µs per turn over agentlib's.
+  The ``sync_one_cpu`` runs are the sync runs again, each process kept on one CPU: a blocking
+  turn crosses threads six times, and waking a thread on another CPU costs what this shows.
 - ``round_trip``: the median of N (5,000) calls of an async no-op through agentlib_sync's
   portal and through anyio's ``BlockingPortal.call`` (``start_blocking_portal(backend=
   "trio")``), in alternating blocks in one process; ``ratio`` is agentlib's over anyio's.
+  Then ``handoffs``: the mean µs of a turn's thread crossings with no engine work, async (the
+  sync tool's worker thread and back) and sync (the same inside the two portal calls of a
+  blocking turn): what the blocking facade's shape costs a turn on this machine.
 - ``long`` and ``long_sqlite``: one session runs N turns (10,000) after 50 warm-up turns in
   another session. Each turn is timed; the median per-turn µs of turns 1-100 and of the last
   100 are printed, and ``ratio``, last over first. Also: the median of each 100 turns from
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import platform
 import statistics
@@ -49,6 +55,7 @@ import trio
 
 import agentlib
 import agentlib_sync
+from agentlib._threads import run_in_thread
 from agentlib_sync._portal import portal
 
 WARMUP = 50
@@ -56,6 +63,8 @@ WINDOW = 100
 REPEATS = 5
 DEFAULTS = {"turns": 2000, "round_trip": 5000, "long": 10_000, "long_sqlite": 10_000}
 PEER_SCRIPTS = ("bench_pydantic_ai.py", "bench_openai_agents.py")
+#: Each framework's runs: async, sync, and sync again with the process kept on one CPU.
+MODES = ("async", "sync", "sync_one_cpu")
 
 
 def peers_dir() -> pathlib.Path:
@@ -143,6 +152,34 @@ def bench_round_trip(n: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def bench_handoffs(n: int) -> dict[str, float]:
+    """The mean seconds of a turn's thread crossings alone, with no engine work: in the
+    engine, the sync tool's (to a worker thread and back); from a blocking caller, the same
+    inside two portal calls, as a blocking turn crosses (start the session, run the turn)."""
+
+    async def tool() -> int:
+        return await run_in_thread(add, 1, 2)
+
+    async def nothing() -> None:
+        return None
+
+    async def in_engine(count: int) -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            await tool()
+        return (time.perf_counter() - start) / count
+
+    def blocking(count: int) -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            portal.call(nothing)
+            portal.call(tool)
+        return (time.perf_counter() - start) / count
+
+    blocking(WARMUP)
+    return {"async": portal.call(in_engine, n), "sync": blocking(n)}
+
+
 async def bench_long(n: int, store: str | None) -> dict[str, Any]:
     """One session of ``n`` turns: the median µs of each turn, wall-clock and CPU (the
     process's, all threads), by window of 100 turns."""
@@ -219,6 +256,11 @@ def once(mode: str, n: int) -> dict[str, Any]:
     return figures(mode=mode, n=n, turns_per_s=n / seconds, us_per_turn=seconds / n * 1e6)
 
 
+def one_cpu() -> None:
+    """Keep this process (a benchmark's child) and its threads on one CPU."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
 def run_turns(n: int, repeats: int, python: str | None) -> None:
     """Each mode's runs, a fresh process each, interleaved with the peers' runs; then the
     medians, and agentlib's speed-up on the best peer."""
@@ -227,16 +269,18 @@ def run_turns(n: int, repeats: int, python: str | None) -> None:
     if python:
         commands += [[python, str(peers_dir() / name), "{mode}", str(n)] for name in PEER_SCRIPTS]
     for repeat in range(1, repeats + 1):
-        for mode in ("async", "sync"):
+        for mode in MODES:
             for command in commands:
                 done = subprocess.run(
-                    [part.format(mode=mode) for part in command],
+                    [part.format(mode=mode.removesuffix("_one_cpu")) for part in command],
                     capture_output=True,
                     text=True,
                     check=True,
+                    preexec_fn=one_cpu if mode.endswith("_one_cpu") else None,
                 )
                 run = json.loads(done.stdout.strip().splitlines()[-1])
                 run["repeat"] = repeat
+                run["mode"] = mode
                 print(json.dumps(run), flush=True)
                 runs.setdefault((run["framework"], mode), []).append(run)
     medians: dict[tuple[str, str], float] = {}
@@ -256,7 +300,7 @@ def run_turns(n: int, repeats: int, python: str | None) -> None:
             "turns_per_s": round(1e6 / medians[framework, mode], 1),
         }
         print(json.dumps(line), flush=True)
-    for mode in ("async", "sync"):
+    for mode in MODES:
         peers = {fw: us for (fw, m), us in medians.items() if m == mode and fw != "agentlib"}
         if not peers:
             continue
@@ -301,6 +345,13 @@ def main() -> None:
                 us_median=round(medians["agentlib"] * 1e6, 2),
                 anyio_us_median=round(medians["anyio"] * 1e6, 2),
                 ratio=round(medians["agentlib"] / medians["anyio"], 3),
+            )
+            crossings = bench_handoffs(n)
+            emit(
+                mode="handoffs",
+                n=n,
+                async_us_mean=round(crossings["async"] * 1e6, 1),
+                sync_us_mean=round(crossings["sync"] * 1e6, 1),
             )
         else:
             run_long(n, sqlite=mode == "long_sqlite")
