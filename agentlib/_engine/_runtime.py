@@ -226,6 +226,25 @@ class Runtime:
         for sub in agent.subagents:
             self.know(sub)
 
+    def deploy(self, agent: AgentDefinition) -> None:
+        """Run the sessions of ``agent``'s name with ``agent`` from now on (a new
+        deployment): held ones from their next step, with their subagents' sessions taking
+        its subagents of their names; stored ones when they are read back."""
+        self.agents[agent.name] = agent
+        for sub in agent.subagents:
+            self.know(sub)
+        for live in list(self.sessions.values()):
+            if live.state.parent_id is None and live.agent.name == agent.name:
+                self._redeploy(live, agent)
+
+    def _redeploy(self, live: LiveSession, agent: AgentDefinition) -> None:
+        live.agent = agent
+        for child_id in live.state.children:
+            child = self.sessions.get(child_id)
+            sub = None if child is None else agent.subagents_by_name.get(child.agent.name)
+            if child is not None and sub is not None:
+                self._redeploy(child, sub)
+
     # -- sessions ---------------------------------------------------------------------------
 
     def adopt(
