@@ -270,9 +270,10 @@ class Session:
             UnsupportedSessionProcedureError: The session is a subagent's: its references
                 only read, and interrupt its turns.
         """
-        return await self._start(
+        turn, _ = await self._start(
             "start_turn", content, idempotency_key, self._agent.output_type, max_steps
         )
+        return turn
 
     async def _start(
         self,
@@ -281,7 +282,8 @@ class Session:
         key: str | None,
         output_type: Any,
         max_steps: int | None,
-    ) -> Turn | Busy[Turn]:
+    ) -> tuple[Turn | Busy[Turn], bool]:
+        """Start a turn; and whether it is new (not one an idempotency key started)."""
         if max_steps is not None:
             check_max_steps(max_steps)
         live = await self._writable(procedure)
@@ -289,8 +291,8 @@ class Session:
         started = self._runtime.start_turn(live, blocks, key, output_type, max_steps)
         if isinstance(started, machine.Started):
             await self._runtime.flush()  # a started turn is acknowledged once durable
-            return Turn(self, started.turn_id, started=True)
-        return Busy(turn=Turn(self, started.turn_id, started=None))
+            return Turn(self, started.turn_id, started=True), started.new
+        return Busy(turn=Turn(self, started.turn_id, started=None)), False
 
     @overload
     async def run(
@@ -355,7 +357,7 @@ class Session:
             Exception: What a handler raised while the turn ran (see :meth:`Turn.result`).
         """
         wanted = output_type if output_type is not None else self._agent.output_type
-        turn = await self._start("run", content, idempotency_key, wanted, max_steps)
+        turn, _ = await self._start("run", content, idempotency_key, wanted, max_steps)
         if isinstance(turn, Busy):
             return turn
         return await turn.result(output_type=wanted, timeout=timeout, on_event=on_event)
@@ -385,6 +387,45 @@ class Session:
                     return
                 await log.wait_beyond(position)
                 self._runtime.store.check()
+
+    async def _event_page(
+        self, after: str | None, limit: int, wait: float, turn_id: str | None = None
+    ) -> tuple[list[Event], str | None, bool]:
+        """Up to ``limit`` stored events after ``after`` (of one turn, with ``turn_id``),
+        waiting up to ``wait`` seconds for one; the cursor read up to; and whether no more
+        will come. The deployed sessions' paged replay.
+
+        Raises:
+            InvalidCursorError: ``after`` belongs to another session or is not a cursor.
+            TurnNotFoundError: The session has no such turn.
+        """
+        live = await self._load()
+        log = live.log
+        position = log.seq_of(after)
+        turn = None if turn_id is None else live.state.turn(turn_id)
+        if turn is not None:
+            position = max(position, turn.first_seq - 1)
+        output_type = self._agent.output_type
+
+        def ended() -> bool:
+            if turn is not None and turn.end_seq is not None and position >= turn.end_seq:
+                return True
+            return log.finished(position)
+
+        if position >= log.visible and not ended():
+            with trio.move_on_after(wait):
+                await log.wait_beyond(position)
+        events: list[Event] = []
+        with live.reading():
+            while position < log.visible and len(events) < limit and not ended():
+                for event in await log.read_page(position + 1):
+                    position += 1
+                    if turn is None or event.turn_id == turn.id:
+                        events.append(_event_for_reader(event, output_type))
+                    if len(events) >= limit or position >= log.visible or ended():
+                        break
+        cursor = machine.format_cursor(self.id, position) if position else after
+        return events, cursor, ended()
 
     async def cancel(self) -> None:
         """End the session and its subagents: interrupt the running turns; later sends
