@@ -73,6 +73,7 @@ from ._hooks import HookDecision as HookDecision
 from ._hooks import ModifiedArguments as ModifiedArguments
 from ._hooks import RequestApproval as RequestApproval
 from ._hooks import pre_tool_call as pre_tool_call
+from ._http import serve as serve
 from ._inputs import Depends as Depends
 from ._inputs import SessionInput as SessionInput
 from ._models._base import Model as Model
@@ -217,6 +218,7 @@ __all__ = [
     "open_runtime",
     "parse_history",
     "pre_tool_call",
+    "serve",
     "structure",
     "tool",
     "unstructure",

@@ -106,6 +106,7 @@ from agentlib import current_runtime as current_runtime
 from agentlib import open_runtime as open_runtime
 from agentlib import parse_history as parse_history
 from agentlib import pre_tool_call as pre_tool_call
+from agentlib import serve as serve
 from agentlib import structure as structure
 from agentlib import tool as tool
 from agentlib import unstructure as unstructure
@@ -218,6 +219,7 @@ __all__ = [
     "open_runtime",
     "parse_history",
     "pre_tool_call",
+    "serve",
     "structure",
     "tool",
     "unstructure",

@@ -1,0 +1,457 @@
+"""A runtime's agents served over HTTP: JSON under ``/v1``, events as Server-Sent Events.
+
+Starlette routes the requests and hypercorn serves them, both on trio. Every route uses the
+public API (``Agent.start_session``, ``Session``, ``Turn``) of one runtime, so a deployed
+session behaves as a local one: the same records, events and errors, as JSON.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve as serve_app
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from .._agent import Agent
+from .._callbacks import ApprovalAnswer, OpenApproval, OpenSignIn, SignInAnswer
+from .._convert import structure, unstructure
+from .._engine._runtime import Runtime
+from .._errors import SdkError
+from .._events import Event
+from .._json import NotJson, read_json
+from .._open import enter, open_runtime
+from .._records import Blocked, Busy
+from .._session import Session, Turn
+from .._store._base import Store
+from ._wire import error_body, status_of
+
+__all__ = ["Server", "serve"]
+
+#: The largest request body taken, in bytes.
+MAX_BODY = 1 << 20
+#: The longest ``wait`` of a turn read, in seconds.
+MAX_WAIT = 60.0
+#: How often an idle event stream sends a comment, in seconds, so proxies keep it open.
+PING_SECONDS = 15.0
+#: The most events of a page of JSON replay.
+MAX_PAGE = 1000
+
+
+class _Refused(Exception):
+    """A request the wire refuses before the runtime sees it (its status and message)."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+class Server:
+    """A running server (from :func:`agentlib.serve`).
+
+    Attributes:
+        url: Where it listens, e.g. ``"http://127.0.0.1:8000"``.
+    """
+
+    def __init__(self, runtime: Runtime, tokens: Iterable[str]) -> None:
+        self.url = ""
+        self._runtime = runtime
+        self._agents: dict[str, Agent] = {}
+        self._tokens = tuple(tokens)
+        self._closing = trio.Event()
+
+    def deploy(self, agent: Agent) -> None:
+        """Serve ``agent`` under its name, in place of the agent of that name if there is one
+        (a new deployment: its sessions keep their inputs and history, and go on with it).
+
+        Raises:
+            TypeError: ``agent`` is not an :class:`agentlib.Agent`.
+        """
+        if not isinstance(agent, Agent):
+            raise TypeError(
+                f"deploy takes an agentlib.Agent (of agentlib_sync, pass its .agent), not "
+                f"{type(agent).__name__}"
+            )
+        self._agents[agent.name] = agent
+        self._runtime.deploy(agent)
+
+    @property
+    def agents(self) -> dict[str, Agent]:
+        """The agents served, by name."""
+        return dict(self._agents)
+
+    # -- the routes ---------------------------------------------------------------------
+
+    def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+        """The ASGI application: every route of the wire, behind the token check."""
+
+        def route(path: str, endpoint: Callable[..., Awaitable[Any]], method: str = "GET") -> Route:
+            async def handle(request: Request) -> Response:
+                return await self._handle(request, endpoint)
+
+            return Route(path, handle, methods=[method])
+
+        session = "/v1/agents/{agent}/sessions/{session_id}"
+        turn = session + "/turns/{turn_id}"
+        routes = [
+            Route("/v1/health", _health, methods=["GET"]),
+            route("/v1/agents", self._list_agents),
+            route("/v1/agents/{agent}/sessions", self._start_session, "POST"),
+            route(session, self._read_session),
+            route(session + "/cancel", self._cancel, "POST"),
+            route(session + "/turns", self._start_turn, "POST"),
+            route(session + "/events", self._session_events),
+            route(turn, self._read_turn),
+            route(turn + "/steer", self._steer, "POST"),
+            route(turn + "/interrupt", self._interrupt, "POST"),
+            route(turn + "/callbacks/{callback_id}", self._answer, "POST"),
+            route(turn + "/events", self._turn_events),
+        ]
+        return Starlette(routes=routes)
+
+    async def _handle(self, request: Request, endpoint: Callable[..., Awaitable[Any]]) -> Response:
+        try:
+            self._authorize(request)
+            enter(self._runtime)  # the public API's verbs reach this runtime
+            return await endpoint(request)  # type: ignore[no-any-return]
+        except _Refused as refused:
+            return _json({"error": {"type": refused.kind, "message": str(refused)}}, refused.status)
+        except SdkError as error:
+            return _json(error_body(error), status_of(error))
+
+    def _authorize(self, request: Request) -> None:
+        if not self._tokens:
+            return
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and any(
+            hmac.compare_digest(given.encode(), token.encode()) for token in self._tokens
+        ):
+            return
+        raise _Refused(
+            401,
+            "Unauthorized",
+            "this server takes requests with a token: send the header "
+            "'Authorization: Bearer <token>' with one of the server's tokens",
+        )
+
+    def _agent(self, request: Request) -> Agent:
+        name = request.path_params["agent"]
+        agent = self._agents.get(name)
+        if agent is None:
+            raise _Refused(
+                404, "AgentNotFound", f"this server serves no agent named {name!r}: see /v1/agents"
+            )
+        return agent
+
+    async def _session(self, request: Request) -> Session:
+        """The session the path names, read (so that a missing one is a 404 at once)."""
+        session = self._agent(request).session(request.path_params["session_id"])
+        await session._load()
+        return session
+
+    async def _turn(self, request: Request) -> Turn:
+        return (await self._session(request)).turn(request.path_params["turn_id"])
+
+    async def _list_agents(self, request: Request) -> Response:
+        return _json({"agents": sorted(self._agents)})
+
+    async def _start_session(self, request: Request) -> Response:
+        agent = self._agent(request)
+        body = await _body(request, {"history", "idempotency_key"})
+        key = _key(request, body)
+        history = body.get("history")
+        if history is not None and not isinstance(history, list):
+            raise _Refused(400, "BadRequest", "'history' must be a list of history items")
+        session = await agent.start_session(history=history, idempotency_key=key)
+        return _json({"id": session.id, "agent": agent.name}, 201)
+
+    async def _read_session(self, request: Request) -> Response:
+        session = await self._session(request)
+        return _json({"id": session.id, "agent": request.path_params["agent"]})
+
+    async def _cancel(self, request: Request) -> Response:
+        session = await self._session(request)
+        await session.cancel()
+        return _json({"id": session.id, "cancelled": True})
+
+    async def _start_turn(self, request: Request) -> Response:
+        session = await self._session(request)
+        body = await _body(request, {"content", "idempotency_key", "max_steps"})
+        if "content" not in body:
+            raise _Refused(400, "BadRequest", "the body needs 'content': a text or content blocks")
+        max_steps = body.get("max_steps")
+        started, new = await session._start(
+            "start_turn",
+            body["content"],
+            _key(request, body),
+            session._agent.output_type,
+            max_steps,
+        )
+        if isinstance(started, Busy):
+            return _json(
+                {
+                    "error": {
+                        "type": "Busy",
+                        "message": f"session {session.id} is busy with turn {started.turn.id}: "
+                        "wait for it to end, or steer or interrupt it",
+                        "turn_id": started.turn.id,
+                    }
+                },
+                409,
+            )
+        record = await started.get()
+        return _json({"turn_id": started.id, "record": unstructure(record)}, 201 if new else 200)
+
+    async def _read_turn(self, request: Request) -> Response:
+        turn = await self._turn(request)
+        wait = _number(request, "wait", 0.0, MAX_WAIT)
+        after = request.query_params.get("after") or None
+        if wait > 0:
+            record = await turn.result(after=after, timeout=wait)
+        else:
+            record = await turn.get()
+        return _json(unstructure(record))
+
+    async def _steer(self, request: Request) -> Response:
+        turn = await self._turn(request)
+        body = await _body(request, {"content"})
+        if "content" not in body:
+            raise _Refused(400, "BadRequest", "the body needs 'content': a text or content blocks")
+        steered = await turn.steer(body["content"])
+        if isinstance(steered, Turn):
+            return _json({"turn_id": steered.id, "steered": True})
+        return _json(unstructure(steered), 409)
+
+    async def _interrupt(self, request: Request) -> Response:
+        turn = await self._turn(request)
+        stopped = await turn.interrupt()
+        if isinstance(stopped, Turn):
+            return _json({"turn_id": stopped.id, "interrupted": True})
+        return _json(unstructure(stopped), 409)
+
+    async def _answer(self, request: Request) -> Response:
+        turn = await self._turn(request)
+        body = await _body(request, {"answer"})
+        if "answer" not in body:
+            raise _Refused(400, "BadRequest", "the body needs 'answer': the callback's answer")
+        callback_id = request.path_params["callback_id"]
+        answer = await _answer_for(turn, callback_id, body["answer"])
+        try:
+            settled = await turn.answer(callback_id, answer)
+        except ValueError as error:
+            if isinstance(error, SdkError):
+                raise
+            raise _Refused(400, "BadRequest", str(error)) from None
+        return _json(unstructure(settled))
+
+    async def _session_events(self, request: Request) -> Response:
+        session = await self._session(request)
+        return await self._events(request, session, None, session.iter_events)
+
+    async def _turn_events(self, request: Request) -> Response:
+        turn = await self._turn(request)
+        return await self._events(request, turn._session, turn.id, turn.iter_events)
+
+    async def _events(
+        self,
+        request: Request,
+        session: Session,
+        turn_id: str | None,
+        events: Callable[..., AsyncIterator[Event]],
+    ) -> Response:
+        after = request.headers.get("last-event-id") or request.query_params.get("after") or None
+        if "text/event-stream" not in request.headers.get("accept", ""):
+            limit = int(_number(request, "limit", 100, MAX_PAGE))
+            wait = _number(request, "wait", 0.0, MAX_WAIT)
+            page, cursor, ended = await session._event_page(after, limit, wait, turn_id)
+            return _json(
+                {"events": [unstructure(event) for event in page], "cursor": cursor, "ended": ended}
+            )
+        await session._event_page(after, 0, 0.0, turn_id)  # a bad cursor is a status, here
+        return _EventStream(events(after=after), self._closing)
+
+
+async def _health(request: Request) -> Response:
+    return _json({"status": "ok"})
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return Response(text, status_code=status, media_type="application/json")
+
+
+async def _body(request: Request, fields: set[str]) -> dict[str, Any]:
+    """The request's JSON object, checked for size, syntax and fields."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raise _Refused(413, "PayloadTooLarge", f"the body is larger than {MAX_BODY:,} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise _Refused(413, "PayloadTooLarge", f"the body is larger than {MAX_BODY:,} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return {}
+    try:
+        data = read_json(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _Refused(400, "BadRequest", "the body is not UTF-8 text") from None
+    except NotJson as error:
+        raise _Refused(400, "BadRequest", f"the body is not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise _Refused(400, "BadRequest", "the body must be a JSON object")
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        raise _Refused(
+            400,
+            "BadRequest",
+            f"unknown field(s) {', '.join(map(repr, unknown))}: this route takes "
+            f"{', '.join(map(repr, sorted(fields)))}",
+        )
+    return data
+
+
+def _key(request: Request, body: dict[str, Any]) -> str | None:
+    key = request.headers.get("idempotency-key") or body.get("idempotency_key")
+    if key is not None and not isinstance(key, str):
+        raise _Refused(400, "BadRequest", "'idempotency_key' must be a string")
+    return key
+
+
+def _number(request: Request, name: str, default: float, most: float) -> float:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= most:
+        raise _Refused(400, "BadRequest", f"'{name}' must be a number from 0 to {most:g}")
+    return value
+
+
+async def _answer_for(turn: Turn, callback_id: str, data: Any) -> Any:
+    """The answer ``data`` as the callback it settles takes it: an approval's or a
+    sign-in's answer structured, a client tool's result as it is."""
+    record = await turn.get()
+    callbacks = record.callbacks if isinstance(record, Blocked) else ()
+    kind = next((type(open_) for open_ in callbacks if open_.id == callback_id), None)
+    if kind is None and isinstance(data, dict):  # settled, or another turn's: by its shape
+        if data.get("type") in ("allow", "deny"):
+            kind = OpenApproval
+        elif set(data) == {"credentials"}:
+            kind = OpenSignIn
+    if kind is OpenApproval:
+        return structure(data, ApprovalAnswer)
+    if kind is OpenSignIn:
+        return structure(data, SignInAnswer)
+    return data
+
+
+class _EventStream(Response):
+    """A session's (or turn's) events as Server-Sent Events: ``id`` the cursor, ``event``
+    the type, ``data`` the JSON; a comment every :data:`PING_SECONDS` while idle. Ends when
+    the events end, the client leaves, or the server closes."""
+
+    def __init__(self, events: AsyncIterator[Event], closing: trio.Event) -> None:
+        super().__init__()
+        self._events = events
+        self._closing = closing
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        lock = trio.Lock()
+
+        async def write(text: str, *, more: bool = True) -> None:
+            async with lock:
+                await send({"type": "http.response.body", "body": text.encode(), "more_body": more})
+
+        async def stream() -> None:
+            async for event in self._events:
+                await write(_frame(event))
+            nursery.cancel_scope.cancel()
+
+        async def ping() -> None:
+            while True:
+                await trio.sleep(PING_SECONDS)
+                await write(": ping\n\n")
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            nursery.cancel_scope.cancel()
+
+        async def closing() -> None:
+            await self._closing.wait()
+            nursery.cancel_scope.cancel()
+
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        try:
+            async with trio.open_nursery() as nursery:
+                for task in (stream, ping, watch, closing):
+                    nursery.start_soon(task)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._events.aclose()  # type: ignore[attr-defined]
+        await write("", more=False)
+
+
+def _frame(event: Event) -> str:
+    data = unstructure(event)
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return f"id: {data['id']}\nevent: {data['type']}\ndata: {text}\n\n"
+
+
+@asynccontextmanager
+async def serve(
+    agents: Iterable[Agent] = (),
+    *,
+    store: str | Store | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    tokens: Iterable[str] = (),
+) -> AsyncIterator[Server]:
+    """:func:`agentlib.serve`, once its dependencies are imported."""
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.loglevel = "WARNING"
+    config.graceful_timeout = 1.0
+    async with open_runtime(store) as runtime, trio.open_nursery() as nursery:
+        server = Server(runtime, tokens)
+        for agent in agents:
+            server.deploy(agent)
+        stop = trio.Event()
+        app = server.app()
+        binds = await nursery.start(
+            lambda task_status: serve_app(
+                app,  # type: ignore[arg-type]
+                config,
+                shutdown_trigger=stop.wait,
+                task_status=task_status,
+            )
+        )
+        server.url = binds[0]
+        try:
+            yield server
+        finally:
+            server._closing.set()
+            stop.set()
