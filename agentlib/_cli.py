@@ -26,6 +26,7 @@ PROG = "python -m agentlib"
 COMMANDS = {
     "demo": "run an agent with three tools over three turns (offline, or on Mistral)",
     "selfcheck": "check that this installation works",
+    "serve": "serve agents over HTTP (needs agentlib[server])",
 }
 
 DESCRIPTION = (
@@ -60,6 +61,22 @@ exit status:
 SELFCHECK_DETAILS = """\
 A history entry goes to JSON and back unchanged, through agentlib's converter; the JSON
 is printed."""
+
+
+#: What serve's own help says after its line in COMMANDS.
+SERVE_DETAILS = """\
+AGENTS is module:attribute, e.g. myapp.agents:calculator: the attribute is an Agent, or a
+list of agents (agentlib's or agentlib_sync's). The module is imported from the current
+directory first. Sessions, turns and events are served as JSON under /v1; see the
+"Deploying" guide."""
+
+SERVE_EPILOG = """\
+environment:
+  AGENTLIB_TOKENS   tokens, separated by commas (safer than --token, which other users
+                    of the machine can read in the process list)
+
+exit status:
+  0 stopped, 1 the server failed, 2 bad usage (AGENTS names no agent), 130 Ctrl-C"""
 
 
 def _description(command: str, details: str) -> str:
@@ -120,6 +137,26 @@ def _parser() -> argparse.ArgumentParser:
         description=_description("selfcheck", SELFCHECK_DETAILS),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    serve = commands.add_parser(
+        "serve",
+        prog=f"{PROG} serve",
+        description=_description("serve", SERVE_DETAILS),
+        epilog=SERVE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("agents", metavar="AGENTS", help="module:attribute naming the agents")
+    serve.add_argument(
+        "--store", help="where sessions live: sqlite:///path.db (default: in memory)"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (8000)")
+    serve.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        help="accept requests bearing this token (repeat for more); none: no check",
+    )
+    serve.set_defaults(parser=serve)  # its usage errors show its usage
     return parser
 
 
@@ -129,6 +166,11 @@ def _selfcheck() -> int:
     assert structure(json.loads(wire), Entry) == entry
     print(f"agentlib {__version__}: data model round trip ok: {wire}")
     return 0
+
+
+def run() -> None:
+    """The ``agentlib`` command."""
+    sys.exit(main())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,6 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo(interactive=args.interactive)
     if args.command == "selfcheck":
         return _selfcheck()
+    if args.command == "serve":
+        from ._http._command import serve
+
+        return serve(args.parser, args)
     # No command: a usage error, with the help that lists the commands.
     parser.print_help(sys.stderr)
     return 2

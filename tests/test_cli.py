@@ -134,7 +134,7 @@ def test_an_unknown_command_exits_2_naming_the_commands() -> None:
     assert "invalid choice: 'demoo'" in result.stderr
     # Quoted before CPython 3.12.8 and 3.13.1, bare since (python/cpython#125431).
     choices = result.stderr.partition("(choose from ")[2]
-    assert choices.replace("'", "") == "demo, selfcheck)\n"
+    assert choices.replace("'", "") == "demo, selfcheck, serve)\n"
 
 
 def test_no_command_prints_the_help_and_exits_2() -> None:

@@ -1,0 +1,95 @@
+"""``python -m agentlib serve``: agents named by ``module:attribute``, served until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import TypeVar
+
+import trio
+
+from .._agent import Agent
+
+__all__ = ["serve"]
+
+E = TypeVar("E", bound=BaseException)
+
+
+def agents_named(spec: str) -> list[Agent]:
+    """The agents ``module:attribute`` names.
+
+    Raises:
+        ValueError: It names no agent, or no module or attribute; the message says which.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"AGENTS must be module:attribute (such as myapp:agent), not {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise ValueError(f"no module {error.name!r} to import, for {spec!r}") from None
+    value: object = module
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise ValueError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    found = [getattr(item, "agent", item) for item in items]  # agentlib_sync's wrap one
+    agents = [item for item in found if isinstance(item, Agent)]
+    if len(agents) < len(found) or not agents:
+        wrong = ", ".join(type(item).__name__ for item in found if not isinstance(item, Agent))
+        raise ValueError(f"{spec} is not an agent or a list of agents (found {wrong or 'none'})")
+    return agents
+
+
+def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run the ``serve`` command; returns its exit status."""
+    try:
+        agents = agents_named(args.agents)
+    except ValueError as error:
+        parser.error(str(error))
+    tokens = [*args.token, *filter(None, os.environ.get("AGENTLIB_TOKENS", "").split(","))]
+    try:
+        trio.run(_serve, agents, args.store, args.host, args.port, tokens)
+    except BaseException as error:
+        if _only(error, KeyboardInterrupt):
+            print("agentlib: stopped", file=sys.stderr)
+            return 130
+        listening = _only(error, OSError)  # the port is taken, the address is not ours
+        if listening is not None:
+            print(
+                f"agentlib: cannot listen on {args.host}:{args.port}: {listening}", file=sys.stderr
+            )
+            return 1
+        raise
+    return 0
+
+
+def _only(error: BaseException, kind: type[E]) -> E | None:
+    """``error`` if it is a ``kind``, or the first of a group of nothing else."""
+    if isinstance(error, kind):
+        return error
+    inner = getattr(error, "exceptions", None)  # an exception group (backported on 3.10)
+    if isinstance(inner, tuple) and inner:
+        leaves = [_only(one, kind) for one in inner]
+        if all(leaf is not None for leaf in leaves):
+            return leaves[0]
+    return None
+
+
+async def _serve(
+    agents: Sequence[Agent], store: str | None, host: str, port: int, tokens: list[str]
+) -> None:
+    from . import serve as serve_agents
+
+    async with serve_agents(agents, store=store, host=host, port=port, tokens=tokens) as server:
+        names = ", ".join(agent.name for agent in agents)
+        checked = "with tokens" if tokens else "without tokens: anyone who reaches it may use it"
+        print(f"agentlib: serving {names} on {server.url}/v1 ({checked}); Ctrl-C stops", flush=True)
+        await trio.sleep_forever()
