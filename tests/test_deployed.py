@@ -1,0 +1,275 @@
+"""Deployed sessions over HTTP (SPEC section 12): a real server on 127.0.0.1, driven with
+httpx as a client on any machine would drive it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from _support import approval_agent
+
+import agentlib
+from agentlib import ModelReply, ScriptedModel, ToolCallRequest
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def calculator() -> agentlib.Agent:
+    call = ToolCallRequest(name="add", arguments={"a": 1, "b": 2})
+    reply = ModelReply(tool_calls=[call])
+    return agentlib.Agent("calc", "You add.", ScriptedModel([reply, "3"] * 50), [add])
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    store = f"sqlite:///{tmp_path / 'served.db'}"
+    agents = [calculator(), approval_agent([])]
+    async with agentlib.serve(agents, store=store, port=0) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1") as http:
+            yield http
+
+
+async def start(client: httpx.AsyncClient, agent: str = "calc") -> str:
+    response = await client.post(f"/agents/{agent}/sessions")
+    assert response.status_code == 201, response.text
+    session_id: str = response.json()["id"]
+    return session_id
+
+
+async def test_a_turn_runs_and_its_record_reads_as_the_converter_writes_it(
+    client: httpx.AsyncClient,
+) -> None:
+    session = await start(client)
+    started = await client.post(f"/agents/calc/sessions/{session}/turns", json={"content": "1+2?"})
+    assert started.status_code == 201, started.text
+    turn = started.json()["turn_id"]
+    read = await client.get(f"/agents/calc/sessions/{session}/turns/{turn}", params={"wait": 10})
+    record = agentlib.structure(read.json(), agentlib.TurnState[Any])
+    assert isinstance(record, agentlib.Completed)
+    assert record.output == "3"
+    assert record.session_id == session
+
+
+async def test_an_idempotency_key_repeated_returns_the_turn_it_started(
+    client: httpx.AsyncClient,
+) -> None:
+    session = await start(client)
+    path = f"/agents/calc/sessions/{session}/turns"
+    headers = {"Idempotency-Key": "k1"}
+    first = await client.post(path, json={"content": "1+2?"}, headers=headers)
+    again = await client.post(path, json={"content": "1+2?"}, headers=headers)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["turn_id"] == again.json()["turn_id"]
+    other = await client.post(path, json={"content": "2+2?"}, headers=headers)
+    assert other.status_code == 422
+    assert other.json()["error"]["type"] == "SessionIdempotencyConflictError"
+
+
+async def test_concurrent_starts_with_one_key_start_one_turn(client: httpx.AsyncClient) -> None:
+    session = await start(client)
+    path = f"/agents/calc/sessions/{session}/turns"
+    statuses: list[int] = []
+    turns: set[str] = set()
+
+    async def send() -> None:
+        response = await client.post(
+            path, json={"content": "1+2?"}, headers={"Idempotency-Key": "k"}
+        )
+        statuses.append(response.status_code)
+        turns.add(response.json()["turn_id"])
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(20):
+            nursery.start_soon(send)
+    assert sorted(statuses) == [200] * 19 + [201]
+    assert len(turns) == 1
+
+
+async def test_a_blocked_turn_is_answered_over_the_wire(client: httpx.AsyncClient) -> None:
+    session = await start(client, "approver")
+    base = f"/agents/approver/sessions/{session}"
+    turn = (await client.post(f"{base}/turns", json={"content": "clean up"})).json()["turn_id"]
+    blocked = (await client.get(f"{base}/turns/{turn}", params={"wait": 10})).json()
+    assert blocked["type"] == "blocked"
+    callback = blocked["callbacks"][0]["id"]
+    allow = agentlib.unstructure(agentlib.AllowApproval())
+    answered = await client.post(
+        f"{base}/turns/{turn}/callbacks/{callback}", json={"answer": allow}
+    )
+    assert answered.json()["type"] == "answered", answered.text
+    again = await client.post(f"{base}/turns/{turn}/callbacks/{callback}", json={"answer": allow})
+    assert again.json()["type"] in ("answered", "already_settled")
+    done = (await client.get(f"{base}/turns/{turn}", params={"wait": 10})).json()
+    assert done["type"] == "completed"
+    assert done["output"] == "done: deleted /tmp/x"
+
+
+async def test_errors_travel_as_a_status_and_a_typed_body(client: httpx.AsyncClient) -> None:
+    missing = await client.get("/agents/calc/sessions/0123456789abcdef0123456789abcdef")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "SessionNotFoundError"
+    nobody = await client.post("/agents/nobody/sessions")
+    assert nobody.status_code == 404
+    assert "/v1/agents" in nobody.json()["error"]["message"]
+    session = await start(client)
+    bad_cursor = await client.get(f"/agents/calc/sessions/{session}/events", params={"after": "x"})
+    assert bad_cursor.status_code == 400
+    assert bad_cursor.json()["error"]["type"] == "InvalidCursorError"
+
+
+# httpx leaves its request body's iterator unfinished when the server answers 413 before
+# reading it all: the warning is the test client's, not the server's.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_malformed_and_oversized_bodies_are_refused_with_a_reason(
+    client: httpx.AsyncClient,
+) -> None:
+    session = await start(client)
+    path = f"/agents/calc/sessions/{session}/turns"
+    bad = await client.post(
+        path, content=b'{"content": ', headers={"content-type": "application/json"}
+    )
+    assert bad.status_code == 400
+    assert "not JSON" in bad.json()["error"]["message"]
+    unknown = await client.post(path, json={"content": "hi", "colour": "red"})
+    assert unknown.status_code == 400
+    assert "'colour'" in unknown.json()["error"]["message"]
+    huge = await client.post(path, json={"content": "x" * (2 << 20)})
+    assert huge.status_code == 413
+    deep = await client.post(path, content=b'{"content": ' + b"[" * 200 + b"]" * 200 + b"}")
+    assert deep.status_code == 400
+    assert "nested deeper" in deep.json()["error"]["message"]
+
+
+async def test_events_replay_as_pages_and_as_server_sent_events(
+    client: httpx.AsyncClient,
+) -> None:
+    session = await start(client)
+    base = f"/agents/calc/sessions/{session}"
+    turn = (await client.post(f"{base}/turns", json={"content": "1+2?"})).json()["turn_id"]
+    await client.get(f"{base}/turns/{turn}", params={"wait": 10})
+
+    page = (await client.get(f"{base}/events", params={"limit": 3})).json()
+    assert page["events"][0]["type"] == "turn_started"
+    assert len(page["events"]) == 3
+    assert not page["ended"]
+    rest = (await client.get(f"{base}/events", params={"after": page["cursor"]})).json()
+    everything = page["events"] + rest["events"]
+    assert everything[-1]["type"] == "turn_ended"
+    ids = [event["id"] for event in everything]
+    assert ids == sorted(set(ids))
+
+    # The same events as Server-Sent Events, resumed from the third by Last-Event-ID.
+    frames: list[dict[str, str]] = []
+    headers = {"accept": "text/event-stream", "last-event-id": ids[2]}
+    with trio.fail_after(10):  # only catches a hang
+        async with client.stream("GET", f"{base}/turns/{turn}/events", headers=headers) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            frame: dict[str, str] = {}
+            async for line in stream.aiter_lines():
+                if not line:
+                    frames.append(frame)
+                    frame = {}
+                    continue
+                field, _, value = line.partition(": ")
+                frame[field] = value
+    assert [frame["id"] for frame in frames] == ids[3:]
+    assert [frame["event"] for frame in frames] == [e["type"] for e in everything[3:]]
+    assert [json.loads(frame["data"]) for frame in frames] == everything[3:]
+
+
+async def test_with_tokens_every_route_but_health_wants_one() -> None:
+    async with agentlib.serve([calculator()], port=0, tokens=["s3cret"]) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1") as http:
+            assert (await http.get("/health")).status_code == 200
+            refused = await http.post("/agents/calc/sessions")
+            assert refused.status_code == 401
+            assert "Authorization: Bearer" in refused.json()["error"]["message"]
+            wrong = await http.post("/agents/calc/sessions", headers={"Authorization": "Bearer no"})
+            assert wrong.status_code == 401
+            assert "s3cret" not in wrong.text
+            ok = await http.post(
+                "/agents/calc/sessions", headers={"Authorization": "Bearer s3cret"}
+            )
+            assert ok.status_code == 201
+
+
+async def test_a_new_deployment_keeps_the_sessions(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'served.db'}"
+    async with agentlib.serve([calculator()], store=store, port=0) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1") as http:
+            session = await start(http)
+            path = f"/agents/calc/sessions/{session}/turns"
+            first = (await http.post(path, json={"content": "1+2?"})).json()["turn_id"]
+            await http.get(f"{path}/{first}", params={"wait": 10})
+            server.deploy(agentlib.Agent("calc", "", agentlib.FunctionModel(lambda _: "four")))
+            second = (await http.post(path, json={"content": "2+2?"})).json()["turn_id"]
+            record = (await http.get(f"{path}/{second}", params={"wait": 10})).json()
+            assert record["output"] == "four"
+            page = (await http.get(f"/agents/calc/sessions/{session}/events")).json()
+            assert {event["turn_id"] for event in page["events"]} == {first, second}
+
+
+AGENTS_MODULE = """
+import agentlib
+
+calculator = agentlib.Agent("calc", "", agentlib.ScriptedModel(["3"] * 10))
+"""
+
+
+def test_the_serve_command_serves_the_named_agents_until_ctrl_c(tmp_path: Path) -> None:
+    (tmp_path / "my_agents.py").write_text(AGENTS_MODULE)
+    command = [sys.executable, "-m", "agentlib", "serve", "my_agents:calculator", "--port", "0"]
+    store = f"sqlite:///{tmp_path / 'served.db'}"
+    env = {**os.environ, "AGENTLIB_TOKENS": "t0ken"}
+    with subprocess.Popen(
+        [*command, "--store", store], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env,
+    ) as process:  # fmt: skip
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            assert line.startswith("agentlib: serving calc on http://127.0.0.1:"), line
+            assert "t0ken" not in line
+            url = line.split(" on ")[1].split(" ")[0]
+            with httpx.Client(base_url=url, timeout=30) as http:
+                assert http.post("/agents/calc/sessions").status_code == 401
+                auth = {"Authorization": "Bearer t0ken"}
+                created = http.post("/agents/calc/sessions", headers=auth)
+                assert created.status_code == 201
+        finally:
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert err.strip().endswith("agentlib: stopped")
+    assert "t0ken" not in err
+
+
+def test_the_serve_command_says_when_its_argument_names_no_agent(tmp_path: Path) -> None:
+    (tmp_path / "my_agents.py").write_text(AGENTS_MODULE)
+    for spec, said in [
+        ("my_agents", "must be module:attribute"),
+        ("nowhere:agent", "no module 'nowhere'"),
+        ("my_agents:nobody", "has no attribute 'nobody'"),
+        ("my_agents:agentlib", "is not an agent"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "agentlib", "serve", spec],
+            cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert said in done.stderr
+        assert done.stderr.startswith("usage: python -m agentlib serve")
