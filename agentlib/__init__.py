@@ -73,7 +73,8 @@ from ._hooks import HookDecision as HookDecision
 from ._hooks import ModifiedArguments as ModifiedArguments
 from ._hooks import RequestApproval as RequestApproval
 from ._hooks import pre_tool_call as pre_tool_call
-from ._http import serve as serve
+from ._http._client import RemoteAgent as RemoteAgent
+from ._http._serve import serve as serve
 from ._inputs import Depends as Depends
 from ._inputs import SessionInput as SessionInput
 from ._models._base import Model as Model
@@ -173,6 +174,7 @@ __all__ = [
     "OpenApproval",
     "OpenClientToolCall",
     "OpenSignIn",
+    "RemoteAgent",
     "RequestApproval",
     "ResourceLinkContentBlock",
     "Running",

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._callbacks import Credentials
-from ._context import check_trio, current_door
+from ._context import check_trio, current_door, remote_agent
 from ._definition import check_max_steps
 from ._entries import MessageEntry
 from ._errors import ValidationError
@@ -21,6 +21,7 @@ from ._models._chat import model_from_string
 from ._tools import Tool, ToolSource, tool
 
 if TYPE_CHECKING:
+    from ._http._client import RemoteAgent
     from ._session import ApprovalHandler, ClientToolHandler, Session, SignInHandler
 
 __all__ = ["Agent"]
@@ -173,6 +174,22 @@ class Agent:
                 f"'mistral:mistral-small-latest'; not {type(model).__name__}"
             )
         return _Override(self, model)
+
+    @staticmethod
+    def load_from(url: str, name: str, *, token: str | None = None) -> RemoteAgent:
+        """A reference to the agent ``name`` served at ``url`` (by ``agentlib serve``); sends
+        no request.
+
+        Its sessions, turns, records, events, callbacks and errors are those of a local
+        agent, over HTTP: see the "Deploying" guide.
+
+        Args:
+            url: The server's address, e.g. ``"http://127.0.0.1:8000"``.
+            name: The agent's name on the server.
+            token: A token the server takes, sent as ``Authorization: Bearer <token>``.
+        """
+        remote: RemoteAgent = remote_agent(url, name, token)
+        return remote
 
     async def start_session(
         self,

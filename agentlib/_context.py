@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import trio
 
-__all__ = ["FrontDoor", "check_trio", "current_door", "set_door"]
+__all__ = ["FrontDoor", "check_trio", "current_door", "remote_agent", "set_door", "set_remote"]
 
 
 class FrontDoor(Protocol):
@@ -78,3 +78,19 @@ def set_door(door: FrontDoor) -> contextvars.Token[FrontDoor]:
 
 def reset_door(token: contextvars.Token[FrontDoor]) -> None:
     _CURRENT.reset(token)
+
+
+#: What makes a reference to a deployed agent: set when the HTTP client's module is imported
+#: (``agentlib`` imports it), so that ``Agent.load_from`` imports nothing of it.
+_REMOTE: list[Any] = []
+
+
+def set_remote(factory: Any) -> None:
+    _REMOTE[:] = [factory]
+
+
+def remote_agent(url: str, name: str, token: str | None) -> Any:
+    """A reference to the agent ``name`` that the server at ``url`` serves."""
+    if not _REMOTE:  # only when agentlib's package was not imported: never in practice
+        raise RuntimeError("import agentlib first: its HTTP client is not loaded")
+    return _REMOTE[0](url, name, token)

@@ -86,7 +86,7 @@ def _only(error: BaseException, kind: type[E]) -> E | None:
 async def _serve(
     agents: Sequence[Agent], store: str | None, host: str, port: int, tokens: list[str]
 ) -> None:
-    from . import serve as serve_agents
+    from ._serve import serve as serve_agents
 
     async with serve_agents(agents, store=store, host=host, port=port, tokens=tokens) as server:
         names = ", ".join(agent.name for agent in agents)

@@ -31,7 +31,7 @@ from .._errors import SdkError
 from .._events import Event
 from .._json import NotJson, read_json
 from .._open import enter, open_runtime
-from .._records import Blocked, Busy
+from .._records import Answered, Blocked, Busy
 from .._session import Session, Turn
 from .._store._base import Store
 from ._wire import error_body, status_of
@@ -44,6 +44,8 @@ MAX_BODY = 1 << 20
 MAX_WAIT = 60.0
 #: How often an idle event stream sends a comment, in seconds, so proxies keep it open.
 PING_SECONDS = 15.0
+#: The most answers remembered for their retries (the oldest are forgotten first).
+MAX_ANSWERS = 10_000
 #: The most events of a page of JSON replay.
 MAX_PAGE = 1000
 
@@ -70,6 +72,9 @@ class Server:
         self._agents: dict[str, Agent] = {}
         self._tokens = tuple(tokens)
         self._closing = trio.Event()
+        # The answers taken, by session, callback and idempotency key: a retried answer is
+        # told what the first was, never that the callback is already settled.
+        self._answers: dict[tuple[str, str, str], Any] = {}
 
     def deploy(self, agent: Agent) -> None:
         """Serve ``agent`` under its name, in place of the agent of that name if there is one
@@ -242,10 +247,14 @@ class Server:
 
     async def _answer(self, request: Request) -> Response:
         turn = await self._turn(request)
-        body = await _body(request, {"answer"})
+        body = await _body(request, {"answer", "idempotency_key"})
         if "answer" not in body:
             raise _Refused(400, "BadRequest", "the body needs 'answer': the callback's answer")
         callback_id = request.path_params["callback_id"]
+        key = _key(request, body)
+        taken = (turn.session_id, callback_id, key or "")
+        if key is not None and taken in self._answers:
+            return _json(self._answers[taken])  # a retry: what the first request was told
         answer = await _answer_for(turn, callback_id, body["answer"])
         try:
             settled = await turn.answer(callback_id, answer)
@@ -253,7 +262,12 @@ class Server:
             if isinstance(error, SdkError):
                 raise
             raise _Refused(400, "BadRequest", str(error)) from None
-        return _json(unstructure(settled))
+        data = unstructure(settled)
+        if key is not None and isinstance(settled, Answered):
+            self._answers[taken] = data
+            while len(self._answers) > MAX_ANSWERS:
+                del self._answers[next(iter(self._answers))]
+        return _json(data)
 
     async def _session_events(self, request: Request) -> Response:
         session = await self._session(request)
@@ -382,6 +396,9 @@ class _EventStream(Response):
         async def stream() -> None:
             async for event in self._events:
                 await write(_frame(event))
+            # The end said in so many words: a stream cut short (the server stopped) ends
+            # without it, and a client opens it again from its last cursor.
+            await write("event: end\ndata: {}\n\n")
             nursery.cancel_scope.cancel()
 
         async def ping() -> None:

@@ -1,0 +1,506 @@
+"""Sessions of a deployed agent, over httpx: references that behave as local ones.
+
+:class:`RemoteSession` and :class:`RemoteTurn` are a :class:`~agentlib.Session` and a
+:class:`~agentlib.Turn` whose every call is a request to an agentlib server: the same
+records, events and errors come back. Requests that change something carry an idempotency
+key, so that a retry after a dropped connection never starts a second turn or gives a second
+answer; event streams reconnect from their last cursor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import random
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from typing import Any
+
+import httpx
+import trio
+
+from .. import _errors
+from .._callbacks import Callback, KeepCallbackOpen
+from .._context import check_trio, set_remote
+from .._convert import structure, unstructure
+from .._engine._handlers import invoke
+from .._errors import SdkError, ValidationError
+from .._events import Event, TurnEnded
+from .._history import new_id
+from .._records import (
+    AlreadySettled,
+    Answered,
+    Blocked,
+    Busy,
+    NotFound,
+    Running,
+    TurnConflict,
+    TurnState,
+)
+from .._session import (
+    ApprovalHandler,
+    ClientToolHandler,
+    Content,
+    EventHandler,
+    Session,
+    SignInHandler,
+    Turn,
+    _for_reader,
+)
+
+__all__ = ["RemoteAgent", "RemoteSession", "RemoteTurn"]
+
+#: The longest a turn read waits on the server per request, in seconds.
+_WAIT = 30.0
+#: The most events a page of events brings.
+_PAGE = 1000
+#: Tries of a request whose connection failed, and the longest pause between two.
+_TRIES = 6
+_MOST_PAUSE = 5.0
+
+
+class RemoteAgent:
+    """An agent served by an agentlib server (from :meth:`agentlib.Agent.load_from`): start
+    sessions of it, or refer to one by id, as with a local agent.
+
+    Attributes:
+        name: The agent's name on the server.
+        url: The server's address.
+    """
+
+    def __init__(self, url: str, name: str, token: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.name = name
+        self._wire = _Wire(self.url, token)
+
+    def __repr__(self) -> str:
+        return f"RemoteAgent(url={self.url!r}, name={self.name!r})"
+
+    async def start_session(
+        self,
+        *,
+        history: Iterable[Any] | None = None,
+        inputs: Sequence[Any] = (),
+        idempotency_key: str | None = None,
+        on_approval: ApprovalHandler | None = None,
+        on_sign_in: SignInHandler | None = None,
+        on_client_tool: ClientToolHandler | None = None,
+    ) -> Session:
+        """Start a session on the server; see :meth:`agentlib.Agent.start_session`.
+
+        Raises:
+            ValidationError: ``inputs`` were given: a deployed agent's inputs are set on
+                the server, never sent by a client.
+        """
+        check_trio()
+        if inputs:
+            raise ValidationError(
+                "a deployed agent's session inputs stay on the server: start the session "
+                "without inputs (its tools read what the server gives them)"
+            )
+        body: dict[str, Any] = {"idempotency_key": idempotency_key or new_id()}
+        if history is not None:
+            body["history"] = [
+                item if isinstance(item, Mapping) else unstructure(item) for item in history
+            ]
+        made = await self._wire.call("POST", f"/agents/{self.name}/sessions", body)
+        return self.session(
+            made["id"],
+            on_approval=on_approval,
+            on_sign_in=on_sign_in,
+            on_client_tool=on_client_tool,
+        )
+
+    def session(
+        self,
+        session_id: str,
+        *,
+        on_approval: ApprovalHandler | None = None,
+        on_sign_in: SignInHandler | None = None,
+        on_client_tool: ClientToolHandler | None = None,
+    ) -> Session:
+        """A reference to a session of this agent on the server; sends no request."""
+        return RemoteSession(
+            self,
+            session_id,
+            on_approval=on_approval,
+            on_sign_in=on_sign_in,
+            on_client_tool=on_client_tool,
+        )
+
+
+class _Wire:
+    """Requests to one server: JSON in and out, errors raised as their classes, retries
+    after connection failures."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        self.base = url + "/v1"
+        self._headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            timeout = httpx.Timeout(10.0, read=_WAIT + 30.0)
+            # A reference has no end to close a pool at: each connection closes after its
+            # response, so that none is left open when the program's loop ends.
+            limits = httpx.Limits(max_keepalive_connections=0)
+            self._client = httpx.AsyncClient(headers=self._headers, timeout=timeout, limits=limits)
+        return self._client
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        allowed: tuple[int, ...] = (),
+    ) -> Any:
+        """The JSON a request answers, retrying while the connection fails (every request
+        is safe to repeat: reads, and changes that carry an idempotency key)."""
+        for attempt in range(_TRIES):
+            try:
+                response = await self.client.request(
+                    method, self.base + path, json=body, params=params
+                )
+                break
+            except httpx.TransportError:
+                if attempt == _TRIES - 1:
+                    raise
+                await trio.sleep(_pause(attempt))
+        if response.status_code >= 400 and response.status_code not in allowed:
+            raise error_from(response)
+        return response.json()
+
+    async def stream(self, path: str, after: str | None) -> AsyncGenerator[Event, None]:
+        """Events of ``path`` after ``after``, until the server says no more will come.
+
+        Pages of JSON, each waiting on the server for the next event: each page is a whole
+        response, so a connection cut between two loses nothing, and the next page starts
+        from the last cursor (``call`` retries a failed connection with a capped, jittered
+        pause)."""
+        while True:
+            params: dict[str, Any] = {"wait": _WAIT, "limit": _PAGE}
+            if after is not None:
+                params["after"] = after
+            page = await self.call("GET", path, params=params)
+            for data in page["events"]:
+                event: Event = structure(data, Event)
+                yield event
+            after = page["cursor"]
+            if page["ended"] and not page["events"]:
+                return
+
+
+def _pause(attempt: int) -> float:
+    """A capped exponential pause with full jitter."""
+    return random.uniform(0, min(_MOST_PAUSE, 0.1 * 2**attempt))
+
+
+def error_from(response: httpx.Response) -> Exception:
+    """The exception a server's error response carries: the class it names, with its
+    message and attributes."""
+    try:
+        fields = response.json()["error"]
+        kind, message = fields["type"], fields["message"]
+    except (ValueError, KeyError, TypeError):
+        return SdkError(
+            f"the server answered {response.status_code} without an agentlib error body: "
+            f"{response.text[:200]}"
+        )
+    cls = getattr(_errors, kind, None)
+    if not (isinstance(cls, type) and issubclass(cls, SdkError)):
+        if response.status_code in (400, 413):
+            return ValidationError(message)
+        if response.status_code == 401:
+            return PermissionError(message)
+        return SdkError(message)
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    defaults: dict[str, Any] = {
+        "errors": tuple(fields.get("errors", ())),
+        "cursor": fields.get("cursor"),
+        "status": fields.get("status"),
+        "code": fields.get("code"),
+        "body": None,
+        "record": None,
+        "session_id": None,
+        "owner": None,
+        "until": None,
+        "store": None,
+    }
+    for name, value in defaults.items():
+        setattr(error, name, value)
+    return error
+
+
+class RemoteSession(Session):
+    """A session of a deployed agent: a :class:`~agentlib.Session` whose calls are requests
+    to its server. Two references are equal when they name the same session on the same
+    server."""
+
+    __slots__ = ("_remote",)
+
+    def __init__(
+        self,
+        remote: RemoteAgent,
+        session_id: str,
+        *,
+        on_approval: ApprovalHandler | None = None,
+        on_sign_in: SignInHandler | None = None,
+        on_client_tool: ClientToolHandler | None = None,
+    ) -> None:
+        self._remote = remote
+        self.id = session_id
+        self._on_approval = on_approval
+        self._on_sign_in = on_sign_in
+        self._on_client_tool = on_client_tool
+
+    @property
+    def _path(self) -> str:
+        return f"/agents/{self._remote.name}/sessions/{self.id}"
+
+    def __repr__(self) -> str:
+        return (
+            f"RemoteSession(id={self.id!r}, agent={self._remote.name!r}, url={self._remote.url!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Session):
+            return NotImplemented
+        if not isinstance(other, RemoteSession):
+            return False
+        return self._remote.url == other._remote.url and self.id == other.id
+
+    def __hash__(self) -> int:
+        return hash((self._remote.url, self.id))
+
+    def turn(self, turn_id: str) -> Turn:
+        return RemoteTurn(self, turn_id, started=None)
+
+    async def send_message(self, content: Content, *, idempotency_key: str | None = None) -> Turn:
+        started = await self.start_turn(content, idempotency_key=idempotency_key)
+        if isinstance(started, Turn):
+            return started
+        steered = await started.turn.steer(content)
+        if isinstance(steered, TurnConflict):
+            return await self.send_message(content, idempotency_key=idempotency_key)
+        return RemoteTurn(self, started.turn.id, started=False)
+
+    async def start_turn(
+        self,
+        content: Content,
+        *,
+        idempotency_key: str | None = None,
+        max_steps: int | None = None,
+    ) -> Turn | Busy[Turn]:
+        check_trio()
+        body: dict[str, Any] = {
+            "content": content if isinstance(content, str) else _blocks(content),
+            "idempotency_key": idempotency_key or new_id(),
+        }
+        if max_steps is not None:
+            body["max_steps"] = max_steps
+        made = await self._remote._wire.call("POST", f"{self._path}/turns", body, allowed=(409,))
+        if "error" in made:
+            if made["error"]["type"] != "Busy":
+                raise error_from_fields(made)
+            return Busy(turn=RemoteTurn(self, made["error"]["turn_id"], started=None))
+        return RemoteTurn(self, made["turn_id"], started=True)
+
+    async def run(
+        self,
+        content: Content,
+        *,
+        output_type: type[Any] | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+        max_steps: int | None = None,
+    ) -> TurnState[Any] | Busy[Turn]:
+        turn = await self.start_turn(content, idempotency_key=idempotency_key, max_steps=max_steps)
+        if isinstance(turn, Busy):
+            return turn
+        return await turn.result(output_type=output_type, timeout=timeout, on_event=on_event)
+
+    async def iter_events(
+        self, *, after: TurnState[Any] | str | None = None
+    ) -> AsyncGenerator[Event, None]:
+        check_trio()
+        stream = self._remote._wire.stream(f"{self._path}/events", _cursor(after))
+        async with contextlib.aclosing(stream) as events:
+            async for event in events:
+                yield event
+
+    async def cancel(self) -> None:
+        check_trio()
+        await self._remote._wire.call("POST", f"{self._path}/cancel")
+
+    async def subagents(self) -> list[Session]:
+        raise SdkError(
+            "a deployed session's subagents are read through their own ids: the server does "
+            "not list them"
+        )
+
+
+def error_from_fields(body: Mapping[str, Any]) -> Exception:
+    return SdkError(str(body.get("error", {}).get("message", body)))
+
+
+class RemoteTurn(Turn):
+    """A turn of a deployed session: a :class:`~agentlib.Turn` whose calls are requests."""
+
+    __slots__ = ()
+
+    @property
+    def _remote(self) -> RemoteSession:
+        session = self._session
+        assert isinstance(session, RemoteSession)
+        return session
+
+    @property
+    def _path(self) -> str:
+        return f"{self._remote._path}/turns/{self.id}"
+
+    def __repr__(self) -> str:
+        return (
+            f"RemoteTurn(id={self.id!r}, session_id={self.session_id!r}, started={self.started!r})"
+        )
+
+    async def get(self) -> TurnState[Any]:
+        check_trio()
+        data = await self._remote._remote._wire.call("GET", self._path)
+        record: TurnState[Any] = structure(data, TurnState[Any])  # type: ignore[misc]
+        return record
+
+    async def result(
+        self,
+        *,
+        output_type: type[Any] | None = None,
+        after: TurnState[Any] | str | None = None,
+        timeout: float | None = None,
+        on_event: EventHandler | None = None,
+    ) -> TurnState[Any]:
+        check_trio()
+        session = self._remote
+        wire = session._remote._wire
+        cursor = _cursor(after)
+        deadline = None if timeout is None else trio.current_time() + timeout
+        answered: set[str] = set()
+        delivered: str | None = None
+        while True:
+            left = _WAIT if deadline is None else max(0.0, deadline - trio.current_time())
+            params: dict[str, Any] = {"wait": min(_WAIT, left)}
+            if cursor is not None:
+                params["after"] = cursor
+            data = await wire.call("GET", self._path, params=params)
+            record: TurnState[Any] = structure(data, TurnState[Any])  # type: ignore[misc]
+            if on_event is not None:
+                delivered = await self._deliver(on_event, delivered, record)
+            if isinstance(record, Blocked):
+                handled = [
+                    callback
+                    for callback in record.callbacks
+                    if callback.id not in answered and session._handler_for(callback)
+                ]
+                if not handled:
+                    return _for_reader(record, output_type)
+                for callback in handled:
+                    answered.add(callback.id)
+                    await self._handle(callback)
+                cursor = record.cursor
+                continue
+            if not isinstance(record, Running):
+                return _for_reader(record, output_type)
+            if deadline is not None and trio.current_time() >= deadline:
+                return record
+
+    async def _deliver(
+        self, on_event: EventHandler, delivered: str | None, record: TurnState[Any]
+    ) -> str | None:
+        """Hand ``on_event`` the turn's events up to ``record``'s cursor."""
+        until = record.cursor
+        if until is None or (delivered is not None and delivered >= until):
+            return delivered
+        async with contextlib.aclosing(self.iter_events(after=delivered)) as events:
+            async for event in events:
+                await invoke(on_event, event)
+                delivered = event.id
+                if event.id >= until or isinstance(event, TurnEnded):
+                    break
+        return delivered
+
+    async def _handle(self, callback: Callback) -> None:
+        handler = self._remote._handler_for(callback)
+        assert handler is not None
+        answer = handler(callback)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if isinstance(answer, KeepCallbackOpen):
+            return
+        await self.answer(callback.id, answer)
+
+    async def answer(
+        self, callback_id: str, answer: object
+    ) -> Answered | AlreadySettled | NotFound:
+        check_trio()
+        wire = self._remote._remote._wire
+        body = {
+            "answer": answer if _is_json(answer) else unstructure(answer),
+            # A retry after a lost response is told what the first try was.
+            "idempotency_key": new_id(),
+        }
+        data = await wire.call("POST", f"{self._path}/callbacks/{callback_id}", body)
+        kinds: dict[object, type[Any]] = {
+            cls.type: cls for cls in (Answered, AlreadySettled, NotFound)
+        }
+        kind = kinds.get(data.get("type")) if isinstance(data, dict) else None
+        if kind is None:
+            raise SdkError(f"the server answered an answer with {str(data)[:200]}")
+        settled: Answered | AlreadySettled | NotFound = structure(data, kind)
+        return settled
+
+    async def iter_events(
+        self, *, after: TurnState[Any] | str | None = None
+    ) -> AsyncGenerator[Event, None]:
+        check_trio()
+        wire = self._remote._remote._wire
+        async with contextlib.aclosing(
+            wire.stream(f"{self._path}/events", _cursor(after))
+        ) as events:
+            async for event in events:
+                yield event
+
+    async def steer(self, content: Content) -> Turn | TurnConflict:
+        check_trio()
+        body = {"content": content if isinstance(content, str) else _blocks(content)}
+        wire = self._remote._remote._wire
+        data = await wire.call("POST", f"{self._path}/steer", body, allowed=(409,))
+        if data.get("steered"):
+            return self
+        return TurnConflict(turn_id=self.id)
+
+    async def interrupt(self) -> Turn | TurnConflict:
+        check_trio()
+        wire = self._remote._remote._wire
+        data = await wire.call("POST", f"{self._path}/interrupt", allowed=(409,))
+        if data.get("interrupted"):
+            return self
+        return TurnConflict(turn_id=self.id)
+
+
+def _cursor(after: TurnState[Any] | str | None) -> str | None:
+    if after is None or isinstance(after, str):
+        return after
+    return after.cursor
+
+
+def _blocks(content: Any) -> list[Any]:
+    return [block if isinstance(block, Mapping) else unstructure(block) for block in content]
+
+
+def _is_json(value: object) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool, list, dict))
+
+
+set_remote(RemoteAgent)

@@ -1,0 +1,52 @@
+"""``agentlib.serve``: importable without the server's dependencies, which it imports."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+    from .._store._base import Store
+    from ._server import Server
+
+__all__ = ["serve"]
+
+
+def serve(
+    agents: Iterable[Agent] = (),
+    *,
+    store: str | Store | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    tokens: Iterable[str] = (),
+) -> AbstractAsyncContextManager[Server]:
+    """Serve agents over HTTP for the duration of an ``async with`` block, from a runtime
+    of the block's own::
+
+        async with agentlib.serve([agent], port=0) as server:
+            print(server.url)
+
+    Sessions, turns, records, events and errors are the public API's, as JSON under
+    ``/v1`` (see the "Deploying" guide); events also stream as Server-Sent Events.
+
+    Args:
+        agents: The agents to serve; ``server.deploy(agent)`` adds more, or replaces one.
+        store: The runtime's store, as for :func:`agentlib.open_runtime`.
+        host: The address to listen on.
+        port: The port; 0 picks a free one (read ``server.url``).
+        tokens: With any, every route but ``/v1/health`` takes only requests that carry
+            one as ``Authorization: Bearer <token>``.
+
+    Raises:
+        ImportError: The server's dependencies are missing: ``pip install 'agentlib[server]'``.
+    """
+    try:
+        from ._server import serve as serve_agents
+    except ImportError as error:
+        raise ImportError(
+            "agentlib.serve needs the server's dependencies (Starlette and hypercorn): "
+            "pip install 'agentlib[server]'"
+        ) from error
+    return serve_agents(agents, store=store, host=host, port=port, tokens=tokens)
