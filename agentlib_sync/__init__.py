@@ -112,6 +112,7 @@ from agentlib import tool as tool
 from agentlib import unstructure as unstructure
 
 from ._facade import Agent as Agent
+from ._facade import RemoteAgent as RemoteAgent
 from ._facade import Session as Session
 from ._facade import Turn as Turn
 
@@ -174,6 +175,7 @@ __all__ = [
     "OpenApproval",
     "OpenClientToolCall",
     "OpenSignIn",
+    "RemoteAgent",
     "RequestApproval",
     "ResourceLinkContentBlock",
     "Running",

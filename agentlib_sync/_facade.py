@@ -18,7 +18,7 @@ from agentlib._session import (
 
 from ._portal import off_thread, portal
 
-__all__ = ["Agent", "Session", "Turn"]
+__all__ = ["Agent", "RemoteAgent", "Session", "Turn"]
 
 OutputT = TypeVar("OutputT")
 
@@ -91,6 +91,12 @@ class Agent:
         its sessions' steps in the engine's thread ask ``model`` too)."""
         return self.agent.override(model=model)
 
+    @staticmethod
+    def load_from(url: str, name: str, *, token: str | None = None) -> RemoteAgent:
+        """A reference to the agent ``name`` served at ``url``; see
+        :meth:`agentlib.Agent.load_from`."""
+        return RemoteAgent(agentlib.Agent.load_from(url, name, token=token))
+
     def start_session(
         self,
         *,
@@ -132,6 +138,67 @@ class Agent:
             )
 
         return Session(portal.call(reference))
+
+
+class RemoteAgent:
+    """A deployed agent (from :meth:`Agent.load_from`); the blocking twin of
+    :class:`agentlib.RemoteAgent`."""
+
+    def __init__(self, agent: agentlib.RemoteAgent) -> None:
+        self.agent = agent
+
+    @property
+    def name(self) -> str:
+        """The agent's name on the server."""
+        return self.agent.name
+
+    @property
+    def url(self) -> str:
+        """The server's address."""
+        return self.agent.url
+
+    def __repr__(self) -> str:
+        return repr(self.agent)
+
+    def start_session(
+        self,
+        *,
+        history: Iterable[agentlib.HistoryImportEntry | Mapping[str, Any]] | None = None,
+        inputs: Sequence[agentlib.SessionInput] = (),
+        idempotency_key: str | None = None,
+        on_approval: ApprovalHandler | None = None,
+        on_sign_in: SignInHandler | None = None,
+        on_client_tool: ClientToolHandler | None = None,
+    ) -> Session:
+        """Start a session on the server; see :meth:`agentlib.RemoteAgent.start_session`."""
+        session = portal.call(
+            self.agent.start_session,
+            history=history,
+            inputs=inputs,
+            idempotency_key=idempotency_key,
+            on_approval=off_thread(on_approval),
+            on_sign_in=off_thread(on_sign_in),
+            on_client_tool=off_thread(on_client_tool),
+        )
+        return Session(session)
+
+    def session(
+        self,
+        session_id: str,
+        *,
+        on_approval: ApprovalHandler | None = None,
+        on_sign_in: SignInHandler | None = None,
+        on_client_tool: ClientToolHandler | None = None,
+    ) -> Session:
+        """A reference to a session on the server; see :meth:`agentlib.RemoteAgent.session`."""
+        return Session(
+            self.agent.session(
+                session_id,
+                on_approval=off_thread(on_approval),
+                on_sign_in=off_thread(on_sign_in),
+                on_client_tool=off_thread(on_client_tool),
+            )
+        )
 
 
 class Session:

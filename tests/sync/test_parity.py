@@ -14,7 +14,7 @@ import agentlib
 import agentlib_sync
 from agentlib_sync import _facade, _portal
 
-REFERENCES = ("Agent", "Session", "Turn")
+REFERENCES = ("Agent", "RemoteAgent", "Session", "Turn")
 
 #: Longest body (docstring, blank lines and comments left out) of a facade method: one call
 #: through the portal (or to agentlib's Agent), with its arguments spelled one a line.
