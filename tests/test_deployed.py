@@ -93,9 +93,9 @@ async def test_concurrent_starts_with_one_key_start_one_turn(client: httpx.Async
         turns.add(response.json()["turn_id"])
 
     async with trio.open_nursery() as nursery:
-        for _ in range(20):
+        for _ in range(100):
             nursery.start_soon(send)
-    assert sorted(statuses) == [200] * 19 + [201]
+    assert sorted(statuses) == [200] * 99 + [201]
     assert len(turns) == 1
 
 
@@ -186,6 +186,8 @@ async def test_events_replay_as_pages_and_as_server_sent_events(
                     continue
                 field, _, value = line.partition(": ")
                 frame[field] = value
+    assert frames[-1] == {"event": "end", "data": "{}"}  # the end, said: not a cut
+    frames = frames[:-1]
     assert [frame["id"] for frame in frames] == ids[3:]
     assert [frame["event"] for frame in frames] == [e["type"] for e in everything[3:]]
     assert [json.loads(frame["data"]) for frame in frames] == everything[3:]
@@ -273,3 +275,19 @@ def test_the_serve_command_says_when_its_argument_names_no_agent(tmp_path: Path)
         assert done.returncode == 2, done.stderr
         assert said in done.stderr
         assert done.stderr.startswith("usage: python -m agentlib serve")
+
+
+async def test_a_retried_answer_is_told_what_the_first_was(client: httpx.AsyncClient) -> None:
+    session = await start(client, "approver")
+    base = f"/agents/approver/sessions/{session}"
+    turn = (await client.post(f"{base}/turns", json={"content": "clean up"})).json()["turn_id"]
+    blocked = (await client.get(f"{base}/turns/{turn}", params={"wait": 10})).json()
+    answer = f"{base}/turns/{turn}/callbacks/{blocked['callbacks'][0]['id']}"
+    body = {"answer": {"type": "allow"}, "idempotency_key": "a1"}
+    first = (await client.post(answer, json=body)).json()
+    (await client.get(f"{base}/turns/{turn}", params={"wait": 10})).json()  # it completed
+    retried = (await client.post(answer, json=body)).json()
+    assert first["type"] == retried["type"] == "answered"
+    assert retried == first
+    other = (await client.post(answer, json={**body, "idempotency_key": "a2"})).json()
+    assert other["type"] == "already_settled"

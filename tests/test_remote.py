@@ -1,0 +1,188 @@
+"""References to deployed agents (``Agent.load_from``): their sessions, turns, records,
+errors, callbacks and events are those of local ones, over real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from _support import approval_agent
+
+import agentlib
+import agentlib_sync
+from agentlib import ModelReply, ScriptedModel, ToolCallRequest
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def calculator() -> agentlib.Agent:
+    call = ToolCallRequest(name="add", arguments={"a": 1, "b": 2})
+    reply = ModelReply(tool_calls=[call])
+    return agentlib.Agent("calc", "You add.", ScriptedModel([reply, "3"] * 50), [add])
+
+
+@pytest.fixture
+async def url(tmp_path: Path) -> AsyncIterator[str]:
+    store = f"sqlite:///{tmp_path / 'served.db'}"
+    async with agentlib.serve([calculator(), approval_agent([])], store=store, port=0) as server:
+        yield server.url
+
+
+async def test_a_remote_turn_reads_as_a_local_one(url: str) -> None:
+    remote = agentlib.Agent.load_from(url, "calc")
+    session = await remote.start_session()
+    record = await session.run("1+2?")
+    assert isinstance(record, agentlib.Completed)
+    assert record.output == "3"
+    assert record.session_id == session.id
+    assert await session.turn(record.turn_id).get() == record
+    async with agentlib.open_runtime():
+        local = await calculator().start_session()
+        here = await local.run("1+2?")
+    assert isinstance(here, agentlib.Completed)
+    assert here.text == record.text
+    assert [(c.name, c.arguments) for c in here.tool_calls] == [
+        (c.name, c.arguments) for c in record.tool_calls
+    ]
+
+
+async def test_references_are_equal_when_they_name_one_session_on_one_server(url: str) -> None:
+    session = await agentlib.Agent.load_from(url, "calc").start_session()
+    again = agentlib.Agent.load_from(url + "/", "calc").session(session.id)
+    assert again == session
+    assert hash(again) == hash(session)
+    assert session != agentlib.Agent.load_from(url, "calc").session("another")
+    assert session.turn("t") == again.turn("t")
+
+
+async def test_the_clients_handler_answers_a_callback_while_it_waits(url: str) -> None:
+    asked: list[str] = []
+
+    def allow(callback: agentlib.OpenApproval) -> agentlib.AllowApproval:
+        asked.append(callback.tool_name)
+        return agentlib.AllowApproval()
+
+    session = await agentlib.Agent.load_from(url, "approver").start_session(on_approval=allow)
+    record = await session.run("clean up")
+    assert isinstance(record, agentlib.Completed), record
+    assert record.output == "done: deleted /tmp/x"
+    assert asked == ["delete"]
+
+
+async def test_without_a_handler_a_blocked_turn_is_answered_by_id(url: str) -> None:
+    session = await agentlib.Agent.load_from(url, "approver").start_session()
+    record = await session.run("clean up")
+    assert isinstance(record, agentlib.Blocked)
+    turn = session.turn(record.turn_id)
+    callback = record.callbacks[0]
+    answered = await turn.answer(callback.id, agentlib.DenyApproval(reason="not today"))
+    assert isinstance(answered, agentlib.Answered)
+    again = await turn.answer(callback.id, agentlib.AllowApproval())
+    assert isinstance(again, agentlib.AlreadySettled)
+    done = await turn.result(timeout=30)
+    assert isinstance(done, agentlib.Completed)
+    assert "not today" in done.output
+
+
+async def test_errors_are_raised_as_their_own_class_with_their_message(url: str) -> None:
+    remote = agentlib.Agent.load_from(url, "calc")
+    missing = "0123456789abcdef0123456789abcdef"
+    with pytest.raises(agentlib.SessionNotFoundError) as remotely:
+        await remote.session(missing).turn("t").get()
+    async with agentlib.open_runtime():
+        with pytest.raises(agentlib.SessionNotFoundError) as locally:
+            await calculator().session(missing).turn("t").get()
+    assert str(remotely.value) == str(locally.value)
+    session = await remote.start_session()
+    with pytest.raises(agentlib.InvalidCursorError):
+        async for _ in session.iter_events(after="not a cursor"):
+            pass
+
+
+async def test_a_busy_session_says_which_turn_runs(url: str) -> None:
+    session = await agentlib.Agent.load_from(url, "approver").start_session()
+    first = await session.start_turn("clean up")
+    assert isinstance(first, agentlib.Turn)
+    assert first.started is True
+    await first.result(timeout=30)  # blocked on its approval
+    second = await session.start_turn("again")
+    assert isinstance(second, agentlib.Busy)
+    assert second.turn.id == first.id
+    assert isinstance(await first.interrupt(), agentlib.Turn)
+    assert isinstance(await first.get(), agentlib.Interrupted)
+
+
+async def test_remote_events_are_the_local_events_in_order(url: str) -> None:
+    session = await agentlib.Agent.load_from(url, "calc").start_session()
+    record = await session.run("1+2?")
+    events = []
+    with trio.fail_after(30):  # only catches a hang
+        async with contextlib.aclosing(session.iter_events()) as stream:
+            async for event in stream:
+                events.append(event)
+                if isinstance(event, agentlib.TurnEnded):
+                    break
+    assert isinstance(events[0], agentlib.TurnStarted)
+    assert events[-1].record == record
+    ids = [event.id for event in events]
+    assert ids == sorted(set(ids))
+    turn_events = [event async for event in session.turn(record.turn_id).iter_events()]
+    assert turn_events == events
+    seen: list[agentlib.Event] = []
+    again = await session.run("1+2?", on_event=seen.append)
+    assert isinstance(seen[-1], agentlib.TurnEnded)
+    assert seen[-1].record == again
+
+
+async def test_a_stream_resumes_by_itself_when_the_server_restarts(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'served.db'}"
+    agents = [calculator(), approval_agent([])]
+    async with agentlib.serve(agents, store=store, port=0) as server:
+        url = server.url
+        session = await agentlib.Agent.load_from(url, "approver").start_session()
+        blocked = await session.run("clean up")
+        assert isinstance(blocked, agentlib.Blocked)
+    port = int(url.rsplit(":", 1)[1])
+    events: list[agentlib.Event] = []
+    ended = trio.Event()
+
+    async def read() -> None:
+        async with contextlib.aclosing(session.iter_events()) as stream:
+            async for event in stream:
+                events.append(event)
+                if isinstance(event, agentlib.TurnEnded):
+                    ended.set()
+                    return
+
+    with trio.fail_after(60):  # only catches a hang
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            # The server is down: the stream's first tries fail, and it waits to try again.
+            await trio.testing.wait_all_tasks_blocked()
+            async with agentlib.serve(agents, store=store, port=port):
+                turn = session.turn(blocked.turn_id)
+                await turn.answer(blocked.callbacks[0].id, agentlib.AllowApproval())
+                await ended.wait()
+    ids = [event.id for event in events]
+    assert ids == sorted(set(ids))
+    assert isinstance(events[0], agentlib.TurnStarted)
+    last = events[-1]
+    assert isinstance(last, agentlib.TurnEnded)
+    assert isinstance(last.record, agentlib.Completed)
+
+
+async def test_the_blocking_twin_runs_a_remote_turn(url: str) -> None:
+    def script() -> agentlib.TurnState[object] | agentlib.Busy[agentlib_sync.Turn]:
+        remote = agentlib_sync.Agent.load_from(url, "calc")
+        return remote.start_session().run("1+2?")
+
+    record = await trio.to_thread.run_sync(script)
+    assert isinstance(record, agentlib.Completed)
+    assert record.output == "3"
