@@ -202,17 +202,23 @@ def error_from(response: httpx.Response) -> Exception:
     message and attributes."""
     try:
         fields = response.json()["error"]
-        kind, message = fields["type"], fields["message"]
+        fields["type"], fields["message"]
     except (ValueError, KeyError, TypeError):
         return SdkError(
             f"the server answered {response.status_code} without an agentlib error body: "
             f"{response.text[:200]}"
         )
+    return error_of(response.status_code, fields)
+
+
+def error_of(status: int, fields: Mapping[str, Any]) -> Exception:
+    """The exception an error body's fields describe."""
+    kind, message = fields["type"], fields["message"]
     cls = getattr(_errors, kind, None)
     if not (isinstance(cls, type) and issubclass(cls, SdkError)):
-        if response.status_code in (400, 413):
+        if status in (400, 413):
             return ValidationError(message)
-        if response.status_code == 401:
+        if status == 401:
             return PermissionError(message)
         return SdkError(message)
     error = cls.__new__(cls)
@@ -294,19 +300,29 @@ class RemoteSession(Session):
         idempotency_key: str | None = None,
         max_steps: int | None = None,
     ) -> Turn | Busy[Turn]:
+        made = await self._turn_request(content, idempotency_key, max_steps, 0.0)
+        return made if isinstance(made, Busy) else made[0]
+
+    async def _turn_request(
+        self, content: Content, key: str | None, max_steps: int | None, wait: float
+    ) -> tuple[Turn, TurnState[Any]] | Busy[Turn]:
+        """Start a turn, and its record, once it ends or blocks with ``wait``."""
         check_trio()
         body: dict[str, Any] = {
             "content": content if isinstance(content, str) else _blocks(content),
-            "idempotency_key": idempotency_key or new_id(),
+            "idempotency_key": key or new_id(),
         }
         if max_steps is not None:
             body["max_steps"] = max_steps
-        made = await self._remote._wire.call("POST", f"{self._path}/turns", body, allowed=(409,))
+        params = {"wait": wait} if wait else None
+        wire = self._remote._wire
+        made = await wire.call("POST", f"{self._path}/turns", body, params=params, allowed=(409,))
         if "error" in made:
             if made["error"]["type"] != "Busy":
-                raise error_from_fields(made)
+                raise error_of(409, made["error"])
             return Busy(turn=RemoteTurn(self, made["error"]["turn_id"], started=None))
-        return RemoteTurn(self, made["turn_id"], started=True)
+        record: TurnState[Any] = structure(made["record"], TurnState[Any])  # type: ignore[misc]
+        return RemoteTurn(self, made["turn_id"], started=True), record
 
     async def run(
         self,
@@ -318,10 +334,26 @@ class RemoteSession(Session):
         on_event: EventHandler | None = None,
         max_steps: int | None = None,
     ) -> TurnState[Any] | Busy[Turn]:
-        turn = await self.start_turn(content, idempotency_key=idempotency_key, max_steps=max_steps)
-        if isinstance(turn, Busy):
-            return turn
-        return await turn.result(output_type=output_type, timeout=timeout, on_event=on_event)
+        if on_event is not None:  # the events as they come: start, then follow
+            turn = await self.start_turn(
+                content, idempotency_key=idempotency_key, max_steps=max_steps
+            )
+            if isinstance(turn, Busy):
+                return turn
+            return await turn.result(output_type=output_type, timeout=timeout, on_event=on_event)
+        # Started and waited on in one request; then, if it blocked on a callback a handler
+        # of this reference answers (or is still running), waited on as ``result`` waits.
+        wait = _WAIT if timeout is None else min(_WAIT, timeout)
+        deadline = None if timeout is None else trio.current_time() + timeout
+        made = await self._turn_request(content, idempotency_key, max_steps, wait)
+        if isinstance(made, Busy):
+            return made
+        turn, record = made
+        handled = isinstance(record, Blocked) and any(map(self._handler_for, record.callbacks))
+        if not handled and not isinstance(record, Running):
+            return _for_reader(record, output_type)
+        left = None if deadline is None else max(0.0, deadline - trio.current_time())
+        return await turn.result(output_type=output_type, timeout=left)
 
     async def iter_events(
         self, *, after: TurnState[Any] | str | None = None
@@ -341,10 +373,6 @@ class RemoteSession(Session):
             "a deployed session's subagents are read through their own ids: the server does "
             "not list them"
         )
-
-
-def error_from_fields(body: Mapping[str, Any]) -> Exception:
-    return SdkError(str(body.get("error", {}).get("message", body)))
 
 
 class RemoteTurn(Turn):

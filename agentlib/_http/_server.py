@@ -215,7 +215,10 @@ class Server:
                 },
                 409,
             )
-        record = await started.get()
+        # With ?wait=S, the record once the turn ends or blocks (at most S seconds): a run in
+        # one request.
+        wait = _number(request, "wait", 0.0, MAX_WAIT)
+        record = await (started.result(timeout=wait) if wait > 0 else started.get())
         return _json({"turn_id": started.id, "record": unstructure(record)}, 201 if new else 200)
 
     async def _read_turn(self, request: Request) -> Response:
