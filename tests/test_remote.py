@@ -186,3 +186,16 @@ async def test_the_blocking_twin_runs_a_remote_turn(url: str) -> None:
     record = await trio.to_thread.run_sync(script)
     assert isinstance(record, agentlib.Completed)
     assert record.output == "3"
+
+
+async def test_a_cancelled_remote_session_refuses_new_turns_as_a_local_one(url: str) -> None:
+    session = await agentlib.Agent.load_from(url, "calc").start_session()
+    await session.cancel()
+    with pytest.raises(agentlib.SessionTerminatedError) as remotely:
+        await session.run("1+2?")
+    async with agentlib.open_runtime():
+        local = await calculator().start_session()
+        await local.cancel()
+        with pytest.raises(agentlib.SessionTerminatedError) as locally:
+            await local.run("1+2?")
+    assert str(remotely.value) == str(locally.value).replace(local.id, session.id)
