@@ -1,0 +1,192 @@
+"""The same behaviour on both transports: each test runs against a local runtime and against
+an agent served on 127.0.0.1 (``agentlib.serve``) and reached with ``Agent.load_from``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, Protocol
+
+import attrs
+import pytest
+from _support import Gate, approval_agent, events_through, held_agent, held_turn, turn_events
+
+import agentlib
+from agentlib import Agent, ModelReply, ScriptedModel, ToolCallRequest
+
+
+class Starts(Protocol):
+    """Starts a session of ``agent`` on the transport under test."""
+
+    def __call__(self, agent: Agent, **options: Any) -> Awaitable[agentlib.Session]: ...
+
+
+@pytest.fixture(params=["local", "remote"])
+async def start(request: pytest.FixtureRequest) -> AsyncIterator[Starts]:
+    if request.param == "local":
+        async with agentlib.open_runtime():
+
+            async def start_local(agent: Agent, **options: Any) -> agentlib.Session:
+                return await agent.start_session(**options)
+
+            yield start_local
+        return
+    async with agentlib.serve(port=0) as server:
+
+        async def start_remote(agent: Agent, **options: Any) -> agentlib.Session:
+            server.deploy(agent)
+            remote = agentlib.Agent.load_from(server.url, agent.name)
+            return await remote.start_session(**options)
+
+        yield start_remote
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def calculator() -> Agent:
+    call = ToolCallRequest(name="add", arguments={"a": 1, "b": 2})
+    return Agent("calc", "", ScriptedModel([ModelReply(tool_calls=[call]), "3"] * 20), [add])
+
+
+async def test_a_turn_calls_its_tool_and_completes(start: Starts) -> None:
+    session = await start(calculator())
+    record = await session.run("1+2?")
+    assert isinstance(record, agentlib.Completed)
+    assert record.output == "3"
+    assert [call.name for call in record.tool_calls] == ["add"]
+    assert await session.turn(record.turn_id).get() == record
+
+
+async def test_the_events_of_a_turn_replay_from_any_cursor(start: Starts) -> None:
+    session = await start(calculator())
+    record = await session.run("1+2?")
+    assert record.cursor is not None
+    events = await events_through(session, record.cursor)
+    assert isinstance(events[0], agentlib.TurnStarted)
+    last = events[-1]
+    assert isinstance(last, agentlib.TurnEnded)
+    assert last.record == record
+    for index, event in enumerate(events):
+        assert await turn_events(session.turn(record.turn_id), event.id) == events[index + 1 :]
+
+
+async def test_an_idempotency_key_returns_the_turn_it_started(start: Starts) -> None:
+    session = await start(calculator())
+    first = await session.start_turn("1+2?", idempotency_key="k")
+    again = await session.start_turn("1+2?", idempotency_key="k")
+    assert isinstance(first, agentlib.Turn)
+    assert isinstance(again, agentlib.Turn)
+    assert again.id == first.id
+    with pytest.raises(agentlib.SessionIdempotencyConflictError):
+        await session.start_turn("2+2?", idempotency_key="k")
+
+
+async def test_a_handler_answers_an_approval_while_run_waits(start: Starts) -> None:
+    runs: list[str] = []
+    session = await start(approval_agent(runs), on_approval=lambda _: agentlib.AllowApproval())
+    record = await session.run("clean up")
+    assert isinstance(record, agentlib.Completed)
+    assert record.output == "done: deleted /tmp/x"
+    assert runs == ["/tmp/x"]
+
+
+async def test_a_blocked_turn_takes_the_first_answer_only(start: Starts) -> None:
+    runs: list[str] = []
+    session = await start(approval_agent(runs))
+    record = await session.run("clean up")
+    assert isinstance(record, agentlib.Blocked)
+    turn = session.turn(record.turn_id)
+    callback = record.callbacks[0].id
+    answered = await turn.answer(callback, agentlib.AllowApproval())
+    assert isinstance(answered, agentlib.Answered)
+    assert isinstance(await turn.answer(callback, agentlib.DenyApproval()), agentlib.AlreadySettled)
+    done = await turn.result()
+    assert isinstance(done, agentlib.Completed)
+    assert runs == ["/tmp/x"]
+
+
+async def test_a_busy_session_names_its_turn_and_steering_reaches_it(start: Starts) -> None:
+    gate = Gate()
+    seen: list[list[str]] = []
+
+    def answer(request: agentlib.ModelRequest) -> str:
+        seen.append([e.text for e in request.entries if isinstance(e, agentlib.MessageEntry)])
+        return "ok"
+
+    session = await start(held_agent(gate, answer))
+    turn = await held_turn(session, gate)
+    busy = await session.start_turn("another")
+    assert isinstance(busy, agentlib.Busy)
+    assert busy.turn.id == turn.id
+    assert await turn.steer("and this") == turn
+    gate.opened.set()
+    record = await turn.result()
+    assert isinstance(record, agentlib.Completed)
+    assert "and this" in seen[-1]
+
+
+async def test_an_interrupted_turn_ends_interrupted(start: Starts) -> None:
+    gate = Gate()
+    session = await start(held_agent(gate, "never"))
+    turn = await held_turn(session, gate)
+    assert await turn.interrupt() == turn
+    record = await turn.get()
+    assert isinstance(record, agentlib.Interrupted)
+    assert record.cause == "interrupted"
+    assert await turn.interrupt() == agentlib.TurnConflict(turn_id=turn.id)
+
+
+async def test_a_cancelled_session_refuses_turns(start: Starts) -> None:
+    session = await start(calculator())
+    await session.cancel()
+    with pytest.raises(agentlib.SessionTerminatedError):
+        await session.run("1+2?")
+
+
+async def test_reading_what_does_not_exist_raises_the_same_errors(start: Starts) -> None:
+    session = await start(calculator())
+    with pytest.raises(agentlib.TurnNotFoundError):
+        await session.turn("0123456789abcdef0123456789abcdef").get()
+    record = await session.run("1+2?")
+    with pytest.raises(agentlib.InvalidCursorError):
+        await turn_events(session.turn(record.turn_id), "not a cursor")
+
+
+@attrs.frozen
+class Sum:
+    total: int
+
+
+async def test_a_structured_output_reads_as_its_type(start: Starts) -> None:
+    agent = Agent("summer", "", ScriptedModel(['{"total": 3}']), output_type=Sum)
+    session = await start(agent)
+    record = await session.run("1+2?", output_type=Sum)
+    assert isinstance(record, agentlib.Completed)
+    assert record.output == Sum(total=3)
+
+
+async def test_on_event_sees_each_event_of_the_turn_once_in_order(start: Starts) -> None:
+    session = await start(calculator())
+    seen: list[agentlib.Event] = []
+    record = await session.run("1+2?", on_event=seen.append)
+    assert isinstance(seen[-1], agentlib.TurnEnded)
+    assert seen[-1].record == record
+    assert seen == await turn_events(session.turn(record.turn_id))
+
+
+async def test_a_history_given_at_the_start_is_what_the_model_sees_first(start: Starts) -> None:
+    heard: list[str] = []
+
+    def listen(request: agentlib.ModelRequest) -> str:
+        heard.extend(e.text for e in request.entries if isinstance(e, agentlib.MessageEntry))
+        return "ok"
+
+    agent = Agent("listener", model=agentlib.FunctionModel(listen))
+    history = [
+        {"type": "message", "role": "user", "content": [{"type": "text", "text": "earlier"}]}
+    ]
+    session = await start(agent, history=history)
+    await session.run("now")
+    assert heard[:2] == ["earlier", "now"]
