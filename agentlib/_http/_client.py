@@ -54,7 +54,10 @@ _WAIT = 30.0
 #: The most events a page of events brings.
 _PAGE = 1000
 #: Tries of a request whose connection failed, and the longest pause between two.
-_TRIES = 6
+#: How long a request whose connection keeps failing is retried, in seconds, and its pauses:
+#: the first at most, the longest at most.
+_GIVE_UP = 60.0
+_FIRST_PAUSE = 0.1
 _MOST_PAUSE = 5.0
 
 
@@ -156,18 +159,22 @@ class _Wire:
         params: Mapping[str, Any] | None = None,
         allowed: tuple[int, ...] = (),
     ) -> Any:
-        """The JSON a request answers, retrying while the connection fails (every request
-        is safe to repeat: reads, and changes that carry an idempotency key)."""
-        for attempt in range(_TRIES):
+        """The JSON a request answers, retrying for a minute while the connection fails
+        (every request is safe to repeat: reads, and changes that carry an idempotency
+        key)."""
+        give_up = trio.current_time() + _GIVE_UP
+        attempt = 0
+        while True:
             try:
                 response = await self.client.request(
                     method, self.base + path, json=body, params=params
                 )
                 break
             except httpx.TransportError:
-                if attempt == _TRIES - 1:
+                if trio.current_time() >= give_up:
                     raise
                 await trio.sleep(_pause(attempt))
+                attempt += 1
         if response.status_code >= 400 and response.status_code not in allowed:
             raise error_from(response)
         return response.json()
@@ -194,7 +201,7 @@ class _Wire:
 
 def _pause(attempt: int) -> float:
     """A capped exponential pause with full jitter."""
-    return random.uniform(0, min(_MOST_PAUSE, 0.1 * 2**attempt))
+    return random.uniform(0, min(_MOST_PAUSE, _FIRST_PAUSE * 2 ** min(attempt, 16)))
 
 
 def error_from(response: httpx.Response) -> Exception:
