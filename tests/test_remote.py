@@ -4,17 +4,20 @@ errors, callbacks and events are those of local ones, over real HTTP on 127.0.0.
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
-from _support import approval_agent
+from _proxy import CuttingProxy
+from _support import approval_agent, events_through
 
 import agentlib
 import agentlib_sync
-from agentlib import ModelReply, ScriptedModel, ToolCallRequest
+from agentlib import ModelReply, ToolCallRequest
 
 
 def add(a: int, b: int) -> int:
@@ -24,8 +27,12 @@ def add(a: int, b: int) -> int:
 
 def calculator() -> agentlib.Agent:
     call = ToolCallRequest(name="add", arguments={"a": 1, "b": 2})
-    reply = ModelReply(tool_calls=[call])
-    return agentlib.Agent("calc", "You add.", ScriptedModel([reply, "3"] * 50), [add])
+
+    def step(request: agentlib.ModelRequest) -> ModelReply | str:
+        last = request.entries[-1]
+        return "3" if isinstance(last, agentlib.ToolResultEntry) else ModelReply(tool_calls=[call])
+
+    return agentlib.Agent("calc", "You add.", agentlib.FunctionModel(step), [add])
 
 
 @pytest.fixture
@@ -199,3 +206,45 @@ async def test_a_cancelled_remote_session_refuses_new_turns_as_a_local_one(url: 
         with pytest.raises(agentlib.SessionTerminatedError) as locally:
             await local.run("1+2?")
     assert str(remotely.value) == str(locally.value).replace(local.id, session.id)
+
+
+async def test_connections_cut_at_random_offsets_lose_and_repeat_nothing(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each answer cut short is asked for again at once (the pauses are the client's).
+    monkeypatch.setattr(agentlib._http._client, "_FIRST_PAUSE", 0.001)
+    proxy = CuttingProxy(int(url.rsplit(":", 1)[1]), cuts=100, rng=random.Random(15))
+    read: list[agentlib.Event] = []
+    records: list[agentlib.TurnState[Any]] = []
+    final: list[str] = []
+    reached = trio.Event()
+    with trio.fail_after(120):  # only catches a hang
+        async with trio.open_nursery() as nursery:
+            through = agentlib.Agent.load_from(await proxy.serve(nursery), "calc")
+            session = await through.start_session()
+
+            async def reader() -> None:
+                async with contextlib.aclosing(session.iter_events()) as events:
+                    async for event in events:
+                        read.append(event)
+                        if final and event.id >= final[0]:
+                            reached.set()
+                            return
+
+            nursery.start_soon(reader)
+            while proxy.left or len(records) < 5:
+                record = await session.run("1+2?")
+                assert isinstance(record, agentlib.Completed), record
+                records.append(record)
+            final.append(records[-1].cursor or "")
+            if read and read[-1].id >= final[0]:
+                reached.set()
+            await reached.wait()
+            nursery.cancel_scope.cancel()
+    assert proxy.cut == 100
+    direct = agentlib.Agent.load_from(url, "calc").session(session.id)
+    stored = await events_through(direct, final[0])
+    assert [event.id for event in read] == [event.id for event in stored]
+    assert read == stored
+    ended = [event.record for event in stored if isinstance(event, agentlib.TurnEnded)]
+    assert ended == records  # each run started one turn: none was started twice

@@ -1,0 +1,58 @@
+"""A loopback TCP proxy that cuts connections part way through their answers."""
+
+from __future__ import annotations
+
+import random
+
+import trio
+
+
+class CuttingProxy:
+    """Forwards each connection to ``port`` on 127.0.0.1; while cuts are left, closes a
+    connection once it has passed that many bytes of the server's answer (drawn from
+    ``rng`` between 0 and ``most``), in the middle of a response."""
+
+    def __init__(self, port: int, cuts: int, rng: random.Random, most: int = 2000) -> None:
+        self.target = port
+        self.left = cuts
+        self.cut = 0  # connections cut so far
+        self._rng = rng
+        self._most = most
+        self.port = 0
+
+    async def serve(self, nursery: trio.Nursery) -> str:
+        """Listen (in ``nursery``) on a free port; the proxy's URL."""
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        nursery.start_soon(trio.serve_listeners, self._forward, listeners)
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _forward(self, client: trio.SocketStream) -> None:
+        offset = self._rng.randrange(self._most) if self.left > 0 else None
+        try:
+            server = await trio.open_tcp_stream("127.0.0.1", self.target)
+        except OSError:
+            await client.aclose()
+            return
+        async with client, server, trio.open_nursery() as nursery:
+
+            async def up() -> None:
+                while data := await client.receive_some():
+                    await server.send_all(data)
+                await server.send_eof()
+
+            async def down() -> None:
+                passed = 0
+                while data := await server.receive_some():
+                    if offset is not None and passed + len(data) > offset:
+                        await client.send_all(data[: offset - passed])
+                        self.left -= 1
+                        self.cut += 1
+                        nursery.cancel_scope.cancel()  # both closed: the answer stops here
+                        return
+                    passed += len(data)
+                    await client.send_all(data)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(up)
+            nursery.start_soon(down)
