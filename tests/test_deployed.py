@@ -4,6 +4,7 @@ httpx as a client on any machine would drive it."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from _support import approval_agent
 
 import agentlib
 from agentlib import ModelReply, ScriptedModel, ToolCallRequest
+from agentlib._http._access import Access, Tokens
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -291,3 +293,103 @@ async def test_a_retried_answer_is_told_what_the_first_was(client: httpx.AsyncCl
     assert retried == first
     other = (await client.post(answer, json={**body, "idempotency_key": "a2"})).json()
     assert other["type"] == "already_settled"
+
+
+PRINCIPALS = {"alice": "alice-s3cret", "bob": "bob-s3cret"}
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_a_session_is_found_only_by_its_principal_on_every_route(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    texts: list[str] = []
+    async with agentlib.serve([approval_agent([])], port=0, tokens=PRINCIPALS) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1") as http:
+            alice, bob = bearer(PRINCIPALS["alice"]), bearer(PRINCIPALS["bob"])
+            made = await http.post("/agents/approver/sessions", headers=alice)
+            base = f"/agents/approver/sessions/{made.json()['id']}"
+            started = await http.post(f"{base}/turns", json={"content": "go"}, headers=alice)
+            turn = started.json()["turn_id"]
+            blocked = (await http.get(f"{base}/turns/{turn}?wait=10", headers=alice)).json()
+            callback = blocked["callbacks"][0]["id"]
+            routes = [
+                ("GET", base, None),
+                ("GET", f"{base}/events", None),
+                ("POST", f"{base}/turns", {"content": "hi"}),
+                ("GET", f"{base}/turns/{turn}", None),
+                ("GET", f"{base}/turns/{turn}/events", None),
+                ("POST", f"{base}/turns/{turn}/steer", {"content": "hi"}),
+                ("POST", f"{base}/turns/{turn}/callbacks/{callback}", {"answer": {}}),
+                ("POST", f"{base}/turns/{turn}/interrupt", None),
+                ("POST", f"{base}/tokens", {"rights": ["read"]}),
+                ("POST", f"{base}/cancel", None),
+            ]
+            for method, path, body in routes:
+                other = await http.request(method, path, json=body, headers=bob)
+                assert other.status_code == 404, (method, path, other.text)
+                assert other.json()["error"]["type"] == "SessionNotFoundError"
+                texts.append(other.text)
+            mine = await http.get(base, headers=alice)
+            assert mine.status_code == 200
+            texts += [started.text, mine.text, json.dumps(blocked)]
+    for secret in PRINCIPALS.values():
+        assert secret not in caplog.text
+        assert all(secret not in text for text in texts)
+    assert all("agentlib.principal" not in text for text in texts)
+
+
+async def test_a_session_scoped_token_reads_and_answers_that_session_only() -> None:
+    async with agentlib.serve([approval_agent([])], port=0, tokens=PRINCIPALS) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1") as http:
+            alice = bearer(PRINCIPALS["alice"])
+            first = (await http.post("/agents/approver/sessions", headers=alice)).json()["id"]
+            second = (await http.post("/agents/approver/sessions", headers=alice)).json()["id"]
+            base = f"/agents/approver/sessions/{first}"
+            turn = (await http.post(f"{base}/turns", json={"content": "go"}, headers=alice)).json()
+            path = f"{base}/turns/{turn['turn_id']}"
+            minted = await http.post(f"{base}/tokens", json={"rights": ["read"]}, headers=alice)
+            assert minted.status_code == 201
+            reader = bearer(minted.json()["token"])
+            blocked = (await http.get(f"{path}?wait=10", headers=reader)).json()
+            assert blocked["type"] == "blocked"
+            assert (await http.get(f"{base}/events", headers=reader)).status_code == 200
+            refused = await http.post(f"{base}/turns", json={"content": "hi"}, headers=reader)
+            assert refused.status_code == 403
+            assert "scoped to one session" in refused.json()["error"]["message"]
+            answer = f"{path}/callbacks/{blocked['callbacks'][0]['id']}"
+            allow = {"answer": {"type": "allow"}}
+            assert (await http.post(answer, json=allow, headers=reader)).status_code == 403
+            elsewhere = await http.get(f"/agents/approver/sessions/{second}", headers=reader)
+            assert elsewhere.status_code == 404
+            rights = {"rights": ["answer"]}
+            made = await http.post(f"{base}/tokens", json=rights, headers=alice)
+            answerer = bearer(made.json()["token"])
+            answered = await http.post(answer, json=allow, headers=answerer)
+            assert answered.json()["type"] == "answered"
+            assert (await http.get(path, headers=answerer)).status_code == 403
+            forged = minted.json()["token"][:-2] + "xx"
+            assert (await http.get(base, headers=bearer(forged))).status_code == 401
+            wrong = await http.post(f"{base}/tokens", json={"rights": ["write"]}, headers=alice)
+            assert wrong.status_code == 400
+
+
+def test_a_session_scoped_token_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens = Tokens(["t"])
+    token, expires = tokens.mint("s1", frozenset({"read"}), 60)
+    assert tokens.access(token) == Access(session_id="s1", rights=frozenset({"read"}))
+    monkeypatch.setattr(agentlib._http._access.time, "time", lambda: expires + 1.0)
+    assert tokens.access(token) is None
+    assert Tokens(["other"]).access(token) is None  # another server's key
+
+
+async def test_a_remote_reference_sends_its_token() -> None:
+    async with agentlib.serve([calculator()], port=0, tokens=["t0ken"]) as server:
+        with pytest.raises(PermissionError, match="Authorization: Bearer"):
+            await agentlib.Agent.load_from(server.url, "calc").start_session()
+        remote = agentlib.Agent.load_from(server.url, "calc", token="t0ken")
+        record = await (await remote.start_session()).run("1+2?")
+        assert isinstance(record, agentlib.Completed)

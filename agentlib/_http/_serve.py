@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,7 @@ def serve(
     store: str | Store | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
-    tokens: Iterable[str] = (),
+    tokens: Iterable[str] | Mapping[str, str] = (),
 ) -> AbstractAsyncContextManager[Server]:
     """Serve agents over HTTP for the duration of an ``async with`` block, from a runtime
     of the block's own::
@@ -37,7 +37,9 @@ def serve(
         host: The address to listen on.
         port: The port; 0 picks a free one (read ``server.url``).
         tokens: With any, every route but ``/v1/health`` takes only requests that carry
-            one as ``Authorization: Bearer <token>``.
+            one as ``Authorization: Bearer <token>``. Each token is a principal: a session
+            is found only with the token that started it (another's gets 404). Give a
+            mapping of names to tokens to name the principals.
 
     Raises:
         ImportError: The server's dependencies are missing: ``pip install 'agentlib[server]'``.

@@ -7,10 +7,9 @@ session behaves as a local one: the same records, events and errors, as JSON.
 
 from __future__ import annotations
 
-import hmac
 import json
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -26,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 from .._agent import Agent
 from .._callbacks import ApprovalAnswer, OpenApproval, OpenSignIn, SignInAnswer
 from .._convert import structure, unstructure
+from .._engine._restore import not_found
 from .._engine._runtime import Runtime
 from .._errors import SdkError
 from .._events import Event
@@ -34,6 +34,7 @@ from .._open import enter, open_runtime
 from .._records import Answered, Blocked, Busy
 from .._session import Session, Turn
 from .._store._base import Store
+from ._access import MOST_SECONDS, RIGHTS, Access, Principal, Tokens
 from ._wire import error_body, status_of
 
 __all__ = ["Server", "serve"]
@@ -66,11 +67,11 @@ class Server:
         url: Where it listens, e.g. ``"http://127.0.0.1:8000"``.
     """
 
-    def __init__(self, runtime: Runtime, tokens: Iterable[str]) -> None:
+    def __init__(self, runtime: Runtime, tokens: Iterable[str] | Mapping[str, str]) -> None:
         self.url = ""
         self._runtime = runtime
         self._agents: dict[str, Agent] = {}
-        self._tokens = tuple(tokens)
+        self._tokens = Tokens(tokens)
         self._closing = trio.Event()
         # The answers taken, by session, callback and idempotency key: a retried answer is
         # told what the first was, never that the callback is already settled.
@@ -101,9 +102,14 @@ class Server:
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
         """The ASGI application: every route of the wire, behind the token check."""
 
-        def route(path: str, endpoint: Callable[..., Awaitable[Any]], method: str = "GET") -> Route:
+        def route(
+            path: str,
+            endpoint: Callable[..., Awaitable[Any]],
+            method: str = "GET",
+            right: str | None = None,
+        ) -> Route:
             async def handle(request: Request) -> Response:
-                return await self._handle(request, endpoint)
+                return await self._handle(request, endpoint, right)
 
             return Route(path, handle, methods=[method])
 
@@ -113,21 +119,32 @@ class Server:
             Route("/v1/health", _health, methods=["GET"]),
             route("/v1/agents", self._list_agents),
             route("/v1/agents/{agent}/sessions", self._start_session, "POST"),
-            route(session, self._read_session),
+            route(session, self._read_session, right="read"),
             route(session + "/cancel", self._cancel, "POST"),
+            route(session + "/tokens", self._mint, "POST"),
             route(session + "/turns", self._start_turn, "POST"),
-            route(session + "/events", self._session_events),
-            route(turn, self._read_turn),
+            route(session + "/events", self._session_events, right="read"),
+            route(turn, self._read_turn, right="read"),
             route(turn + "/steer", self._steer, "POST"),
             route(turn + "/interrupt", self._interrupt, "POST"),
-            route(turn + "/callbacks/{callback_id}", self._answer, "POST"),
-            route(turn + "/events", self._turn_events),
+            route(turn + "/callbacks/{callback_id}", self._answer, "POST", "answer"),
+            route(turn + "/events", self._turn_events, right="read"),
         ]
         return Starlette(routes=routes)
 
-    async def _handle(self, request: Request, endpoint: Callable[..., Awaitable[Any]]) -> Response:
+    async def _handle(
+        self, request: Request, endpoint: Callable[..., Awaitable[Any]], right: str | None
+    ) -> Response:
         try:
-            self._authorize(request)
+            access = request.state.access = self._authorize(request)
+            if access.session_id is not None and right not in access.rights:
+                raise _Refused(
+                    403,
+                    "Forbidden",
+                    "this token is scoped to one session, and gives "
+                    f"{' and '.join(sorted(access.rights)) or 'no'} rights there: "
+                    "use a principal's token for this",
+                )
             enter(self._runtime)  # the public API's verbs reach this runtime
             return await endpoint(request)  # type: ignore[no-any-return]
         except _Refused as refused:
@@ -135,14 +152,13 @@ class Server:
         except SdkError as error:
             return _json(error_body(error), status_of(error))
 
-    def _authorize(self, request: Request) -> None:
+    def _authorize(self, request: Request) -> Access:
         if not self._tokens:
-            return
+            return Access()
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and any(
-            hmac.compare_digest(given.encode(), token.encode()) for token in self._tokens
-        ):
-            return
+        access = self._tokens.access(given) if scheme.lower() == "bearer" else None
+        if access is not None:
+            return access
         raise _Refused(
             401,
             "Unauthorized",
@@ -160,9 +176,20 @@ class Server:
         return agent
 
     async def _session(self, request: Request) -> Session:
-        """The session the path names, read (so that a missing one is a 404 at once)."""
-        session = self._agent(request).session(request.path_params["session_id"])
-        await session._load()
+        """The session the path names, read (so that a missing one is a 404 at once), if
+        the request's token may reach it: another principal's is missing, as is every
+        session but its own for a session-scoped token."""
+        session_id = request.path_params["session_id"]
+        session = self._agent(request).session(session_id)
+        live = await session._load()
+        access: Access = request.state.access
+        if access.session_id is not None:
+            allowed = access.session_id == session_id
+        else:
+            owner = live.state.inputs.get(Principal.input_id, {}).get("name")
+            allowed = owner == access.principal
+        if not allowed:
+            raise not_found(session_id)
         return session
 
     async def _turn(self, request: Request) -> Turn:
@@ -178,8 +205,32 @@ class Server:
         history = body.get("history")
         if history is not None and not isinstance(history, list):
             raise _Refused(400, "BadRequest", "'history' must be a list of history items")
-        session = await agent.start_session(history=history, idempotency_key=key)
+        principal = request.state.access.principal
+        inputs = [Principal(name=principal)] if principal is not None else []
+        session = await agent.start_session(history=history, inputs=inputs, idempotency_key=key)
         return _json({"id": session.id, "agent": agent.name}, 201)
+
+    async def _mint(self, request: Request) -> Response:
+        session = await self._session(request)
+        if not self._tokens:
+            raise _Refused(
+                400,
+                "BadRequest",
+                "this server takes no tokens: every request reaches every session",
+            )
+        body = await _body(request, {"rights", "seconds"})
+        rights = body.get("rights")
+        if not isinstance(rights, list) or not rights or not set(rights) <= RIGHTS:
+            raise _Refused(
+                400,
+                "BadRequest",
+                f"'rights' must be a non-empty list of {', '.join(map(repr, sorted(RIGHTS)))}",
+            )
+        seconds = body.get("seconds", 3600)
+        if not isinstance(seconds, (int, float)) or not 0 < seconds <= MOST_SECONDS:
+            raise _Refused(400, "BadRequest", f"'seconds' must be from 1 to {MOST_SECONDS:,}")
+        token, expires = self._tokens.mint(session.id, frozenset(rights), seconds)
+        return _json({"token": token, "expires": expires, "rights": sorted(rights)}, 201)
 
     async def _read_session(self, request: Request) -> Response:
         session = await self._session(request)
@@ -447,7 +498,7 @@ async def serve(
     store: str | Store | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
-    tokens: Iterable[str] = (),
+    tokens: Iterable[str] | Mapping[str, str] = (),
 ) -> AsyncIterator[Server]:
     """:func:`agentlib.serve`, once its dependencies are imported."""
     config = Config()
