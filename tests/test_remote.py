@@ -248,3 +248,35 @@ async def test_connections_cut_at_random_offsets_lose_and_repeat_nothing(
     assert read == stored
     ended = [event.record for event in stored if isinstance(event, agentlib.TurnEnded)]
     assert ended == records  # each run started one turn: none was started twice
+
+
+async def test_a_handler_answers_across_a_server_restart(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'served.db'}"
+    asked, gone, done = trio.Event(), trio.Event(), trio.Event()
+    records: list[agentlib.TurnState[Any]] = []
+
+    async def approve(callback: agentlib.OpenApproval) -> agentlib.AllowApproval:
+        asked.set()
+        await gone.wait()  # the server that opened the callback is gone meanwhile
+        return agentlib.AllowApproval()
+
+    with trio.fail_after(60):  # only catches a hang
+        async with trio.open_nursery() as nursery:
+            async with agentlib.serve([approval_agent([])], store=store, port=0) as server:
+                remote = agentlib.Agent.load_from(server.url, "approver")
+                session = await remote.start_session(on_approval=approve)
+
+                async def run() -> None:
+                    records.append(await session.run("clean up"))
+                    done.set()
+
+                nursery.start_soon(run)
+                await asked.wait()
+            port = int(server.url.rsplit(":", 1)[1])
+            gone.set()  # the handler answers while no server listens: its request fails,
+            await trio.testing.wait_all_tasks_blocked()  # and waits to be sent again
+            async with agentlib.serve([approval_agent([])], store=store, port=port):
+                await done.wait()
+    (record,) = records
+    assert isinstance(record, agentlib.Completed)
+    assert record.output == "done: deleted /tmp/x"
