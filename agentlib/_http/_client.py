@@ -139,15 +139,20 @@ class _Wire:
         self.base = url + "/v1"
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
         self._client: httpx.AsyncClient | None = None
+        self._run: trio.lowlevel.TrioToken | None = None
 
     @property
     def client(self) -> httpx.AsyncClient:
-        if self._client is None:
+        """This trio run's client: its connections are kept open between requests, and
+        closed when the run ends (a program's ``trio.run``, or agentlib_sync's engine)."""
+        run = trio.lowlevel.current_trio_token()
+        if self._client is None or self._run is not run:
             timeout = httpx.Timeout(10.0, read=_WAIT + 30.0)
-            # A reference has no end to close a pool at: each connection closes after its
-            # response, so that none is left open when the program's loop ends.
-            limits = httpx.Limits(max_keepalive_connections=0)
+            # No cap on connections: each session's waits hold one; up to 100 are kept.
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=100)
             self._client = httpx.AsyncClient(headers=self._headers, timeout=timeout, limits=limits)
+            self._run = run
+            trio.lowlevel.spawn_system_task(_close_at_the_end, self._client)
         return self._client
 
     async def call(
@@ -197,6 +202,15 @@ class _Wire:
             after = page["cursor"]
             if page["ended"] and not page["events"]:
                 return
+
+
+async def _close_at_the_end(client: httpx.AsyncClient) -> None:
+    """Close ``client``'s connections when the trio run ends (a system task: cancelled then)."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await client.aclose()
 
 
 def _pause(attempt: int) -> float:
