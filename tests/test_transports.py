@@ -4,11 +4,11 @@ an agent served on 127.0.0.1 (``agentlib.serve``) and reached with ``Agent.load_
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import attrs
 import pytest
-from _support import Gate, approval_agent, events_through, held_agent, held_turn, turn_events
+from _support import Gate, approval_agent, events_through, held_agent, held_turn, pick, turn_events
 
 import agentlib
 from agentlib import Agent, ModelReply, ScriptedModel, ToolCallRequest
@@ -190,3 +190,64 @@ async def test_a_history_given_at_the_start_is_what_the_model_sees_first(start: 
     session = await start(agent, history=history)
     await session.run("now")
     assert heard[:2] == ["earlier", "now"]
+
+
+def picker(seen: list[str]) -> Agent:
+    def answer(request: agentlib.ModelRequest) -> str:
+        last = request.entries[-1]
+        seen.append(last.text if isinstance(last, agentlib.ToolResultEntry) else "")
+        return "ok"
+
+    call = ModelReply(tool_calls=[ToolCallRequest(name="client.pick", arguments={"prompt": "n"})])
+    return Agent("picker", model=ScriptedModel([call, answer]), tools=[pick])
+
+
+async def test_a_client_tool_runs_in_the_handler_of_the_reference(start: Starts) -> None:
+    seen: list[str] = []
+    asked: list[dict[str, Any]] = []
+
+    def run_pick(call: agentlib.OpenClientToolCall) -> int:
+        asked.append(dict(call.arguments))
+        return 7
+
+    session = await start(picker(seen), on_client_tool=run_pick)
+    record = await session.run("pick one")
+    assert isinstance(record, agentlib.Completed)
+    assert asked == [{"prompt": "n"}]
+    assert seen == ["7"]
+
+
+async def test_a_client_tools_answer_of_the_wrong_type_is_refused_and_the_call_stays_open(
+    start: Starts,
+) -> None:
+    session = await start(picker([]))
+    record = await session.run("pick one")
+    assert isinstance(record, agentlib.Blocked)
+    turn = session.turn(record.turn_id)
+    with pytest.raises(agentlib.ClientToolAnswerError):
+        await turn.answer(record.callbacks[0].id, "seven")
+    assert isinstance(await turn.answer(record.callbacks[0].id, 7), agentlib.Answered)
+    assert isinstance(await turn.result(), agentlib.Completed)
+
+
+async def test_a_sign_in_gives_its_credentials_to_the_sources_tools(start: Starts) -> None:
+    seen: list[agentlib.Credentials] = []
+
+    async def search(query: str, creds: Annotated[agentlib.Credentials, agentlib.Depends()]) -> str:
+        """Search the workspace."""
+        seen.append(creds)
+        return "found"
+
+    source = agentlib.ToolSource(name="notion", tools=[search], requires_sign_in=True)
+    call = ToolCallRequest(name="notion.search", arguments={"query": "q"})
+    agent = Agent(
+        "signer", model=ScriptedModel([ModelReply(tool_calls=[call]), "ok"]), tools=[source]
+    )
+
+    def sign_in(callback: agentlib.OpenSignIn) -> agentlib.SignInAnswer:
+        return agentlib.SignInAnswer(credentials={"notion": "s3cret"})
+
+    session = await start(agent, on_sign_in=sign_in)
+    record = await session.run("search")
+    assert isinstance(record, agentlib.Completed), record
+    assert seen == [agentlib.Credentials(source="notion", value="s3cret")]
