@@ -8,7 +8,17 @@ from typing import Annotated, Any, Protocol
 
 import attrs
 import pytest
-from _support import Gate, approval_agent, events_through, held_agent, held_turn, pick, turn_events
+from _support import (
+    Gate,
+    approval_agent,
+    deleter,
+    echo,
+    events_through,
+    held_agent,
+    held_turn,
+    pick,
+    turn_events,
+)
 
 import agentlib
 from agentlib import Agent, ModelReply, ScriptedModel, ToolCallRequest
@@ -251,3 +261,44 @@ async def test_a_sign_in_gives_its_credentials_to_the_sources_tools(start: Start
     record = await session.run("search")
     assert isinstance(record, agentlib.Completed), record
     assert seen == [agentlib.Credentials(source="notion", value="s3cret")]
+
+
+def nested(runs: list[str]) -> Agent:
+    """root -> helper, whose ``delete`` needs approval; each echoes what it got."""
+    helper = Agent(
+        "helper",
+        model=ScriptedModel(
+            [
+                ModelReply(tool_calls=[ToolCallRequest(name="delete", arguments={"path": "/x"})]),
+                echo("helper"),
+            ]
+        ),
+        tools=[deleter(runs)],
+    )
+    ask = ToolCallRequest(name="helper", arguments={"message": "delete /x"})
+    return Agent(
+        "root",
+        model=ScriptedModel([ModelReply(tool_calls=[ask]), echo("root")]),
+        subagents=[helper],
+    )
+
+
+async def test_a_subagents_approval_is_answered_through_its_own_session(start: Starts) -> None:
+    runs: list[str] = []
+    session = await start(nested(runs))
+    record = await session.run("go")
+    assert isinstance(record, agentlib.Blocked)
+    (helper,) = await session.subagents()
+    assert await helper.subagents() == []
+    (callback,) = record.callbacks
+    assert callback.session_id == helper.id
+    helper_turn = helper.turn(callback.turn_id)
+    assert isinstance(await helper_turn.get(), agentlib.Blocked)
+    with pytest.raises(agentlib.UnsupportedSessionProcedureError):
+        await helper.start_turn("not here")
+    answered = await helper_turn.answer(callback.id, agentlib.AllowApproval())
+    assert answered == agentlib.Answered(answer=agentlib.AllowApproval(), session_id=helper.id)
+    final = await session.turn(record.turn_id).result(after=record)
+    assert isinstance(final, agentlib.Completed)
+    assert final.text == "root: helper: deleted /x"
+    assert runs == ["/x"]

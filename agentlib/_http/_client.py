@@ -390,10 +390,18 @@ class RemoteSession(Session):
         await self._remote._wire.call("POST", f"{self._path}/cancel")
 
     async def subagents(self) -> list[Session]:
-        raise SdkError(
-            "a deployed session's subagents are read through their own ids: the server does "
-            "not list them"
-        )
+        check_trio()
+        listed = await self._remote._wire.call("GET", f"{self._path}/subagents")
+        return [
+            RemoteSession(
+                self._remote,
+                child_id,
+                on_approval=self._on_approval,
+                on_sign_in=self._on_sign_in,
+                on_client_tool=self._on_client_tool,
+            )
+            for child_id in listed["sessions"]
+        ]
 
 
 class RemoteTurn(Turn):

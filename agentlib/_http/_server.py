@@ -124,6 +124,7 @@ class Server:
             route(session + "/tokens", self._mint, "POST"),
             route(session + "/turns", self._start_turn, "POST"),
             route(session + "/events", self._session_events, right="read"),
+            route(session + "/subagents", self._subagents, right="read"),
             route(turn, self._read_turn, right="read"),
             route(turn + "/steer", self._steer, "POST"),
             route(turn + "/interrupt", self._interrupt, "POST"),
@@ -235,6 +236,12 @@ class Server:
     async def _read_session(self, request: Request) -> Response:
         session = await self._session(request)
         return _json({"id": session.id, "agent": request.path_params["agent"]})
+
+    async def _subagents(self, request: Request) -> Response:
+        """The session's direct subagent sessions, newest first: each is reached under its
+        root's agent, as a reference to it reads (and interrupts) it."""
+        children = await (await self._session(request)).subagents()
+        return _json({"sessions": [child.id for child in children]})
 
     async def _cancel(self, request: Request) -> Response:
         session = await self._session(request)
