@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+import trio.testing
 from _support import approval_agent
 
 import agentlib
@@ -393,3 +394,23 @@ async def test_a_remote_reference_sends_its_token() -> None:
         remote = agentlib.Agent.load_from(server.url, "calc", token="t0ken")
         record = await (await remote.start_session()).run("1+2?")
         assert isinstance(record, agentlib.Completed)
+
+
+async def test_an_idle_event_stream_gets_a_comment_every_15_seconds(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with agentlib.serve([calculator()], port=0) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1", timeout=None) as http:
+            session = await start(http)
+            path = f"/agents/calc/sessions/{session}"
+            headers = {"accept": "text/event-stream"}
+            lines: list[tuple[float, str]] = []
+            started = trio.current_time()
+            async with http.stream("GET", f"{path}/events", headers=headers) as stream:
+                async for line in stream.aiter_lines():  # read to its end: the session's
+                    lines.append((trio.current_time() - started, line))
+                    if len(lines) == 4:  # two pings, each a comment and a blank line
+                        await http.post(f"{path}/cancel")
+    assert [line for _, line in lines[:4]] == [": ping", "", ": ping", ""]
+    assert [round(at) for at, _ in lines[:4:2]] == [15, 30]
+    assert [line for _, line in lines[-3:]] == ["event: end", "data: {}", ""]
