@@ -414,3 +414,18 @@ async def test_an_idle_event_stream_gets_a_comment_every_15_seconds(
     assert [line for _, line in lines[:4]] == [": ping", "", ": ping", ""]
     assert [round(at) for at, _ in lines[:4:2]] == [15, 30]
     assert [line for _, line in lines[-3:]] == ["event: end", "data: {}", ""]
+
+
+async def test_two_servers_on_one_store_serve_a_session_one_at_a_time(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'shared.db'}"
+    async with agentlib.serve([calculator()], store=store, port=0) as second:
+        async with agentlib.serve([calculator()], store=store, port=0) as first:
+            remote = agentlib.Agent.load_from(first.url, "calc")
+            session = await remote.start_session()
+            record = await session.run("1+2?")
+            elsewhere = agentlib.Agent.load_from(second.url, "calc").session(session.id)
+            with pytest.raises(agentlib.LeaseRefused):
+                await elsewhere.turn(record.turn_id).get()
+        # The first server stopped and let its sessions go: the second takes them up.
+        assert await elsewhere.turn(record.turn_id).get() == record
+        assert isinstance(await elsewhere.run("2+2?"), agentlib.Completed)
