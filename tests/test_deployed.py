@@ -17,7 +17,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from _support import approval_agent
+from _support import Gate, approval_agent, held_agent
 
 import agentlib
 from agentlib import ModelReply, ScriptedModel, ToolCallRequest
@@ -429,3 +429,42 @@ async def test_two_servers_on_one_store_serve_a_session_one_at_a_time(tmp_path: 
         # The first server stopped and let its sessions go: the second takes them up.
         assert await elsewhere.turn(record.turn_id).get() == record
         assert isinstance(await elsewhere.run("2+2?"), agentlib.Completed)
+
+
+async def test_a_retried_steer_or_interrupt_is_told_what_the_first_was() -> None:
+    gate = Gate()
+    heard: list[list[str]] = []
+
+    def answer(request: agentlib.ModelRequest) -> str:
+        heard.append([e.text for e in request.entries if isinstance(e, agentlib.MessageEntry)])
+        return "ok"
+
+    async with agentlib.serve([held_agent(gate, answer)], port=0) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1") as http:
+
+            async def held_turn() -> str:
+                made = await http.post("/agents/held/sessions")
+                base = f"/agents/held/sessions/{made.json()['id']}/turns"
+                turn = (await http.post(base, json={"content": "go"})).json()["turn_id"]
+                return f"{base}/{turn}"
+
+            stopping = await held_turn()
+            await gate.reached.wait()
+            stop = {"idempotency_key": "i1"}
+            stopped = await http.post(f"{stopping}/interrupt", json=stop)
+            retried = await http.post(f"{stopping}/interrupt", json=stop)
+            fresh = await http.post(f"{stopping}/interrupt", json={"idempotency_key": "i2"})
+            assert stopped.status_code == retried.status_code == 200
+            assert retried.json() == stopped.json()
+            assert fresh.status_code == 409  # not a retry: that turn is no longer active
+
+            steered = await held_turn()  # held at the gate too, which is still closed
+            steer = {"content": "also this", "idempotency_key": "s1"}
+            first = await http.post(f"{steered}/steer", json=steer)
+            again = await http.post(f"{steered}/steer", json=steer)
+            assert first.json() == again.json()
+            assert first.json()["steered"] is True
+            gate.opened.set()
+            done = (await http.get(steered, params={"wait": 10})).json()
+            assert done["type"] == "completed"
+    assert heard[-1].count("also this") == 1

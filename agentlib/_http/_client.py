@@ -530,7 +530,10 @@ class RemoteTurn(Turn):
 
     async def steer(self, content: Content) -> Turn | TurnConflict:
         check_trio()
-        body = {"content": content if isinstance(content, str) else _blocks(content)}
+        body = {
+            "content": content if isinstance(content, str) else _blocks(content),
+            "idempotency_key": new_id(),  # a retry adds nothing twice
+        }
         wire = self._remote._remote._wire
         data = await wire.call("POST", f"{self._path}/steer", body, allowed=(409,))
         if data.get("steered"):
@@ -540,7 +543,8 @@ class RemoteTurn(Turn):
     async def interrupt(self) -> Turn | TurnConflict:
         check_trio()
         wire = self._remote._remote._wire
-        data = await wire.call("POST", f"{self._path}/interrupt", allowed=(409,))
+        body = {"idempotency_key": new_id()}  # a retry is told it interrupted
+        data = await wire.call("POST", f"{self._path}/interrupt", body, allowed=(409,))
         if data.get("interrupted"):
             return self
         return TurnConflict(turn_id=self.id)

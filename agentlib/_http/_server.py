@@ -45,8 +45,9 @@ MAX_BODY = 1 << 20
 MAX_WAIT = 60.0
 #: How often an idle event stream sends a comment, in seconds, so proxies keep it open.
 PING_SECONDS = 15.0
-#: The most answers remembered for their retries (the oldest are forgotten first).
-MAX_ANSWERS = 10_000
+#: The most answers, steers and interrupts remembered for their retries (the oldest are
+#: forgotten first).
+MAX_TOLD = 10_000
 #: The most events of a page of JSON replay.
 MAX_PAGE = 1000
 
@@ -73,9 +74,9 @@ class Server:
         self._agents: dict[str, Agent] = {}
         self._tokens = Tokens(tokens)
         self._closing = trio.Event()
-        # The answers taken, by session, callback and idempotency key: a retried answer is
-        # told what the first was, never that the callback is already settled.
-        self._answers: dict[tuple[str, str, str], Any] = {}
+        # What requests with idempotency keys were told, by route, session, turn (or
+        # callback) and key (``_remember``).
+        self._told: dict[tuple[str, str, str, str | None], Any] = {}
 
     def deploy(self, agent: Agent) -> None:
         """Serve ``agent`` under its name, in place of the agent of that name if there is one
@@ -291,19 +292,26 @@ class Server:
 
     async def _steer(self, request: Request) -> Response:
         turn = await self._turn(request)
-        body = await _body(request, {"content"})
+        body = await _body(request, {"content", "idempotency_key"})
         if "content" not in body:
             raise _Refused(400, "BadRequest", "the body needs 'content': a text or content blocks")
+        said = ("steer", turn.session_id, turn.id, _key(request, body))
+        if said in self._told:
+            return _json(self._told[said])  # a retry: what the first request was told
         steered = await turn.steer(body["content"])
         if isinstance(steered, Turn):
-            return _json({"turn_id": steered.id, "steered": True})
+            return _json(self._remember(said, {"turn_id": steered.id, "steered": True}))
         return _json(unstructure(steered), 409)
 
     async def _interrupt(self, request: Request) -> Response:
         turn = await self._turn(request)
+        body = await _body(request, {"idempotency_key"})
+        said = ("interrupt", turn.session_id, turn.id, _key(request, body))
+        if said in self._told:
+            return _json(self._told[said])
         stopped = await turn.interrupt()
         if isinstance(stopped, Turn):
-            return _json({"turn_id": stopped.id, "interrupted": True})
+            return _json(self._remember(said, {"turn_id": stopped.id, "interrupted": True}))
         return _json(unstructure(stopped), 409)
 
     async def _answer(self, request: Request) -> Response:
@@ -312,10 +320,9 @@ class Server:
         if "answer" not in body:
             raise _Refused(400, "BadRequest", "the body needs 'answer': the callback's answer")
         callback_id = request.path_params["callback_id"]
-        key = _key(request, body)
-        taken = (turn.session_id, callback_id, key or "")
-        if key is not None and taken in self._answers:
-            return _json(self._answers[taken])  # a retry: what the first request was told
+        said = ("answer", turn.session_id, callback_id, _key(request, body))
+        if said in self._told:
+            return _json(self._told[said])
         answer = await _answer_for(turn, callback_id, body["answer"])
         try:
             settled = await turn.answer(callback_id, answer)
@@ -323,12 +330,19 @@ class Server:
             if isinstance(error, SdkError):
                 raise
             raise _Refused(400, "BadRequest", str(error)) from None
-        data = unstructure(settled)
-        if key is not None and isinstance(settled, Answered):
-            self._answers[taken] = data
-            while len(self._answers) > MAX_ANSWERS:
-                del self._answers[next(iter(self._answers))]
-        return _json(data)
+        if isinstance(settled, Answered):
+            return _json(self._remember(said, unstructure(settled)))
+        return _json(unstructure(settled))
+
+    def _remember(self, said: tuple[str, str, str, str | None], told: Any) -> Any:
+        """Keep what a request with an idempotency key was told (the last
+        :data:`MAX_TOLD`), for its retries: a retried answer, steer or interrupt is told
+        what the first was, never that it is too late."""
+        if said[-1] is not None:
+            self._told[said] = told
+            while len(self._told) > MAX_TOLD:
+                del self._told[next(iter(self._told))]
+        return told
 
     async def _session_events(self, request: Request) -> Response:
         session = await self._session(request)
