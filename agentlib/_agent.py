@@ -176,7 +176,9 @@ class Agent:
         return _Override(self, model)
 
     @staticmethod
-    def load_from(url: str, name: str, *, token: str | None = None) -> RemoteAgent:
+    def load_from(
+        url: str, name: str, *, token: str | None = None, output_type: type[Any] | None = None
+    ) -> RemoteAgent:
         """A reference to the agent ``name`` served at ``url`` (by ``agentlib serve``); sends
         no request.
 
@@ -187,8 +189,10 @@ class Agent:
             url: The server's address, e.g. ``"http://127.0.0.1:8000"``.
             name: The agent's name on the server.
             token: A token the server takes, sent as ``Authorization: Bearer <token>``.
+            output_type: Structure completed turns' outputs into this type (as the served
+                agent's ``output_type`` does on the server); by default, the JSON it sends.
         """
-        remote: RemoteAgent = remote_agent(url, name, token)
+        remote: RemoteAgent = remote_agent(url, name, token, output_type)
         return remote
 
     async def start_session(

@@ -92,10 +92,14 @@ class Agent:
         return self.agent.override(model=model)
 
     @staticmethod
-    def load_from(url: str, name: str, *, token: str | None = None) -> RemoteAgent:
+    def load_from(
+        url: str, name: str, *, token: str | None = None, output_type: type[Any] | None = None
+    ) -> RemoteAgent:
         """A reference to the agent ``name`` served at ``url``; see
         :meth:`agentlib.Agent.load_from`."""
-        return RemoteAgent(agentlib.Agent.load_from(url, name, token=token))
+        return RemoteAgent(
+            agentlib.Agent.load_from(url, name, token=token, output_type=output_type)
+        )
 
     def start_session(
         self,

@@ -722,6 +722,15 @@ def import_history(sessions: Sessions, session_id: str, entries: Sequence[Entry]
 _NOT_RESULTS = (AllowApproval, DenyApproval, SignInAnswer, Credentials, KeepCallbackOpen)
 
 
+def check_not_a_class(answer: object) -> None:
+    """Raises:
+    SdkError: ``answer`` is a class (``AllowApproval``), not an instance of it."""
+    if isinstance(answer, type):
+        raise SdkError(
+            f"{answer.__name__} is a class: answer with an instance, {answer.__name__}(...)"
+        )
+
+
 def fit_answer(callback: Callback, answer: object, tools: Mapping[str, Any]) -> Any:
     """``answer`` checked against the callback it settles (a client tool's against its
     stub's return type, ``tools`` by id).
@@ -730,10 +739,7 @@ def fit_answer(callback: Callback, answer: object, tools: Mapping[str, Any]) -> 
         SdkError: It does not fit (a :class:`ClientToolAnswerError` for a client tool); the
             message never repeats a credential or the value.
     """
-    if isinstance(answer, type):
-        raise SdkError(
-            f"{answer.__name__} is a class: answer with an instance, {answer.__name__}(...)"
-        )
+    check_not_a_class(answer)
     if isinstance(callback, OpenApproval):
         if not isinstance(answer, (AllowApproval, DenyApproval)):
             raise SdkError(

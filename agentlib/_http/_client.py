@@ -19,13 +19,24 @@ import httpx
 import trio
 
 from .. import _errors
-from .._callbacks import Callback, KeepCallbackOpen
+from .._callbacks import (
+    AllowApproval,
+    Callback,
+    Credentials,
+    DenyApproval,
+    KeepCallbackOpen,
+    SignInAnswer,
+)
 from .._context import check_trio, set_remote
 from .._convert import structure, unstructure
+from .._definition import check_max_steps
 from .._engine._handlers import invoke
-from .._errors import SdkError, ValidationError
+from .._engine._live import check_callback_id
+from .._engine._machine import check_not_a_class
+from .._errors import InvalidCursorError, SdkError, ValidationError
 from .._events import Event, TurnEnded
 from .._history import new_id
+from .._inputs import stored_inputs
 from .._records import (
     AlreadySettled,
     Answered,
@@ -44,6 +55,7 @@ from .._session import (
     Session,
     SignInHandler,
     Turn,
+    _event_for_reader,
     _for_reader,
 )
 
@@ -68,12 +80,20 @@ class RemoteAgent:
     Attributes:
         name: The agent's name on the server.
         url: The server's address.
+        output_type: The type completed turns' outputs are structured into, by default (None:
+            the JSON the server sends).
     """
 
-    def __init__(self, url: str, name: str, token: str | None = None) -> None:
+    def __init__(
+        self, url: str, name: str, token: str | None = None, output_type: Any = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.name = name
+        self.output_type = output_type
         self._wire = _Wire(self.url, token)
+        # The callbacks whose handler a wait of this agent's references runs now: another
+        # wait (a subagent's session's, say) leaves them to it, as local waits do.
+        self._handling: set[str] = set()
 
     def __repr__(self) -> str:
         return f"RemoteAgent(url={self.url!r}, name={self.name!r})"
@@ -90,17 +110,13 @@ class RemoteAgent:
     ) -> Session:
         """Start a session on the server; see :meth:`agentlib.Agent.start_session`.
 
-        Raises:
-            ValidationError: ``inputs`` were given: a deployed agent's inputs are set on
-                the server, never sent by a client.
+        Its inputs go to the server, and never come back: no record, event or error
+        holds their values.
         """
         check_trio()
-        if inputs:
-            raise ValidationError(
-                "a deployed agent's session inputs stay on the server: start the session "
-                "without inputs (its tools read what the server gives them)"
-            )
         body: dict[str, Any] = {"idempotency_key": idempotency_key or new_id()}
+        if inputs:
+            body["inputs"] = stored_inputs(inputs)  # checked here, as a local start checks
         if history is not None:
             body["history"] = [
                 item if isinstance(item, Mapping) else unstructure(item) for item in history
@@ -306,13 +322,13 @@ class RemoteSession(Session):
         return RemoteTurn(self, turn_id, started=None)
 
     async def send_message(self, content: Content, *, idempotency_key: str | None = None) -> Turn:
-        started = await self.start_turn(content, idempotency_key=idempotency_key)
-        if isinstance(started, Turn):
-            return started
-        steered = await started.turn.steer(content)
-        if isinstance(steered, TurnConflict):
-            return await self.send_message(content, idempotency_key=idempotency_key)
-        return RemoteTurn(self, started.turn.id, started=False)
+        check_trio()
+        body = {
+            "content": content if isinstance(content, str) else _blocks(content),
+            "idempotency_key": idempotency_key or new_id(),
+        }
+        sent = await self._remote._wire.call("POST", f"{self._path}/messages", body)
+        return RemoteTurn(self, sent["turn_id"], started=sent["started"])
 
     async def start_turn(
         self,
@@ -329,6 +345,8 @@ class RemoteSession(Session):
     ) -> tuple[Turn, TurnState[Any]] | Busy[Turn]:
         """Start a turn, and its record, once it ends or blocks with ``wait``."""
         check_trio()
+        if max_steps is not None:
+            check_max_steps(max_steps)  # refused here, as a local session refuses it
         body: dict[str, Any] = {
             "content": content if isinstance(content, str) else _blocks(content),
             "idempotency_key": key or new_id(),
@@ -372,7 +390,7 @@ class RemoteSession(Session):
         turn, record = made
         handled = isinstance(record, Blocked) and any(map(self._handler_for, record.callbacks))
         if not handled and not isinstance(record, Running):
-            return _for_reader(record, output_type)
+            return _for_reader(record, output_type or self._remote.output_type)
         left = None if deadline is None else max(0.0, deadline - trio.current_time())
         return await turn.result(output_type=output_type, timeout=left)
 
@@ -380,10 +398,12 @@ class RemoteSession(Session):
         self, *, after: TurnState[Any] | str | None = None
     ) -> AsyncGenerator[Event, None]:
         check_trio()
-        stream = self._remote._wire.stream(f"{self._path}/events", _cursor(after))
+        cursor = _cursor(after, self.id)
+        stream = self._remote._wire.stream(f"{self._path}/events", cursor)
+        output_type = self._remote.output_type
         async with contextlib.aclosing(stream) as events:
             async for event in events:
-                yield event
+                yield _event_for_reader(event, output_type)
 
     async def cancel(self) -> None:
         check_trio()
@@ -428,7 +448,7 @@ class RemoteTurn(Turn):
         check_trio()
         data = await self._remote._remote._wire.call("GET", self._path)
         record: TurnState[Any] = structure(data, TurnState[Any])  # type: ignore[misc]
-        return record
+        return _for_reader(record, self._remote._remote.output_type)
 
     async def result(
         self,
@@ -441,6 +461,7 @@ class RemoteTurn(Turn):
         check_trio()
         session = self._remote
         wire = session._remote._wire
+        output_type = output_type or session._remote.output_type
         cursor = _cursor(after)
         deadline = None if timeout is None else trio.current_time() + timeout
         answered: set[str] = set()
@@ -462,9 +483,16 @@ class RemoteTurn(Turn):
                 ]
                 if not handled:
                     return _for_reader(record, output_type)
+                handling = session._remote._handling
                 for callback in handled:
                     answered.add(callback.id)
-                    await self._handle(callback)
+                    if callback.id in handling:
+                        continue  # another wait runs its handler: this one waits past it
+                    handling.add(callback.id)
+                    try:
+                        await self._handle(callback)
+                    finally:
+                        handling.discard(callback.id)
                 cursor = record.cursor
                 continue
             if not isinstance(record, Running):
@@ -501,9 +529,14 @@ class RemoteTurn(Turn):
         self, callback_id: str, answer: object
     ) -> Answered | AlreadySettled | NotFound:
         check_trio()
+        callback_id = check_callback_id(callback_id)  # refused here, as locally
+        check_not_a_class(answer)
         wire = self._remote._remote._wire
         body = {
             "answer": answer if _is_json(answer) else unstructure(answer),
+            # What the answer is, which its JSON alone may not say (a client tool's result
+            # may look like an approval's answer).
+            "kind": _kind(answer),
             # A retry after a lost response is told what the first try was.
             "idempotency_key": new_id(),
         }
@@ -522,11 +555,11 @@ class RemoteTurn(Turn):
     ) -> AsyncGenerator[Event, None]:
         check_trio()
         wire = self._remote._remote._wire
-        async with contextlib.aclosing(
-            wire.stream(f"{self._path}/events", _cursor(after))
-        ) as events:
+        stream = wire.stream(f"{self._path}/events", _cursor(after, self.session_id))
+        output_type = self._remote._remote.output_type
+        async with contextlib.aclosing(stream) as events:
             async for event in events:
-                yield event
+                yield _event_for_reader(event, output_type)
 
     async def steer(self, content: Content) -> Turn | TurnConflict:
         check_trio()
@@ -550,14 +583,50 @@ class RemoteTurn(Turn):
         return TurnConflict(turn_id=self.id)
 
 
-def _cursor(after: TurnState[Any] | str | None) -> str | None:
-    if after is None or isinstance(after, str):
+def _cursor(after: TurnState[Any] | str | None, session_id: str | None = None) -> str | None:
+    """The cursor ``after`` names; with ``session_id``, checked as a local reader checks it
+    (the server checks that the session had it).
+
+    Raises:
+        InvalidCursorError: It is not a cursor, or one of another session.
+    """
+    if after is not None and not isinstance(after, str):
+        record_session = getattr(after, "session_id", None)
+        if session_id is not None and record_session not in (None, session_id):
+            raise InvalidCursorError(
+                f"this record belongs to session {record_session}, not {session_id}; "
+                "pass a record or cursor of this session"
+            )
+        after = after.cursor
+    if after is None or session_id is None:
         return after
-    return after.cursor
+    owner, _, number = after.rpartition(":")
+    if not owner or not number.isdigit():
+        raise InvalidCursorError(
+            "after is not a cursor: pass an event's id or a record's cursor, unchanged"
+        )
+    if owner != session_id:
+        raise InvalidCursorError(
+            f"this cursor belongs to session {owner}, not {session_id}; "
+            "pass a cursor of this session"
+        )
+    return after
 
 
 def _blocks(content: Any) -> list[Any]:
     return [block if isinstance(block, Mapping) else unstructure(block) for block in content]
+
+
+def _kind(answer: object) -> str:
+    if isinstance(answer, (AllowApproval, DenyApproval)):
+        return "approval"
+    if isinstance(answer, Credentials):  # never an answer: the server says why, as locally
+        return "credentials"
+    if isinstance(answer, SignInAnswer):
+        return "sign_in"
+    if isinstance(answer, KeepCallbackOpen):
+        return "keep_open"
+    return "value"
 
 
 def _is_json(value: object) -> bool:

@@ -21,6 +21,8 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     tokens: Iterable[str] | Mapping[str, str] = (),
+    event_retention: int | None = None,
+    lease_seconds: float = 30.0,
 ) -> AbstractAsyncContextManager[Server]:
     """Serve agents over HTTP for the duration of an ``async with`` block, from a runtime
     of the block's own::
@@ -40,6 +42,8 @@ def serve(
             one as ``Authorization: Bearer <token>``. Each token is a principal: a session
             is found only with the token that started it (another's gets 404). Give a
             mapping of names to tokens to name the principals.
+        event_retention: As for :func:`agentlib.open_runtime`.
+        lease_seconds: As for :func:`agentlib.open_runtime`.
 
     Raises:
         ImportError: The server's dependencies are missing: ``pip install 'agentlib[server]'``.
@@ -51,4 +55,12 @@ def serve(
             "agentlib.serve needs the server's dependencies (Starlette and hypercorn): "
             "pip install 'agentlib[server]'"
         ) from error
-    return serve_agents(agents, store=store, host=host, port=port, tokens=tokens)
+    return serve_agents(
+        agents,
+        store=store,
+        host=host,
+        port=port,
+        tokens=tokens,
+        event_retention=event_retention,
+        lease_seconds=lease_seconds,
+    )

@@ -23,13 +23,23 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from .._agent import Agent
-from .._callbacks import ApprovalAnswer, OpenApproval, OpenSignIn, SignInAnswer
+from .._callbacks import (
+    ApprovalAnswer,
+    Credentials,
+    KeepCallbackOpen,
+    OpenApproval,
+    OpenSignIn,
+    SignInAnswer,
+)
 from .._convert import structure, unstructure
 from .._engine._restore import not_found
 from .._engine._runtime import Runtime
-from .._errors import SdkError
+from .._entries import MessageEntry
+from .._errors import SdkError, ValidationError
 from .._events import Event
+from .._history import parse_history
 from .._json import NotJson, read_json
+from .._models._base import check_for_model
 from .._open import enter, open_runtime
 from .._records import Answered, Blocked, Busy
 from .._session import Session, Turn
@@ -124,6 +134,7 @@ class Server:
             route(session + "/cancel", self._cancel, "POST"),
             route(session + "/tokens", self._mint, "POST"),
             route(session + "/turns", self._start_turn, "POST"),
+            route(session + "/messages", self._send_message, "POST"),
             route(session + "/events", self._session_events, right="read"),
             route(session + "/subagents", self._subagents, right="read"),
             route(turn, self._read_turn, right="read"),
@@ -153,6 +164,8 @@ class Server:
             return _json({"error": {"type": refused.kind, "message": str(refused)}}, refused.status)
         except SdkError as error:
             return _json(error_body(error), status_of(error))
+        except ValueError as error:  # an argument the public API refused (max_steps, say)
+            return _json({"error": {"type": "BadRequest", "message": str(error)}}, 400)
 
     def _authorize(self, request: Request) -> Access:
         if not self._tokens:
@@ -202,15 +215,24 @@ class Server:
 
     async def _start_session(self, request: Request) -> Response:
         agent = self._agent(request)
-        body = await _body(request, {"history", "idempotency_key"})
+        body = await _body(request, {"history", "inputs", "idempotency_key"})
         key = _key(request, body)
         history = body.get("history")
         if history is not None and not isinstance(history, list):
             raise _Refused(400, "BadRequest", "'history' must be a list of history items")
+        entries = parse_history(history) if history is not None else []
+        for index, entry in enumerate(entries):
+            if isinstance(entry, MessageEntry):
+                try:
+                    check_for_model(agent.model, entry.content)
+                except ValidationError as error:
+                    raise ValidationError(f"invalid history item {index}: {error}") from None
+        inputs = _inputs(body.get("inputs"))
         principal = request.state.access.principal
-        inputs = [Principal(name=principal)] if principal is not None else []
-        session = await agent.start_session(history=history, inputs=inputs, idempotency_key=key)
-        return _json({"id": session.id, "agent": agent.name}, 201)
+        if principal is not None:
+            inputs[Principal.input_id] = {"name": principal}
+        live = await self._runtime.start_session(agent, entries, inputs, key)
+        return _json({"id": live.id, "agent": agent.name}, 201)
 
     async def _mint(self, request: Request) -> Response:
         session = await self._session(request)
@@ -280,6 +302,15 @@ class Server:
         record = await (started.result(timeout=wait) if wait > 0 else started.get())
         return _json({"turn_id": started.id, "record": unstructure(record)}, 201 if new else 200)
 
+    async def _send_message(self, request: Request) -> Response:
+        """``Session.send_message``: a new turn, or the message added to the running one."""
+        session = await self._session(request)
+        body = await _body(request, {"content", "idempotency_key"})
+        if "content" not in body:
+            raise _Refused(400, "BadRequest", "the body needs 'content': a text or content blocks")
+        turn = await session.send_message(body["content"], idempotency_key=_key(request, body))
+        return _json({"turn_id": turn.id, "started": turn.started}, 201 if turn.started else 200)
+
     async def _read_turn(self, request: Request) -> Response:
         turn = await self._turn(request)
         wait = _number(request, "wait", 0.0, MAX_WAIT)
@@ -316,14 +347,14 @@ class Server:
 
     async def _answer(self, request: Request) -> Response:
         turn = await self._turn(request)
-        body = await _body(request, {"answer", "idempotency_key"})
+        body = await _body(request, {"answer", "kind", "idempotency_key"})
         if "answer" not in body:
             raise _Refused(400, "BadRequest", "the body needs 'answer': the callback's answer")
         callback_id = request.path_params["callback_id"]
         said = ("answer", turn.session_id, callback_id, _key(request, body))
         if said in self._told:
             return _json(self._told[said])
-        answer = await _answer_for(turn, callback_id, body["answer"])
+        answer = await _answer_for(turn, callback_id, body["answer"], body.get("kind"))
         try:
             settled = await turn.answer(callback_id, answer)
         except ValueError as error:
@@ -413,6 +444,20 @@ async def _body(request: Request, fields: set[str]) -> dict[str, Any]:
     return data
 
 
+def _inputs(given: object) -> dict[str, Any]:
+    """Session inputs as a client sends them: JSON objects by input id, as a session stores
+    them (each use structures its value again, and checks it then)."""
+    if given is None:
+        return {}
+    if not isinstance(given, dict) or not all(isinstance(value, dict) for value in given.values()):
+        raise _Refused(400, "BadRequest", "'inputs' must be an object of input ids to JSON objects")
+    if Principal.input_id in given:
+        raise _Refused(
+            400, "BadRequest", f"the input id {Principal.input_id!r} is the server's own"
+        )
+    return dict(given)
+
+
 def _key(request: Request, body: dict[str, Any]) -> str | None:
     key = request.headers.get("idempotency-key") or body.get("idempotency_key")
     if key is not None and not isinstance(key, str):
@@ -433,20 +478,38 @@ def _number(request: Request, name: str, default: float, most: float) -> float:
     return value
 
 
-async def _answer_for(turn: Turn, callback_id: str, data: Any) -> Any:
-    """The answer ``data`` as the callback it settles takes it: an approval's or a
-    sign-in's answer structured, a client tool's result as it is."""
+#: What an answer's ``kind`` says it is: the class its JSON is read into (None: as it is).
+_KINDS: dict[str, Any] = {
+    "approval": ApprovalAnswer,
+    "credentials": Credentials,
+    "sign_in": SignInAnswer,
+    "keep_open": KeepCallbackOpen,
+    "value": None,
+}
+
+
+async def _answer_for(turn: Turn, callback_id: str, data: Any, kind: object) -> Any:
+    """The answer ``data`` as the callback it settles takes it: read as ``kind`` says (an
+    approval's or a sign-in's answer, a client tool's result as it is); without a kind, as
+    the open callback of that id takes it, or by its shape."""
+    if kind is not None:
+        if kind not in _KINDS:
+            raise _Refused(
+                400, "BadRequest", f"'kind' must be one of {', '.join(map(repr, _KINDS))}"
+            )
+        cls = _KINDS[str(kind)]
+        return data if cls is None else structure(data, cls)
     record = await turn.get()
     callbacks = record.callbacks if isinstance(record, Blocked) else ()
-    kind = next((type(open_) for open_ in callbacks if open_.id == callback_id), None)
-    if kind is None and isinstance(data, dict):  # settled, or another turn's: by its shape
+    opened = next((type(open_) for open_ in callbacks if open_.id == callback_id), None)
+    if opened is None and isinstance(data, dict):  # settled, or another turn's: by its shape
         if data.get("type") in ("allow", "deny"):
-            kind = OpenApproval
+            opened = OpenApproval
         elif set(data) == {"credentials"}:
-            kind = OpenSignIn
-    if kind is OpenApproval:
+            opened = OpenSignIn
+    if opened is OpenApproval:
         return structure(data, ApprovalAnswer)
-    if kind is OpenSignIn:
+    if opened is OpenSignIn:
         return structure(data, SignInAnswer)
     return data
 
@@ -520,6 +583,8 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     tokens: Iterable[str] | Mapping[str, str] = (),
+    event_retention: int | None = None,
+    lease_seconds: float = 30.0,
 ) -> AsyncIterator[Server]:
     """:func:`agentlib.serve`, once its dependencies are imported."""
     config = Config()
@@ -527,7 +592,12 @@ async def serve(
     config.accesslog = None
     config.loglevel = "WARNING"
     config.graceful_timeout = 1.0
-    async with open_runtime(store) as runtime, trio.open_nursery() as nursery:
+    async with (
+        open_runtime(
+            store, event_retention=event_retention, lease_seconds=lease_seconds
+        ) as runtime,
+        trio.open_nursery() as nursery,
+    ):
         server = Server(runtime, tokens)
         for agent in agents:
             server.deploy(agent)
