@@ -66,6 +66,9 @@ from agentlib import (
     TurnEnded,
 )
 
+# Each test runs on a local runtime and on agents served over HTTP (conftest's transport).
+pytestmark = pytest.mark.usefixtures("transport")
+
 SECRET = "s3cr3t-notion-token-0xC0FFEE"
 OTHER_SECRET = "s3cr3t-github-token-0xBEEF"
 STOPPED = "the turn was stopped before this call finished"

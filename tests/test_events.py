@@ -33,6 +33,9 @@ from agentlib import (
     TurnStarted,
 )
 
+# Each test runs on a local runtime and on agents served over HTTP (conftest's transport).
+pytestmark = pytest.mark.usefixtures("transport")
+
 
 @attrs.frozen
 class Verdict:

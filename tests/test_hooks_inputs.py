@@ -62,6 +62,9 @@ from agentlib import (
     tool,
 )
 
+# Each test runs on a local runtime and on agents served over HTTP (conftest's transport).
+pytestmark = pytest.mark.usefixtures("transport")
+
 # --- inputs used across the tests -----------------------------------------------------------
 
 

@@ -576,3 +576,32 @@ def test_a_session_or_turn_method_under_asyncio_raises_runtime_error(method: str
     with pytest.raises(RuntimeError) as info:
         asyncio.run(main())
     assert_points_to_agentlib_sync(info.value)
+
+
+async def test_interrupt_stops_a_turn_that_has_not_reached_its_first_step() -> None:
+    # The turn is Running when interrupt is called: a turn's task starts at the next
+    # checkpoint, and the scripted step has none; in one process, that is observable.
+    agent = agentlib.Agent("a", model=agentlib.ScriptedModel(["hi"]))
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        turn = await session.send_message("hello")
+        assert isinstance(await turn.get(), agentlib.Running)
+        answer = await turn.interrupt()
+        record = await turn.get()
+    assert answer == turn
+    assert isinstance(record, Interrupted)
+    assert record.cause == "interrupted"
+
+
+async def test_cancel_interrupts_a_turn_that_has_not_reached_its_first_step() -> None:
+    # The turn is Running when cancel is called: a turn's task starts at the next
+    # checkpoint, and the scripted step has none; in one process, that is observable.
+    agent = agentlib.Agent("a", model=agentlib.ScriptedModel(["hi"]))
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        turn = await session.send_message("hello")
+        assert isinstance(await turn.get(), agentlib.Running)
+        await session.cancel()
+        record = await turn.get()
+    assert isinstance(record, Interrupted)
+    assert record.cause == "cancelled"
