@@ -185,7 +185,8 @@ class Session:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Session):
             return NotImplemented
-        return self._runtime is other._runtime and self.id == other.id
+        # A remote reference has no runtime here: it is never equal to a local one.
+        return self._runtime is getattr(other, "_runtime", None) and self.id == other.id
 
     def __hash__(self) -> int:
         return hash((id(self._runtime), self.id))

@@ -280,3 +280,12 @@ async def test_a_handler_answers_across_a_server_restart(tmp_path: Path) -> None
     (record,) = records
     assert isinstance(record, agentlib.Completed)
     assert record.output == "done: deleted /tmp/x"
+
+
+async def test_a_remote_reference_is_never_equal_to_a_local_one(url: str) -> None:
+    remote = await agentlib.Agent.load_from(url, "calc").start_session()
+    async with agentlib.open_runtime():
+        local = calculator().session(remote.id)
+        assert local != remote
+        assert remote != local
+        assert local.turn("t") != remote.turn("t")

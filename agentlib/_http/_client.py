@@ -65,7 +65,6 @@ __all__ = ["RemoteAgent", "RemoteSession", "RemoteTurn"]
 _WAIT = 30.0
 #: The most events a page of events brings.
 _PAGE = 1000
-#: Tries of a request whose connection failed, and the longest pause between two.
 #: How long a request whose connection keeps failing is retried, in seconds, and its pauses:
 #: the first at most, the longest at most.
 _GIVE_UP = 60.0
