@@ -1,8 +1,9 @@
 """A runtime's agents served over HTTP: JSON under ``/v1``, events as Server-Sent Events.
 
 Starlette routes the requests and hypercorn serves them, both on trio. Every route uses the
-public API (``Agent.start_session``, ``Session``, ``Turn``) of one runtime, so a deployed
-session behaves as a local one: the same records, events and errors, as JSON.
+public API of one runtime (its ``Session`` and ``Turn`` references, and
+``Runtime.start_session``, which takes session inputs as the JSON a client sends), so a
+deployed session behaves as a local one: the same records, events and errors, as JSON.
 """
 
 from __future__ import annotations
