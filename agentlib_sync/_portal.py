@@ -26,7 +26,7 @@ import trio
 
 import agentlib
 from agentlib._errors import add_note
-from agentlib._open import enter
+from agentlib._open import enter, open_runtime
 from agentlib._threads import run_in_thread
 
 __all__ = ["Portal", "off_thread", "portal"]
@@ -99,7 +99,7 @@ class Portal:
 
     async def _main(self, started: concurrent.futures.Future[None]) -> None:
         store = os.environ.get("AGENTLIB_STORE") or None
-        async with agentlib.open_runtime(store=store) as runtime, trio.open_nursery() as nursery:
+        async with open_runtime(store=store) as runtime, trio.open_nursery() as nursery:
             self._runtime = runtime
             self._nursery = nursery
             self._stop = trio.Event()
