@@ -57,6 +57,7 @@ from .._session import (
     Turn,
     _event_for_reader,
     _for_reader,
+    message_content,
 )
 
 __all__ = ["RemoteAgent", "RemoteSession", "RemoteTurn"]
@@ -323,7 +324,7 @@ class RemoteSession(Session):
     async def send_message(self, content: Content, *, idempotency_key: str | None = None) -> Turn:
         check_trio()
         body = {
-            "content": content if isinstance(content, str) else _blocks(content),
+            "content": _wire_content(content),
             "idempotency_key": idempotency_key or new_id(),
         }
         sent = await self._remote._wire.call("POST", f"{self._path}/messages", body)
@@ -347,7 +348,7 @@ class RemoteSession(Session):
         if max_steps is not None:
             check_max_steps(max_steps)  # refused here, as a local session refuses it
         body: dict[str, Any] = {
-            "content": content if isinstance(content, str) else _blocks(content),
+            "content": _wire_content(content),
             "idempotency_key": key or new_id(),
         }
         if max_steps is not None:
@@ -483,15 +484,18 @@ class RemoteTurn(Turn):
                 if not handled:
                     return _for_reader(record, output_type)
                 handling = session._remote._handling
+                kept = False
                 for callback in handled:
                     answered.add(callback.id)
                     if callback.id in handling:
                         continue  # another wait runs its handler: this one waits past it
                     handling.add(callback.id)
                     try:
-                        await self._handle(callback)
+                        kept |= not await self._handle(callback)
                     finally:
                         handling.discard(callback.id)
+                if kept:  # a handler kept its callback open: the turn stays blocked on it
+                    return _for_reader(record, output_type)
                 cursor = record.cursor
                 continue
             if not isinstance(record, Running):
@@ -514,15 +518,18 @@ class RemoteTurn(Turn):
                     break
         return delivered
 
-    async def _handle(self, callback: Callback) -> None:
+    async def _handle(self, callback: Callback) -> bool:
+        """Run the handler of ``callback`` and send its answer; False if it kept the
+        callback open."""
         handler = self._remote._handler_for(callback)
         assert handler is not None
         answer = handler(callback)
         if inspect.isawaitable(answer):
             answer = await answer
         if isinstance(answer, KeepCallbackOpen):
-            return
+            return False
         await self.answer(callback.id, answer)
+        return True
 
     async def answer(
         self, callback_id: str, answer: object
@@ -563,7 +570,7 @@ class RemoteTurn(Turn):
     async def steer(self, content: Content) -> Turn | TurnConflict:
         check_trio()
         body = {
-            "content": content if isinstance(content, str) else _blocks(content),
+            "content": _wire_content(content),
             "idempotency_key": new_id(),  # a retry adds nothing twice
         }
         wire = self._remote._remote._wire
@@ -612,8 +619,11 @@ def _cursor(after: TurnState[Any] | str | None, session_id: str | None = None) -
     return after
 
 
-def _blocks(content: Any) -> list[Any]:
-    return [block if isinstance(block, Mapping) else unstructure(block) for block in content]
+def _wire_content(content: Content) -> Any:
+    """A message's content as JSON, checked first as a local session checks it (the
+    server checks it against the agent's model)."""
+    blocks = message_content(content)
+    return content if isinstance(content, str) else [unstructure(block) for block in blocks]
 
 
 def _kind(answer: object) -> str:
