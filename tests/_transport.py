@@ -12,7 +12,7 @@ from typing import Any
 import agentlib
 from agentlib import Agent
 from agentlib._context import reset_door, set_door
-from agentlib._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry
+from agentlib._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry, UnknownEntry
 
 
 class RemoteDoor:
@@ -76,6 +76,16 @@ def _import_item(entry: Entry) -> dict[str, Any]:
             "tool_call_id": entry.tool_call_id,
             "name": entry.name,
             "result": entry.text,
+        }
+    if isinstance(entry, UnknownEntry) and entry.entry_type == "reasoning":
+        return {"type": "reasoning", "text": entry.raw["text"]}
+    if isinstance(entry, UnknownEntry) and entry.entry_type == "checkpoint":
+        task_name, _, snapshot_type = entry.raw["message"].partition(":")
+        return {
+            "type": "snapshot",
+            "task_name": task_name,
+            "snapshot_type": snapshot_type,
+            "value": entry.raw["details"],
         }
     raise NotImplementedError(f"no history item gives a {type(entry).__name__}")
 

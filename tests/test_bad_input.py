@@ -22,6 +22,9 @@ from agentlib import (
     ToolCallRequest,
 )
 
+# Each test runs on a local runtime and on agents served over HTTP (conftest's transport).
+pytestmark = pytest.mark.usefixtures("transport")
+
 SECRET = "sk-live-SECRET123"
 #: A long base64 blob (about 12 KB), as an image or a file would carry.
 BLOB = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJ" * 280

@@ -20,6 +20,9 @@ from agentlib import (
     UnknownContentBlock,
 )
 
+# Each test runs on a local runtime and on agents served over HTTP (conftest's transport).
+pytestmark = pytest.mark.usefixtures("transport")
+
 # The smallest byte strings each image format is recognised by (its signature, then a little).
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06"
 JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01"

@@ -19,6 +19,9 @@ from agentlib import (
     UnknownEntry,
 )
 
+# Each test runs on a local runtime and on agents served over HTTP (conftest's transport).
+pytestmark = pytest.mark.usefixtures("transport")
+
 # --- the seed's `describe`, as written ---------------------------------------------------
 
 Entry = agents.MessageEntry | agents.ToolCallEntry | agents.ToolResultEntry | agents.UnknownEntry

@@ -24,6 +24,9 @@ from agentlib import (
     UnknownEntry,
 )
 
+# Each test runs on a local runtime and on agents served over HTTP (conftest's transport).
+pytestmark = pytest.mark.usefixtures("transport")
+
 # The seed's example, as written.
 earlier = [
     {

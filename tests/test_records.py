@@ -27,6 +27,9 @@ from agentlib import (
     UnknownRecord,
 )
 
+# Each test runs on a local runtime and on agents served over HTTP (conftest's transport).
+pytestmark = pytest.mark.usefixtures("transport")
+
 IDS = {"turn_id": "t-1", "session_id": "s-1"}
 CALLBACK_IDS = {"session_id": "s-1", "turn_id": "t-1"}
 

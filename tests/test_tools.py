@@ -29,6 +29,9 @@ from agentlib import (
     tool,
 )
 
+# Each test runs on a local runtime and on agents served over HTTP (conftest's transport).
+pytestmark = pytest.mark.usefixtures("transport")
+
 
 @attrs.frozen
 class Point:

@@ -20,6 +20,9 @@ from agentlib import (
     Usage,
 )
 
+# Each test runs on a local runtime and on agents served over HTTP (conftest's transport).
+pytestmark = pytest.mark.usefixtures("transport")
+
 
 def lookup(key: str) -> str:
     """Look a key up.
