@@ -365,34 +365,10 @@ class EventLog:
             InvalidCursorError: ``after`` is of another session, malformed, or a position
                 this session never had.
         """
-        if after is None:
+        cursor = cursor_of(after, self.session_id)
+        if cursor is None:
             return 0
-        if isinstance(after, str):
-            cursor = after
-        else:
-            record_session = getattr(after, "session_id", None)
-            if record_session is None:
-                raise InvalidCursorError(
-                    f"after must be a turn record or a cursor string, not {type(after).__name__}"
-                )
-            if record_session != self.session_id:
-                raise InvalidCursorError(
-                    f"this record belongs to session {record_session}, not {self.session_id}; "
-                    "pass a record or cursor of this session"
-                )
-            cursor = getattr(after, "cursor", None) or ""
-            if not cursor:
-                return 0
-        session_id, _, number = cursor.rpartition(":")
-        if not session_id or not number.isdigit():
-            raise InvalidCursorError(
-                "after is not a cursor: pass an event's id or a record's cursor, unchanged"
-            )
-        if session_id != self.session_id:
-            raise InvalidCursorError(
-                f"this cursor belongs to session {session_id}, not {self.session_id}; "
-                "pass a cursor of this session"
-            )
+        number = cursor.rpartition(":")[2]
         seq = int(number)
         if seq > self.visible:
             raise InvalidCursorError(
@@ -400,3 +376,39 @@ class EventLog:
                 "events); pass a cursor it gave you"
             )
         return seq
+
+
+def cursor_of(after: TurnState[Any] | str | None, session_id: str) -> str | None:
+    """The cursor ``after`` (a record or a cursor) names, if it may be one of
+    ``session_id``'s: None for None, or a record without one.
+
+    Raises:
+        InvalidCursorError: ``after`` is of another session, or malformed.
+    """
+    if after is None:
+        return None
+    if not isinstance(after, str):
+        record_session = getattr(after, "session_id", None)
+        if record_session is None:
+            raise InvalidCursorError(
+                f"after must be a turn record or a cursor string, not {type(after).__name__}"
+            )
+        if record_session != session_id:
+            raise InvalidCursorError(
+                f"this record belongs to session {record_session}, not {session_id}; "
+                "pass a record or cursor of this session"
+            )
+        after = getattr(after, "cursor", None)
+        if not after:
+            return None
+    owner, _, number = after.rpartition(":")
+    if not owner or not number.isdigit():
+        raise InvalidCursorError(
+            "after is not a cursor: pass an event's id or a record's cursor, unchanged"
+        )
+    if owner != session_id:
+        raise InvalidCursorError(
+            f"this cursor belongs to session {owner}, not {session_id}; "
+            "pass a cursor of this session"
+        )
+    return after

@@ -32,8 +32,9 @@ from .._convert import structure, unstructure
 from .._definition import check_max_steps
 from .._engine._handlers import invoke
 from .._engine._live import check_callback_id
+from .._engine._log import cursor_of
 from .._engine._machine import check_not_a_class
-from .._errors import InvalidCursorError, SdkError, ValidationError
+from .._errors import SdkError, ValidationError
 from .._events import Event, TurnEnded
 from .._history import new_id
 from .._inputs import stored_inputs
@@ -596,27 +597,9 @@ def _cursor(after: TurnState[Any] | str | None, session_id: str | None = None) -
     Raises:
         InvalidCursorError: It is not a cursor, or one of another session.
     """
-    if after is not None and not isinstance(after, str):
-        record_session = getattr(after, "session_id", None)
-        if session_id is not None and record_session not in (None, session_id):
-            raise InvalidCursorError(
-                f"this record belongs to session {record_session}, not {session_id}; "
-                "pass a record or cursor of this session"
-            )
-        after = after.cursor
-    if after is None or session_id is None:
-        return after
-    owner, _, number = after.rpartition(":")
-    if not owner or not number.isdigit():
-        raise InvalidCursorError(
-            "after is not a cursor: pass an event's id or a record's cursor, unchanged"
-        )
-    if owner != session_id:
-        raise InvalidCursorError(
-            f"this cursor belongs to session {owner}, not {session_id}; "
-            "pass a cursor of this session"
-        )
-    return after
+    if session_id is not None:
+        return cursor_of(after, session_id)
+    return after if after is None or isinstance(after, str) else after.cursor
 
 
 def _wire_content(content: Content) -> Any:
