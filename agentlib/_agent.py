@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ._callbacks import Credentials
 from ._context import check_trio, current_door, remote_agent
 from ._definition import check_max_steps
-from ._entries import MessageEntry
+from ._entries import Entry, MessageEntry
 from ._errors import ValidationError
 from ._history import parse_history
 from ._history_items import HistoryImportEntry
@@ -224,13 +224,7 @@ class Agent:
         """
         check_trio()
         door = current_door()
-        entries = parse_history(history) if history is not None else []
-        for index, entry in enumerate(entries):
-            if isinstance(entry, MessageEntry):
-                try:
-                    check_for_model(self.model, entry.content)
-                except ValidationError as error:
-                    raise ValidationError(f"invalid history item {index}: {error}") from None
+        entries = history_for(self.model, history)
         session: Session = await door.start_session(
             self,
             history=entries,
@@ -263,6 +257,24 @@ class Agent:
             on_client_tool=on_client_tool,
         )
         return session
+
+
+def history_for(
+    model: Model, history: Iterable[HistoryImportEntry | Mapping[str, Any]] | None
+) -> list[Entry]:
+    """A session's imported history as entries, each message checked against ``model``.
+
+    Raises:
+        ValidationError: An item is malformed, or holds content ``model`` cannot take.
+    """
+    entries = parse_history(history) if history is not None else []
+    for index, entry in enumerate(entries):
+        if isinstance(entry, MessageEntry):
+            try:
+                check_for_model(model, entry.content)
+            except ValidationError as error:
+                raise ValidationError(f"invalid history item {index}: {error}") from None
+    return entries
 
 
 class _Override(contextlib.AbstractContextManager[None]):

@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from .._agent import Agent
+from .._agent import Agent, history_for
 from .._callbacks import (
     ApprovalAnswer,
     Credentials,
@@ -35,12 +35,9 @@ from .._callbacks import (
 from .._convert import structure, unstructure
 from .._engine._restore import not_found
 from .._engine._runtime import Runtime
-from .._entries import MessageEntry
-from .._errors import SdkError, ValidationError
+from .._errors import SdkError
 from .._events import Event
-from .._history import parse_history
 from .._json import NotJson, read_json
-from .._models._base import check_for_model
 from .._open import enter, open_runtime
 from .._records import Answered, Blocked, Busy
 from .._session import Session, Turn
@@ -221,13 +218,7 @@ class Server:
         history = body.get("history")
         if history is not None and not isinstance(history, list):
             raise _Refused(400, "BadRequest", "'history' must be a list of history items")
-        entries = parse_history(history) if history is not None else []
-        for index, entry in enumerate(entries):
-            if isinstance(entry, MessageEntry):
-                try:
-                    check_for_model(agent.model, entry.content)
-                except ValidationError as error:
-                    raise ValidationError(f"invalid history item {index}: {error}") from None
+        entries = history_for(agent.model, history)
         inputs = _inputs(body.get("inputs"))
         principal = request.state.access.principal
         if principal is not None:
