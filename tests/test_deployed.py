@@ -258,7 +258,7 @@ def test_the_serve_command_serves_the_named_agents_until_ctrl_c(tmp_path: Path) 
         finally:
             process.send_signal(signal.SIGINT)
             _, err = process.communicate(timeout=60)
-    assert process.returncode == 130
+    assert process.returncode == 130, err
     assert err.strip().endswith("agentlib: stopped")
     assert "t0ken" not in err
 

@@ -58,7 +58,13 @@ def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         trio.run(_serve, agents, args.store, args.host, args.port, tokens)
     except BaseException as error:
-        if _only(error, KeyboardInterrupt):
+        if any(isinstance(leaf, KeyboardInterrupt) for leaf in _leaves(error)):
+            # Ctrl-C may land in any task; what else failed while stopping is said, not raised
+            for leaf in _leaves(error):
+                if not isinstance(leaf, (KeyboardInterrupt, trio.Cancelled)):
+                    print(
+                        f"agentlib: while stopping: {type(leaf).__name__}: {leaf}", file=sys.stderr
+                    )
             print("agentlib: stopped", file=sys.stderr)
             return 130
         listening = _only(error, OSError)  # the port is taken, the address is not ours
@@ -69,6 +75,14 @@ def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             return 1
         raise
     return 0
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions in ``error``, a group's flattened."""
+    inner = getattr(error, "exceptions", None)  # an exception group (backported on 3.10)
+    if isinstance(inner, tuple):
+        return [leaf for one in inner for leaf in _leaves(one)]
+    return [error]
 
 
 def _only(error: BaseException, kind: type[E]) -> E | None:
