@@ -15,6 +15,11 @@ Prints one JSON line per figure:
 - ``delivery``: for 200 turns, one after the other, from the moment the client sends
   ``start_turn`` to the moment another client, reading the session's events, receives the
   turn's ``TurnStarted``: an upper bound of commit-to-client delivery, p50/p99 in ms;
+- ``commit_to_frame``: for 200 turns of the ``stamp`` agent, one after the other, whose
+  async tool returns the server's monotonic clock (which every process of the machine
+  shares): from then, which is when its result's event is committed give or take the
+  engine's append, to the moment a client holding a Server-Sent Events stream of the session
+  has read that event's frame, p50/p99 in ms;
 - ``subscribers``: the server's RSS before and after ``--subscribers`` Server-Sent Event
   streams (one per idle session) are open, and the KiB each adds.
 
@@ -62,10 +67,31 @@ calculator = agentlib.Agent(
 )
 
 
+async def stamp() -> float:
+    """The engine's clock now: the moment this tool's result is appended, give or take."""
+    return time.perf_counter()  # CLOCK_MONOTONIC, which every process of the machine shares
+
+
+_STAMP = agentlib.ToolCallRequest(name="stamp", arguments={})
+stamper = agentlib.Agent(
+    "stamp",
+    "You read the clock.",
+    agentlib.FunctionModel(
+        lambda request: (
+            "Read."
+            if request.entries[-1].type == "tool_result"
+            else agentlib.ModelReply(tool_calls=[_STAMP])
+        )
+    ),
+    [stamp],
+)
+agents = [calculator, stamper]
+
+
 @contextlib.contextmanager
 def server() -> Iterator[tuple[str, int]]:
     """``agentlib serve`` on a free port: its URL and pid, until the block ends."""
-    command = [sys.executable, "-m", "agentlib", "serve", "serve:calculator", "--port", "0"]
+    command = [sys.executable, "-m", "agentlib", "serve", "serve:agents", "--port", "0"]
     process = subprocess.Popen(command, cwd=HERE, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -155,6 +181,47 @@ async def delivery(url: str, count: int = 200) -> None:
     )
 
 
+async def commit_to_frame(url: str, count: int = 200) -> None:
+    remote = agentlib.Agent.load_from(url, "stamp")
+    session = await remote.start_session()
+    lags: list[float] = []
+    seen = trio.Event()
+
+    async def read(client: httpx.AsyncClient, task_status: Any) -> None:
+        nonlocal seen
+        path = f"{url}/v1/agents/stamp/sessions/{session.id}/events"
+        headers = {"accept": "text/event-stream"}
+        async with client.stream("GET", path, headers=headers) as response:
+            task_status.started()
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                read_at = time.perf_counter()
+                data = json.loads(line[6:])
+                entry = data.get("entry") or {}
+                if data.get("type") == "entry_added" and entry.get("type") == "tool_result":
+                    lags.append(read_at - entry["structured_content"])
+                    seen.set()
+                    if len(lags) == count:
+                        return
+
+    async with httpx.AsyncClient(timeout=None) as client, trio.open_nursery() as nursery:
+        await nursery.start(read, client)
+        for _ in range(count):
+            seen = trio.Event()
+            record = await session.run("What time is it?")
+            assert isinstance(record, agentlib.Completed), record
+            await seen.wait()
+    emit(
+        mode="commit_to_frame",
+        turns=count,
+        p50_ms=ms(lags, 0.5),
+        p99_ms=ms(lags, 0.99),
+        goal_ms="2 / 10",
+        note="a tool result's commit (the tool's clock) -> its SSE frame read by a client",
+    )
+
+
 async def subscribers(url: str, pid: int, count: int) -> None:
     remote = agentlib.Agent.load_from(url, "calc")
     ids = [(await remote.start_session()).id for _ in range(count)]
@@ -197,6 +264,7 @@ def main() -> None:
     with server() as (url, pid):
         trio.run(turns, url, args.sessions, args.turns)
         trio.run(delivery, url)
+        trio.run(commit_to_frame, url)
         trio.run(subscribers, url, pid, args.subscribers)
         emit(mode="server_rss", rss_kib=rss_kib(pid))
 

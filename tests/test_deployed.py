@@ -196,6 +196,32 @@ async def test_events_replay_as_pages_and_as_server_sent_events(
     assert [json.loads(frame["data"]) for frame in frames] == everything[3:]
 
 
+async def test_a_session_stream_sends_each_event_once_in_order_past_its_buffer(
+    client: httpx.AsyncClient,
+) -> None:
+    session = await start(client)
+    base = f"/agents/calc/sessions/{session}"
+    for _ in range(15):  # more events than a stream holds ahead of its client
+        turn = (await client.post(f"{base}/turns", json={"content": "1+2?"})).json()["turn_id"]
+        await client.get(f"{base}/turns/{turn}", params={"wait": 10})
+    stored = (await client.get(f"{base}/events", params={"limit": 1000})).json()["events"]
+    assert len(stored) > 2 * agentlib._http._server.STREAM_BUFFER
+    ids: list[str] = []
+    with trio.fail_after(10):  # only catches a hang
+        headers = {"accept": "text/event-stream"}
+        async with client.stream("GET", f"{base}/events", headers=headers) as stream:
+            async for line in stream.aiter_lines():  # read to its end: the session's
+                field, _, value = line.partition(": ")
+                if field == "id":
+                    ids.append(value)
+                    if len(ids) == len(stored):  # then one more turn, followed live
+                        await client.post(f"{base}/turns", json={"content": "1+2?"})
+                elif field == "event" and value == "turn_ended" and len(ids) > len(stored):
+                    await client.post(f"{base}/cancel")
+    everything = (await client.get(f"{base}/events", params={"limit": 1000})).json()["events"]
+    assert ids == [event["id"] for event in everything]
+
+
 async def test_with_tokens_every_route_but_health_wants_one() -> None:
     async with agentlib.serve([calculator()], port=0, tokens=["s3cret"]) as server:  # noqa: SIM117
         async with httpx.AsyncClient(base_url=server.url + "/v1") as http:

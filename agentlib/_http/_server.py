@@ -8,6 +8,7 @@ deployed session behaves as a local one: the same records, events and errors, as
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -53,6 +54,8 @@ MAX_BODY = 1 << 20
 MAX_WAIT = 60.0
 #: How often an idle event stream sends a comment, in seconds, so proxies keep it open.
 PING_SECONDS = 15.0
+#: The most frames an event stream holds for a client that reads slower than they come.
+STREAM_BUFFER = 64
 #: The most answers, steers and interrupts remembered for their retries (the oldest are
 #: forgotten first).
 MAX_TOLD = 10_000
@@ -523,9 +526,27 @@ class _EventStream(Response):
             async with lock:
                 await send({"type": "http.response.body", "body": text.encode(), "more_body": more})
 
+        # Frames wait here while earlier ones are written: what became visible at once goes
+        # out in one write (a turn's first events come together), and a slow client makes
+        # the reading wait once STREAM_BUFFER frames are ahead of it.
+        ahead, frames = trio.open_memory_channel[str](STREAM_BUFFER)
+
+        async def read() -> None:
+            async with ahead:
+                async for event in self._events:
+                    frame = _frame(event)
+                    try:
+                        ahead.send_nowait(frame)  # reading on, to what is not visible yet
+                    except trio.WouldBlock:
+                        await ahead.send(frame)
+
         async def stream() -> None:
-            async for event in self._events:
-                await write(_frame(event))
+            async for frame in frames:
+                batch = [frame]
+                with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
+                    while len(batch) < STREAM_BUFFER:
+                        batch.append(frames.receive_nowait())
+                await write("".join(batch))
             # The end said in so many words: a stream cut short (the server stopped) ends
             # without it, and a client opens it again from its last cursor.
             await write("event: end\ndata: {}\n\n")
@@ -553,7 +574,7 @@ class _EventStream(Response):
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         try:
             async with trio.open_nursery() as nursery:
-                for task in (stream, ping, watch, closing):
+                for task in (read, stream, ping, watch, closing):
                     nursery.start_soon(task)
         finally:
             with trio.CancelScope(shield=True):
