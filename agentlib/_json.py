@@ -192,17 +192,17 @@ def nesting_problem(value: object) -> Problem | None:
 _TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]', re.DOTALL)
 
 
-def _text_nesting_problem(text: str) -> Problem | None:
-    """Whether JSON ``text`` nests deeper than the limit, found without parsing it (the
+def _text_nesting_problem(text: str, limit: int) -> Problem | None:
+    """Whether JSON ``text`` nests deeper than ``limit``, found without parsing it (the
     parser recurses once per level)."""
-    if text.count("[") + text.count("{") <= MAX_DEPTH:
+    if text.count("[") + text.count("{") <= limit:
         return None
     # Per open array or object: whether it is an object, its current index, its current key.
     open_: list[list[Any]] = []
     for match in _TOKENS.finditer(text):
         token = match.group()
         if token in ("[", "{"):
-            if len(open_) >= MAX_DEPTH:
+            if len(open_) >= limit:
                 link: _Link = None
                 for is_object, index, key in open_:
                     link = (link, _key_of(key) if is_object else index)
@@ -241,15 +241,16 @@ def _finite_float(text: str) -> float:
     return number
 
 
-def read_json(text: str) -> Any:
+def read_json(text: str, *, wrapping: int = 0) -> Any:
     """``text`` parsed as JSON, strictly: no NaN or Infinity, at most :data:`MAX_DEPTH`
-    levels deep (checked before parsing).
+    levels deep (checked before parsing), and ``wrapping`` more: the levels of a request
+    body around values that are checked again on their own.
 
     Raises:
         NotJson: Why the text is not such JSON: the parser's reason and position, or where
             it nests too deeply; never the text itself.
     """
-    problem = _text_nesting_problem(text)
+    problem = _text_nesting_problem(text, MAX_DEPTH + wrapping)
     if problem is not None:
         raise NotJson(problem)
     try:

@@ -15,7 +15,15 @@ from ._callbacks import Credentials
 from ._convert import CONVERTER, validation_error
 from ._errors import ClientToolAnswerError
 from ._inputs import Dependency, dependencies_of
-from ._json import TOO_DEEP, InvalidValue, NotJson, json_problem, nesting_problem, read_json
+from ._json import (
+    TOO_DEEP,
+    InvalidValue,
+    NotJson,
+    Problem,
+    json_problem,
+    nesting_problem,
+    read_json,
+)
 from ._models._base import ToolSchema
 from ._schema import Definitions, docstring_parameters
 from ._threads import run_in_thread
@@ -115,10 +123,7 @@ class Tool:
         # Before anything walks the answer recursively (the converter does).
         deep = nesting_problem(answer)
         if deep is not None:
-            raise ClientToolAnswerError(
-                f"invalid answer for {self.name}: it is {TOO_DEEP}; answer with a flatter "
-                f"value @ ${deep.at}"
-            )
+            raise answer_error(self.name, deep)
         if wanted is Any:
             value = answer
         else:
@@ -133,11 +138,7 @@ class Tool:
                 ) from None
         problem = json_problem(CONVERTER.unstructure(value))
         if problem is not None:
-            if problem.too_deep:
-                what = f"it is {TOO_DEEP}; answer with a flatter value"
-            else:
-                what = f"{problem.reason}; answer with JSON values, attrs classes or dataclasses"
-            raise ClientToolAnswerError(f"invalid answer for {self.name}: {what} @ ${problem.at}")
+            raise answer_error(self.name, problem)
         return value
 
     async def call(self, arguments: Mapping[str, Any]) -> Any:
@@ -416,3 +417,22 @@ class ToolSource:
             )
             for item in self.tools
         )
+
+
+def answer_problem(answer: object) -> tuple[Problem | None, Any]:
+    """Why a client tool's answer is no JSON value within the nesting limit, whatever the
+    tool, and else its JSON: what can be checked of an answer without the tool's stub."""
+    problem = nesting_problem(answer)  # before anything walks it recursively
+    if problem is not None:
+        return problem, None
+    data = CONVERTER.unstructure(answer)
+    return json_problem(data), data
+
+
+def answer_error(tool_name: str, problem: Problem) -> ClientToolAnswerError:
+    """The error for an answer to ``tool_name`` that is not JSON: ``problem`` says why."""
+    if problem.too_deep:
+        what = f"it is {TOO_DEEP}; answer with a flatter value"
+    else:
+        what = f"{problem.reason}; answer with JSON values, attrs classes or dataclasses"
+    return ClientToolAnswerError(f"invalid answer for {tool_name}: {what} @ ${problem.at}")

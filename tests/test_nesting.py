@@ -42,6 +42,9 @@ from agentlib import (
     ValidationError,
 )
 
+# Each test runs on a local runtime and on agents served over HTTP (conftest's transport).
+pytestmark = pytest.mark.usefixtures("transport")
+
 LIMIT = 100
 #: Deep enough to break anything that recurses once per level.
 DEEP = 2_000

@@ -34,6 +34,21 @@ Handler = Callable[[Any], Any]
 _NAMES = {"approval": "on_approval", "sign_in": "on_sign_in", "client_tool_call": "on_client_tool"}
 
 
+def unsent(callback: Callback, error: SdkError) -> SdkError:
+    """The error of a handler whose answer to ``callback`` was refused with ``error``: the
+    callback stays open."""
+    name = _NAMES.get(getattr(callback, "type", ""), "the handler")
+    if isinstance(error, ClientToolAnswerError):
+        return ClientToolAnswerError(
+            f"{name} answered call {callback.id}, but the answer could not be sent; "
+            f"the call stays open: {error}"
+        )
+    return SdkError(
+        f"{name} returned an answer that does not fit callback {callback.id}, "
+        f"which stays open: {error}"
+    )
+
+
 async def invoke(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call a user's function, sync or async, and return its result."""
     result = function(*args, **kwargs)
@@ -58,7 +73,6 @@ def start_run(
 async def _run(engine: Engine, owner: LiveSession, handler: Handler, run: HandlerRun) -> None:
     """Run ``handler`` on ``run.callback`` and send its answer; record how it went."""
     callback = run.callback
-    name = _NAMES.get(getattr(callback, "type", ""), "the handler")
     try:
         with run.scope:
             try:
@@ -76,16 +90,8 @@ async def _run(engine: Engine, owner: LiveSession, handler: Handler, run: Handle
                 return
             try:
                 await engine.answer(owner, callback.id, answer)
-            except ClientToolAnswerError as error:
-                run.error = ClientToolAnswerError(
-                    f"{name} answered call {callback.id}, but the answer could not be sent; "
-                    f"the call stays open: {error}"
-                )
             except SdkError as error:
-                run.error = SdkError(
-                    f"{name} returned an answer that does not fit callback {callback.id}, "
-                    f"which stays open: {error}"
-                )
+                run.error = unsent(callback, error)
     finally:
         if owner.handler_runs.get(callback.id) is run:
             owner.handler_runs = without(owner.handler_runs, callback.id)

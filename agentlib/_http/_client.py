@@ -25,15 +25,16 @@ from .._callbacks import (
     Credentials,
     DenyApproval,
     KeepCallbackOpen,
+    OpenClientToolCall,
     SignInAnswer,
 )
 from .._context import check_trio, set_remote
 from .._convert import structure, unstructure
 from .._definition import check_max_steps
-from .._engine._handlers import invoke
+from .._engine._handlers import invoke, unsent
 from .._engine._live import check_callback_id
 from .._engine._log import cursor_of
-from .._engine._machine import check_not_a_class
+from .._engine._machine import check_not_a_class, fit_answer
 from .._errors import SdkError, ValidationError
 from .._events import Event, TurnEnded
 from .._history import new_id
@@ -60,6 +61,7 @@ from .._session import (
     _for_reader,
     message_content,
 )
+from .._tools import answer_error, answer_problem
 
 __all__ = ["RemoteAgent", "RemoteSession", "RemoteTurn"]
 
@@ -529,7 +531,10 @@ class RemoteTurn(Turn):
             answer = await answer
         if isinstance(answer, KeepCallbackOpen):
             return False
-        await self.answer(callback.id, answer)
+        try:
+            await self.answer(callback.id, answer)
+        except SdkError as error:
+            raise unsent(callback, error) from None
         return True
 
     async def answer(
@@ -540,7 +545,7 @@ class RemoteTurn(Turn):
         check_not_a_class(answer)
         wire = self._remote._remote._wire
         body = {
-            "answer": answer if _is_json(answer) else unstructure(answer),
+            "answer": await self._wire_answer(callback_id, answer),
             # What the answer is, which its JSON alone may not say (a client tool's result
             # may look like an approval's answer).
             "kind": _kind(answer),
@@ -556,6 +561,27 @@ class RemoteTurn(Turn):
             raise SdkError(f"the server answered an answer with {str(data)[:200]}")
         settled: Answered | AlreadySettled | NotFound = structure(data, kind)
         return settled
+
+    async def _wire_answer(self, callback_id: str, answer: object) -> Any:
+        """``answer`` as JSON for the wire.
+
+        Raises:
+            SdkError: It is no JSON value (nested too deep, NaN, a set): it cannot travel,
+                and is refused here as a local session refuses it, for the callback it
+                answers (a :class:`ClientToolAnswerError` for a client tool call).
+        """
+        if isinstance(answer, _ANSWERS):
+            return unstructure(answer)
+        problem, data = answer_problem(answer)
+        if problem is None:
+            return data
+        record = await self.get()
+        callbacks = record.callbacks if isinstance(record, Blocked) else ()
+        callback = next((open_ for open_ in callbacks if open_.id == callback_id), None)
+        if callback is not None and not isinstance(callback, OpenClientToolCall):
+            fit_answer(callback, answer, {})  # an approval's or a sign-in's refusal
+        name = callback.tool_name if isinstance(callback, OpenClientToolCall) else None
+        raise answer_error(name or f"call {callback_id}", problem)
 
     async def iter_events(
         self, *, after: TurnState[Any] | str | None = None
@@ -621,8 +647,8 @@ def _kind(answer: object) -> str:
     return "value"
 
 
-def _is_json(value: object) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool, list, dict))
+#: Answers that are not a client tool's result: JSON by the converter, always.
+_ANSWERS = (AllowApproval, DenyApproval, Credentials, SignInAnswer, KeepCallbackOpen)
 
 
 set_remote(RemoteAgent)

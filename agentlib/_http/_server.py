@@ -50,6 +50,9 @@ __all__ = ["Server", "serve"]
 
 #: The largest request body taken, in bytes.
 MAX_BODY = 1 << 20
+#: The levels of a body around its values (a session's inputs: the body, the inputs, an
+#: input's fields), which are checked on their own, as a local session checks them.
+BODY_WRAPPING = 3
 #: The longest ``wait`` of a turn read, in seconds.
 MAX_WAIT = 60.0
 #: How often an idle event stream sends a comment, in seconds, so proxies keep it open.
@@ -421,7 +424,7 @@ async def _body(request: Request, fields: set[str]) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        data = read_json(raw.decode("utf-8"))
+        data = read_json(raw.decode("utf-8"), wrapping=BODY_WRAPPING)
     except UnicodeDecodeError:
         raise _Refused(400, "BadRequest", "the body is not UTF-8 text") from None
     except NotJson as error:
