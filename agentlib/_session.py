@@ -477,9 +477,10 @@ class Session:
         return live
 
 
-def _leaving_note(turn: TurnMachine) -> str:
+def leaving_note(turn_id: str, session_id: str) -> str:
+    """What a wait on a turn that was cancelled notes: the turn goes on."""
     return (
-        f"leaving the wait does not stop turn {turn.id} of session {turn.session_id}: it goes "
+        f"leaving the wait does not stop turn {turn_id} of session {session_id}: it goes "
         "on; to stop it, call interrupt() on it, or cancel() on its session"
     )
 
@@ -596,7 +597,7 @@ class Turn:
                 if record is not None:
                     return record
         except trio.Cancelled as cancelled:
-            add_note(cancelled, _leaving_note(turn))
+            add_note(cancelled, leaving_note(turn.id, turn.session_id))
             raise
         return _for_reader(runtime.record(live, turn.id), wanted)
 
@@ -674,6 +675,19 @@ class Turn:
         answered = await runtime.answer(live, callback_id, answer)
         await runtime.flush()  # a taken answer is acknowledged once durable
         return answered
+
+    async def _report(
+        self, callback_id: str, failure: str
+    ) -> Answered | AlreadySettled | NotFound | None:
+        """Tell the model that the handler of client tool call ``callback_id``, which ran
+        elsewhere, failed with ``failure``, if the agent reports tool errors (None if it
+        raises them). The deployed sessions' handlers."""
+        live = await self._session._load()
+        runtime = self._session._runtime
+        runtime.check_open()
+        told = await runtime.report(live, callback_id, failure)
+        await runtime.flush()
+        return told
 
     async def iter_events(
         self, *, after: TurnState[Any] | str | None = None

@@ -58,6 +58,9 @@ from agentlib import (
     ToolSource,
 )
 
+# Each test runs on a local runtime and on agents served over HTTP (conftest's transport).
+pytestmark = pytest.mark.usefixtures("transport")
+
 #: The safety net of every test: a wait that never returns fails the test instead of hanging it.
 WAIT = 30.0
 

@@ -26,7 +26,7 @@ from ._machine import find_callback, own, without
 if TYPE_CHECKING:
     from ._live import Engine, LiveSession
 
-__all__ = ["HandlerRun", "Waiter", "invoke"]
+__all__ = ["Handler", "HandlerRun", "Waiter", "invoke", "own_copy", "unsent"]
 
 #: A handler: a function (sync or async) of a callback.
 Handler = Callable[[Any], Any]
@@ -154,7 +154,7 @@ class Waiter:
                 continue
             del self.watched[callback_id]
             if run.error is not None:
-                raise _own_copy(run)
+                raise own_copy(run)
             if run.kept_open and self.is_open(run.callback):
                 self.blocked = True
         self._count_client_time()
@@ -188,7 +188,7 @@ class Waiter:
                 nursery.start_soon(first, run.done.wait)
 
 
-def _own_copy(run: HandlerRun) -> BaseException:
+def own_copy(run: HandlerRun) -> BaseException:
     """The run's error for one wait: the first wait raises it, the others a copy of it, so
     that no two waits add their frames to one traceback."""
     error = run.error

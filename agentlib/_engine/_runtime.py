@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._callbacks import AllowApproval, DenyApproval, KeepCallbackOpen, SignInAnswer
+from .._callbacks import (
+    AllowApproval,
+    DenyApproval,
+    KeepCallbackOpen,
+    OpenClientToolCall,
+    SignInAnswer,
+)
 from .._entries import Entry
 from .._errors import SdkError, StoreError
 from .._events import TurnEnded
@@ -598,6 +604,37 @@ class Runtime:
             answer=taken if isinstance(taken, (AllowApproval, DenyApproval)) else None,
             session_id=owner.id,
         )
+
+    async def report(
+        self, live: LiveSession, callback_id: str, failure: str
+    ) -> Answered | AlreadySettled | NotFound | None:
+        """Close client tool call ``callback_id`` with the failure of a handler that ran
+        elsewhere (``"LookupError: ..."``), which its model is told, as a local handler's
+        failure is told when the agent reports tool errors; None when the agent raises them
+        (the handler's caller raises the failure, and the call stays open).
+
+        Raises:
+            ValueError: ``callback_id`` is not a UUID.
+            SdkError: The callback is not a client tool call.
+        """
+        callback_id = check_callback_id(callback_id)
+        state = machine.find_callback(self.states, live.id, callback_id)
+        if state is None:
+            return NotFound()
+        if not isinstance(state.callback, OpenClientToolCall):
+            raise SdkError(
+                f"callback {callback_id} is not a client tool call: only a client tool "
+                "handler's failure is told to the model"
+            )
+        owner = self.live(state.callback.session_id)
+        if owner.agent.tool_errors != "report":
+            return None
+        was_open = state.open
+        await trio.lowlevel.checkpoint()  # as an answer's read and write are two steps
+        if not (was_open and state.open):
+            return AlreadySettled(session_id=owner.id)
+        self.close_callback(owner, callback_id, error=failure)
+        return Answered(session_id=owner.id)
 
     # -- leases and closing -------------------------------------------------------------------
 

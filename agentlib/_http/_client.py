@@ -10,7 +10,8 @@ answer; event streams reconnect from their last cursor.
 from __future__ import annotations
 
 import contextlib
-import inspect
+import functools
+import math
 import random
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from typing import Any
@@ -21,7 +22,6 @@ import trio
 from .. import _errors
 from .._callbacks import (
     AllowApproval,
-    Callback,
     Credentials,
     DenyApproval,
     KeepCallbackOpen,
@@ -31,12 +31,12 @@ from .._callbacks import (
 from .._context import check_trio, set_remote
 from .._convert import structure, unstructure
 from .._definition import check_max_steps
-from .._engine._handlers import invoke, unsent
+from .._engine._handlers import invoke
 from .._engine._live import check_callback_id
 from .._engine._log import cursor_of
 from .._engine._machine import check_not_a_class, fit_answer
-from .._errors import SdkError, ValidationError
-from .._events import Event, TurnEnded
+from .._errors import ObservationLost, SdkError, ValidationError, add_note
+from .._events import CallbackClosed, CallbackOpened, Event, TurnEnded
 from .._history import new_id
 from .._inputs import stored_inputs
 from .._records import (
@@ -59,9 +59,11 @@ from .._session import (
     Turn,
     _event_for_reader,
     _for_reader,
+    leaving_note,
     message_content,
 )
 from .._tools import answer_error, answer_problem
+from ._waits import RemoteWaiter, cancel_run
 
 __all__ = ["RemoteAgent", "RemoteSession", "RemoteTurn"]
 
@@ -94,9 +96,6 @@ class RemoteAgent:
         self.name = name
         self.output_type = output_type
         self._wire = _Wire(self.url, token)
-        # The callbacks whose handler a wait of this agent's references runs now: another
-        # wait (a subagent's session's, say) leaves them to it, as local waits do.
-        self._handling: set[str] = set()
 
     def __repr__(self) -> str:
         return f"RemoteAgent(url={self.url!r}, name={self.name!r})"
@@ -376,26 +375,30 @@ class RemoteSession(Session):
         on_event: EventHandler | None = None,
         max_steps: int | None = None,
     ) -> TurnState[Any] | Busy[Turn]:
-        if on_event is not None:  # the events as they come: start, then follow
+        if on_event is not None or self._has_handlers:
+            # Events as they come, or handlers that run here: start, then follow.
             turn = await self.start_turn(
                 content, idempotency_key=idempotency_key, max_steps=max_steps
             )
             if isinstance(turn, Busy):
                 return turn
             return await turn.result(output_type=output_type, timeout=timeout, on_event=on_event)
-        # Started and waited on in one request; then, if it blocked on a callback a handler
-        # of this reference answers (or is still running), waited on as ``result`` waits.
+        # Started and waited on in one request; then, if it still runs, waited on as
+        # ``result`` waits.
         wait = _WAIT if timeout is None else min(_WAIT, timeout)
         deadline = None if timeout is None else trio.current_time() + timeout
         made = await self._turn_request(content, idempotency_key, max_steps, wait)
         if isinstance(made, Busy):
             return made
         turn, record = made
-        handled = isinstance(record, Blocked) and any(map(self._handler_for, record.callbacks))
-        if not handled and not isinstance(record, Running):
+        if not isinstance(record, Running):
             return _for_reader(record, output_type or self._remote.output_type)
         left = None if deadline is None else max(0.0, deadline - trio.current_time())
         return await turn.result(output_type=output_type, timeout=left)
+
+    @property
+    def _has_handlers(self) -> bool:
+        return any((self._on_approval, self._on_sign_in, self._on_client_tool))
 
     async def iter_events(
         self, *, after: TurnState[Any] | str | None = None
@@ -442,6 +445,11 @@ class RemoteTurn(Turn):
     def _path(self) -> str:
         return f"{self._remote._path}/turns/{self.id}"
 
+    @property
+    def _url(self) -> str:
+        """Its server's address."""
+        return self._remote._remote.url
+
     def __repr__(self) -> str:
         return (
             f"RemoteTurn(id={self.id!r}, session_id={self.session_id!r}, started={self.started!r})"
@@ -449,9 +457,12 @@ class RemoteTurn(Turn):
 
     async def get(self) -> TurnState[Any]:
         check_trio()
-        data = await self._remote._remote._wire.call("GET", self._path)
+        return _for_reader(await self._record(), self._remote._remote.output_type)
+
+    async def _record(self, params: Mapping[str, Any] | None = None) -> TurnState[Any]:
+        data = await self._remote._remote._wire.call("GET", self._path, params=params)
         record: TurnState[Any] = structure(data, TurnState[Any])  # type: ignore[misc]
-        return _for_reader(record, self._remote._remote.output_type)
+        return record
 
     async def result(
         self,
@@ -463,79 +474,85 @@ class RemoteTurn(Turn):
     ) -> TurnState[Any]:
         check_trio()
         session = self._remote
-        wire = session._remote._wire
-        output_type = output_type or session._remote.output_type
-        cursor = _cursor(after)
-        deadline = None if timeout is None else trio.current_time() + timeout
-        answered: set[str] = set()
-        delivered: str | None = None
+        wanted = output_type or session._remote.output_type
+        cursor = _cursor(after, self.session_id)
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        try:
+            if on_event is None and not session._has_handlers:
+                record = await self._wait_on_server(cursor, deadline)
+            else:  # events to hand over, or handlers to run: here, as a local wait runs them
+                waiter = RemoteWaiter(self, session._handler_for, deadline)
+                followed = None
+                with waiter.scope:
+                    followed = await self._follow_events(waiter, cursor, on_event, wanted)
+                record = followed or await self._record()  # at its end or at the timeout
+        except trio.Cancelled as cancelled:
+            add_note(cancelled, leaving_note(self.id, self.session_id))
+            raise
+        return _for_reader(record, wanted)
+
+    async def _wait_on_server(self, after: str | None, deadline: float) -> TurnState[Any]:
+        """The turn's record once it ends, or blocks on a callback opened after ``after``,
+        or at ``deadline``: each read waits on the server."""
         while True:
-            left = _WAIT if deadline is None else max(0.0, deadline - trio.current_time())
+            left = max(0.0, deadline - trio.current_time())
             params: dict[str, Any] = {"wait": min(_WAIT, left)}
-            if cursor is not None:
-                params["after"] = cursor
-            data = await wire.call("GET", self._path, params=params)
-            record: TurnState[Any] = structure(data, TurnState[Any])  # type: ignore[misc]
-            if on_event is not None:
-                delivered = await self._deliver(on_event, delivered, record)
-            if isinstance(record, Blocked):
-                handled = [
-                    callback
-                    for callback in record.callbacks
-                    if callback.id not in answered and session._handler_for(callback)
-                ]
-                if not handled:
-                    return _for_reader(record, output_type)
-                handling = session._remote._handling
-                kept = False
-                for callback in handled:
-                    answered.add(callback.id)
-                    if callback.id in handling:
-                        continue  # another wait runs its handler: this one waits past it
-                    handling.add(callback.id)
-                    try:
-                        kept |= not await self._handle(callback)
-                    finally:
-                        handling.discard(callback.id)
-                if kept:  # a handler kept its callback open: the turn stays blocked on it
-                    return _for_reader(record, output_type)
-                cursor = record.cursor
-                continue
-            if not isinstance(record, Running):
-                return _for_reader(record, output_type)
-            if deadline is not None and trio.current_time() >= deadline:
+            if after is not None:
+                params["after"] = after
+            record = await self._record(params)
+            if not isinstance(record, Running) or trio.current_time() >= deadline:
                 return record
 
-    async def _deliver(
-        self, on_event: EventHandler, delivered: str | None, record: TurnState[Any]
-    ) -> str | None:
-        """Hand ``on_event`` the turn's events up to ``record``'s cursor."""
-        until = record.cursor
-        if until is None or (delivered is not None and delivered >= until):
-            return delivered
-        async with contextlib.aclosing(self.iter_events(after=delivered)) as events:
-            async for event in events:
-                await invoke(on_event, event)
-                delivered = event.id
-                if event.id >= until or isinstance(event, TurnEnded):
-                    break
-        return delivered
+    async def _follow_events(
+        self,
+        waiter: RemoteWaiter,
+        after: str | None,
+        on_event: EventHandler | None,
+        wanted: Any,
+    ) -> TurnState[Any] | None:
+        """Follow the turn's events until it ends or blocks (the record), handing each to
+        ``on_event`` and each callback opened after ``after`` to the waiter; None once it
+        ended before ``after``."""
+        wire = self._remote._remote._wire
+        read_from = None if on_event is not None else after  # on_event sees the whole turn
+        while True:
+            params: dict[str, Any] = {"wait": _WAIT, "limit": _PAGE}
+            if read_from is not None:
+                params["after"] = read_from
+            try:
+                page = await waiter.next_page(
+                    functools.partial(wire.call, "GET", f"{self._path}/events", params=params)
+                )
+            except ObservationLost as lost:
+                if on_event is not None:
+                    raise
+                read_from = lost.cursor  # pruned: only what is still open matters
+                continue
+            if page is not None:
+                events: list[Event] = [structure(data, Event) for data in page["events"]]
+                closed = {e.callback_id for e in events if isinstance(e, CallbackClosed)}
+                for event in events:
+                    read_from = event.id
+                    if on_event is not None:
+                        await invoke(on_event, _event_for_reader(event, wanted))
+                    new = after is None or event.id > after
+                    if new and isinstance(event, TurnEnded):
+                        return await self._record()  # its record, with the session's cursor
+                    waiter.saw(event, handle=new and not _closes(event, closed))
+                read_from = page["cursor"] or read_from
+                if page["ended"] and not events:
+                    return None
+            waiter.settle()
+            if waiter.blocked and not waiter.watched:
+                # Once the handlers at work have finished, the turn is blocked, or going on.
+                record = await self._record()
+                if isinstance(record, Blocked):
+                    return record
+                waiter.blocked = False
 
-    async def _handle(self, callback: Callback) -> bool:
-        """Run the handler of ``callback`` and send its answer; False if it kept the
-        callback open."""
-        handler = self._remote._handler_for(callback)
-        assert handler is not None
-        answer = handler(callback)
-        if inspect.isawaitable(answer):
-            answer = await answer
-        if isinstance(answer, KeepCallbackOpen):
-            return False
-        try:
-            await self.answer(callback.id, answer)
-        except SdkError as error:
-            raise unsent(callback, error) from None
-        return True
+    def _events_after(self, after: str | None) -> AsyncGenerator[Event, None]:
+        """The turn's events after cursor ``after``, as the server sends them."""
+        return self._remote._remote._wire.stream(f"{self._path}/events", after)
 
     async def answer(
         self, callback_id: str, answer: object
@@ -553,6 +570,7 @@ class RemoteTurn(Turn):
             "idempotency_key": new_id(),
         }
         data = await wire.call("POST", f"{self._path}/callbacks/{callback_id}", body)
+        cancel_run(self._remote._remote.url, callback_id)  # a handler's answer is moot now
         kinds: dict[object, type[Any]] = {
             cls.type: cls for cls in (Answered, AlreadySettled, NotFound)
         }
@@ -561,6 +579,18 @@ class RemoteTurn(Turn):
             raise SdkError(f"the server answered an answer with {str(data)[:200]}")
         settled: Answered | AlreadySettled | NotFound = structure(data, kind)
         return settled
+
+    async def _tell_failure(self, callback: OpenClientToolCall, error: Exception) -> bool:
+        """Tell the server that the handler of ``callback`` failed with ``error``: whether
+        the agent reports it to its model (else the handler's caller raises it)."""
+        wire = self._remote._remote._wire
+        body = {
+            "answer": f"{type(error).__name__}: {error}",
+            "kind": "failure",
+            "idempotency_key": new_id(),
+        }
+        told = await wire.call("POST", f"{self._path}/callbacks/{callback.id}", body)
+        return isinstance(told, dict) and told.get("type") != "not_reported"
 
     async def _wire_answer(self, callback_id: str, answer: object) -> Any:
         """``answer`` as JSON for the wire.
@@ -633,6 +663,11 @@ def _wire_content(content: Content) -> Any:
     server checks it against the agent's model)."""
     blocks = message_content(content)
     return content if isinstance(content, str) else [unstructure(block) for block in blocks]
+
+
+def _closes(event: Event, closed: set[str]) -> bool:
+    """Whether ``event`` opens a callback that a later event of its page closes."""
+    return isinstance(event, CallbackOpened) and event.callback.id in closed
 
 
 def _kind(answer: object) -> str:

@@ -352,6 +352,15 @@ class Server:
         said = ("answer", turn.session_id, callback_id, _key(request, body))
         if said in self._told:
             return _json(self._told[said])
+        if body.get("kind") == "failure":  # a client tool's handler failed in the client
+            if not isinstance(body["answer"], str):
+                raise _Refused(400, "BadRequest", "a failure's 'answer' is its message, a string")
+            told = await turn._report(callback_id, body["answer"])
+            if told is None:
+                return _json({"type": "not_reported"})  # the agent raises tool errors
+            if isinstance(told, Answered):
+                return _json(self._remember(said, unstructure(told)))
+            return _json(unstructure(told))
         answer = await _answer_for(turn, callback_id, body["answer"], body.get("kind"))
         try:
             settled = await turn.answer(callback_id, answer)

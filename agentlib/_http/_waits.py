@@ -1,0 +1,239 @@
+"""A deployed session's handlers, run in the client while it waits on a turn, as a local
+runtime runs them: one run per callback in each trio run, however many references and
+waits share it; a run ends when its callback closes, wherever it was answered; the first
+wait to see a run's failure raises it, the others a copy; a client tool's handler time
+is not counted against a wait's timeout."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from .._callbacks import Callback, KeepCallbackOpen, OpenClientToolCall
+from .._engine._handlers import Handler, invoke, own_copy, unsent
+from .._engine._live import HandlerRun
+from .._errors import ObservationLost, SdkError
+from .._events import CallbackClosed, CallbackOpened, Event, TurnEnded
+
+
+class RemoteTurn(Protocol):
+    """What the handlers and waits here ask of a deployed turn's reference."""
+
+    @property
+    def _url(self) -> str:
+        """Its server's address."""
+
+    async def answer(self, callback_id: str, answer: object) -> Any: ...
+
+    async def _tell_failure(self, callback: OpenClientToolCall, error: Exception) -> bool: ...
+
+    def _events_after(self, after: str | None) -> AsyncGenerator[Event, None]: ...
+
+
+__all__ = ["RemoteWaiter", "cancel_run"]
+
+#: The handler runs under way in this trio run, by server and callback id.
+_RUNS: trio.lowlevel.RunVar[dict[tuple[str, str], HandlerRun]] = trio.lowlevel.RunVar(
+    "agentlib_remote_handler_runs"
+)
+
+
+def _runs() -> dict[tuple[str, str], HandlerRun]:
+    try:
+        return _RUNS.get()
+    except LookupError:
+        runs: dict[tuple[str, str], HandlerRun] = {}
+        _RUNS.set(runs)
+        return runs
+
+
+def cancel_run(url: str, callback_id: str) -> None:
+    """End the run of the handler of callback ``callback_id``, if one is under way: the
+    callback was answered through this process."""
+    run = _runs().get((url, callback_id))
+    if run is not None:
+        run.scope.cancel()
+
+
+def _start_run(turn: RemoteTurn, callback: Callback, handler: Handler, opened: str) -> HandlerRun:
+    """The run of ``handler`` on ``callback`` (opened at cursor ``opened``): the one under
+    way, or a new one. It outlives the wait that started it, as a local one does."""
+    runs = _runs()
+    key = (turn._url, callback.id)
+    run = runs.get(key)
+    if run is None:
+        run = runs[key] = HandlerRun(callback)
+        trio.lowlevel.spawn_system_task(
+            _run,
+            turn,
+            handler,
+            run,
+            opened,
+            name=f"agentlib handler of callback {callback.id}",
+            context=contextvars.copy_context(),
+        )
+    return run
+
+
+async def _run(turn: RemoteTurn, handler: Handler, run: HandlerRun, opened: str) -> None:
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_end_when_closed, turn, run, opened)
+            with run.scope:
+                await _answer(turn, handler, run)
+            nursery.cancel_scope.cancel()
+    finally:
+        runs = _runs()
+        key = (turn._url, run.callback.id)
+        if runs.get(key) is run:
+            del runs[key]
+        run.done.set()
+
+
+async def _answer(turn: RemoteTurn, handler: Handler, run: HandlerRun) -> None:
+    """Run ``handler`` on the run's callback and send its answer; record how it went."""
+    callback = run.callback
+    try:
+        answer = await invoke(handler, callback)
+    except Exception as error:
+        if isinstance(callback, OpenClientToolCall):
+            # As for a failing tool: if the agent reports tool errors, its model is told.
+            with contextlib.suppress(Exception):
+                if await turn._tell_failure(callback, error):
+                    return
+        run.error = error
+        return
+    if isinstance(answer, KeepCallbackOpen):
+        run.kept_open = True
+        return
+    try:
+        await turn.answer(callback.id, answer)
+    except SdkError as error:
+        run.error = unsent(callback, error)
+    except Exception as error:  # the server could not be reached for a minute
+        run.error = error
+
+
+async def _end_when_closed(turn: RemoteTurn, run: HandlerRun, opened: str) -> None:
+    """Cancel the run once its callback closes (answered by hand, elsewhere, or its turn
+    ended). A server out of reach for long leaves the handler at work."""
+    after = opened
+    with contextlib.suppress(Exception):
+        while True:
+            try:
+                async with contextlib.aclosing(turn._events_after(after)) as events:
+                    async for event in events:
+                        after = event.id
+                        if isinstance(event, TurnEnded) or (
+                            isinstance(event, CallbackClosed)
+                            and event.callback_id == run.callback.id
+                        ):
+                            run.scope.cancel()
+                            return
+                return
+            except ObservationLost as lost:
+                after = lost.cursor or after
+
+
+@attrs.define(eq=False)
+class RemoteWaiter:
+    """One wait (``turn.result``) on a deployed turn: the handler runs it follows, and its
+    deadline; what a local wait is, with what the turn's events say of its callbacks.
+
+    Attributes:
+        turn: The turn waited on.
+        handler_for: The waiting reference's handler for a callback, if it has one.
+        deadline: When the wait ends; pushed back by the time client tool handlers take.
+        scope: The wait's cancel scope, which holds the deadline.
+        watched: The handler runs the wait follows, by callback id.
+        blocked: A callback was left to the caller: the wait returns ``Blocked`` once the
+            handler runs it follows are over.
+        open: The callbacks the events followed so far show open.
+    """
+
+    turn: RemoteTurn
+    handler_for: Callable[[Callback], Handler | None]
+    deadline: float
+    scope: trio.CancelScope = attrs.field(init=False)
+    watched: dict[str, HandlerRun] = attrs.field(factory=dict)
+    blocked: bool = False
+    open: set[str] = attrs.field(factory=set)
+    _paused_at: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        self.scope = trio.CancelScope(deadline=self.deadline)
+
+    def saw(self, event: Event, handle: bool) -> None:
+        """Take in an event of the turn; with ``handle``, have a callback it opens answered
+        by the reference's handler, or left to the caller."""
+        if isinstance(event, CallbackOpened):
+            self.open.add(event.callback.id)
+            if handle:
+                self._handle(event.callback, event.id)
+        elif isinstance(event, CallbackClosed):
+            self.open.discard(event.callback_id)
+
+    def _handle(self, callback: Callback, opened: str) -> None:
+        handler = self.handler_for(callback)
+        if handler is None:
+            self.blocked = True
+            return
+        self.watched[callback.id] = _start_run(self.turn, callback, handler, opened)
+
+    def settle(self) -> None:
+        """Take the outcomes of the handler runs that are over.
+
+        Raises:
+            Exception: What a handler raised, or an ``SdkError`` for an answer that did not
+                fit; its callback stays open.
+        """
+        for callback_id, run in list(self.watched.items()):
+            if not run.done.is_set():
+                if callback_id not in self.open:
+                    del self.watched[callback_id]  # answered elsewhere: the run is ending
+                continue
+            del self.watched[callback_id]
+            if run.error is not None:
+                raise own_copy(run)
+            if run.kept_open and callback_id in self.open:
+                self.blocked = True
+        self._count_client_time()
+
+    def _count_client_time(self) -> None:
+        # Only a client tool's handler is not counted: while it runs alone, the clock stops.
+        running = [run for run in self.watched.values() if not run.done.is_set()]
+        paused = bool(running) and all(run.for_client_tool for run in running)
+        now = trio.current_time()
+        if paused and self._paused_at is None:
+            self._paused_at = now
+            self.scope.deadline = math.inf
+        elif not paused and self._paused_at is not None:
+            self.deadline += now - self._paused_at
+            self._paused_at = None
+            self.scope.deadline = self.deadline
+
+    async def next_page(self, read: Callable[[], Awaitable[Any]]) -> Any:
+        """What ``read`` returns (the next page of the turn's events), or None once a
+        watched run is over first."""
+        if not self.watched:
+            return await read()
+        page: Any = None
+        async with trio.open_nursery() as nursery:
+
+            async def first(wait: Callable[[], Awaitable[Any]], keep: bool) -> None:
+                nonlocal page
+                value = await wait()
+                if keep:
+                    page = value
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(first, read, True)
+            for run in self.watched.values():
+                nursery.start_soon(first, run.done.wait, False)
+        return page
