@@ -177,7 +177,12 @@ class Agent:
 
     @staticmethod
     def load_from(
-        url: str, name: str, *, token: str | None = None, output_type: type[Any] | None = None
+        url: str,
+        name: str,
+        *,
+        token: str | None = None,
+        output_type: type[Any] | None = None,
+        subagent_output_types: Mapping[str, type[Any]] | None = None,
     ) -> RemoteAgent:
         """A reference to the agent ``name`` served at ``url`` (by ``agentlib serve``); sends
         no request.
@@ -191,8 +196,10 @@ class Agent:
             token: A token the server takes, sent as ``Authorization: Bearer <token>``.
             output_type: Structure completed turns' outputs into this type (as the served
                 agent's ``output_type`` does on the server); by default, the JSON it sends.
+            subagent_output_types: The same for its subagents' sessions (from
+                ``session.subagents()``), by subagent name, at any depth.
         """
-        remote: RemoteAgent = remote_agent(url, name, token, output_type)
+        remote: RemoteAgent = remote_agent(url, name, token, output_type, subagent_output_types)
         return remote
 
     async def start_session(

@@ -89,8 +89,10 @@ def set_remote(factory: Any) -> None:
     _REMOTE[:] = [factory]
 
 
-def remote_agent(url: str, name: str, token: str | None, output_type: Any) -> Any:
+def remote_agent(
+    url: str, name: str, token: str | None, output_type: Any, subagent_output_types: Any
+) -> Any:
     """A reference to the agent ``name`` that the server at ``url`` serves."""
     if not _REMOTE:  # only when agentlib's package was not imported: never in practice
         raise RuntimeError("import agentlib first: its HTTP client is not loaded")
-    return _REMOTE[0](url, name, token, output_type)
+    return _REMOTE[0](url, name, token, output_type, subagent_output_types)

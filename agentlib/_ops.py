@@ -163,7 +163,8 @@ class CallbackRow:
 @attrs.frozen
 class KeyRow:
     """An idempotency key of a session's ``start_turn`` or ``steer``, and the turn it went
-    to. Each key of a session is written once.
+    to; or of an answer a server took (``"answer <callback id> <key>"``, fingerprint
+    ``"answer"``), with the callback's turn. Each key of a session is written once.
 
     Attributes:
         session_id: The session.

@@ -669,10 +669,17 @@ class Turn:
                 (``ClientToolAnswerError`` for a client tool's result), or allows a hook's
                 approval for the whole session; nothing was sent.
         """
+        return await self._answer(callback_id, answer, None)
+
+    async def _answer(
+        self, callback_id: str, answer: object, key: str | None
+    ) -> Answered | AlreadySettled | NotFound:
+        """:meth:`answer`, with an idempotency ``key``: an answer that repeats the key of
+        the answer taken is told ``Answered``. The deployed sessions' answers."""
         live = await self._session._load()
         runtime = self._session._runtime
         runtime.check_open()
-        answered = await runtime.answer(live, callback_id, answer)
+        answered = await runtime.answer(live, callback_id, answer, key)
         await runtime.flush()  # a taken answer is acknowledged once durable
         return answered
 

@@ -93,12 +93,23 @@ class Agent:
 
     @staticmethod
     def load_from(
-        url: str, name: str, *, token: str | None = None, output_type: type[Any] | None = None
+        url: str,
+        name: str,
+        *,
+        token: str | None = None,
+        output_type: type[Any] | None = None,
+        subagent_output_types: Mapping[str, type[Any]] | None = None,
     ) -> RemoteAgent:
         """A reference to the agent ``name`` served at ``url``; see
         :meth:`agentlib.Agent.load_from`."""
         return RemoteAgent(
-            agentlib.Agent.load_from(url, name, token=token, output_type=output_type)
+            agentlib.Agent.load_from(
+                url,
+                name,
+                token=token,
+                output_type=output_type,
+                subagent_output_types=subagent_output_types,
+            )
         )
 
     def start_session(

@@ -29,7 +29,12 @@ class RemoteDoor:
     def remote(self, agent: Agent) -> agentlib.RemoteAgent:
         if self.server.agents.get(agent.name) is not agent:
             self.server.deploy(agent)
-        return agentlib.Agent.load_from(self.server.url, agent.name, output_type=agent.output_type)
+        return agentlib.Agent.load_from(
+            self.server.url,
+            agent.name,
+            output_type=agent.output_type,
+            subagent_output_types={sub.name: sub.output_type for sub in _below(agent)},
+        )
 
     async def start_session(
         self,
@@ -56,6 +61,11 @@ class RemoteDoor:
 
     def session(self, agent: Agent, session_id: str, **handlers: Any) -> agentlib.Session:
         return self.remote(agent).session(session_id, **handlers)
+
+
+def _below(agent: Agent) -> list[Agent]:
+    """The agent's subagents, at any depth."""
+    return [below for sub in agent.subagents for below in (sub, *_below(sub))]
 
 
 def _import_item(entry: Entry) -> dict[str, Any]:

@@ -52,20 +52,9 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
 def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Runs a test on a local runtime, then on agents served on 127.0.0.1: for the second,
     ``agentlib.open_runtime`` serves (tests/_transport.py). A module opts in with
-    ``pytestmark = pytest.mark.usefixtures("transport")``; a test marked
-    ``local_only(reason)`` runs on the local runtime only, for the reason it gives."""
-    marker = request.node.get_closest_marker("local_only")
-    if request.param == "remote" and marker is not None:
-        pytest.skip(f"local only: {marker.args[0]}")
+    ``pytestmark = pytest.mark.usefixtures("transport")``."""
     if request.param == "remote":
         from _transport import open_remote_runtime
 
         monkeypatch.setattr(agentlib, "open_runtime", open_remote_runtime)
     return str(request.param)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "local_only(reason): on the transport fixture, run on the local runtime only",
-    )

@@ -322,6 +322,30 @@ async def test_a_retried_answer_is_told_what_the_first_was(client: httpx.AsyncCl
     assert other["type"] == "already_settled"
 
 
+async def test_a_retried_answer_is_told_what_the_first_was_by_a_restarted_server(
+    tmp_path: Path,
+) -> None:
+    store = f"sqlite:///{tmp_path / 'served.db'}"
+    agents = [approval_agent([])]
+    async with agentlib.serve(agents, store=store, port=0) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1") as http:
+            session = await start(http, "approver")
+            base = f"/agents/approver/sessions/{session}"
+            made = await http.post(f"{base}/turns", json={"content": "clean up"})
+            turn = made.json()["turn_id"]
+            blocked = (await http.get(f"{base}/turns/{turn}", params={"wait": 10})).json()
+            answer = f"{base}/turns/{turn}/callbacks/{blocked['callbacks'][0]['id']}"
+            body = {"answer": {"type": "deny", "reason": "no"}, "idempotency_key": "a1"}
+            first = (await http.post(answer, json=body)).json()
+    async with agentlib.serve(agents, store=store, port=0) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1") as http:
+            retried = (await http.post(answer, json=body)).json()
+            other = (await http.post(answer, json={**body, "idempotency_key": "a2"})).json()
+    assert first["type"] == "answered"
+    assert retried == first
+    assert other["type"] == "already_settled"
+
+
 PRINCIPALS = {"alice": "alice-s3cret", "bob": "bob-s3cret"}
 
 

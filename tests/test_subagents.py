@@ -270,10 +270,6 @@ class Verdict:
     score: int
 
 
-@pytest.mark.local_only(
-    "a remote reference knows the output type it was loaded with, not those of the "
-    "server's subagents: their outputs come as JSON"
-)
 async def test_a_subagent_output_type_value_is_the_structured_result() -> None:
     judge = Agent(
         "judge", model=ScriptedModel(['{"label": "good", "score": 3}']), output_type=Verdict
@@ -632,10 +628,6 @@ async def test_a_leaf_approval_answered_through_a_lower_reference_resumes_leaf_t
         assert again == AlreadySettled(session_id=callback.session_id)
 
 
-@pytest.mark.local_only(
-    "answers are concurrent within one process; two requests reach a server one after the "
-    "other, and the second is told AlreadySettled"
-)
 async def test_concurrent_answers_through_root_and_leaf_agree_on_the_one_taken() -> None:
     runs: list[str] = []
     root, _, leaf_agent = nested_approval_agents(runs)

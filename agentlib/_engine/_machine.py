@@ -1139,13 +1139,25 @@ def close_callback(
     answered: bool = True,
     answer: Any = None,
     error: str | None = None,
+    key: str | None = None,
 ) -> Facts:
     """Close an open callback of the session with ``answer`` (or a client tool's ``error``),
     or unanswered when its turn stopped; ``CallbackClosed`` joins every log that showed it.
-    An approval for the whole session closes the tool's other open approvals too."""
+    An approval for the whole session closes the tool's other open approvals too. The
+    answer's idempotency ``key`` (see :func:`answer_key`) is kept with it."""
     facts = Facts(sessions)
-    _close(facts, sessions[session_id], callback_id, answered, answer, error)
+    session = sessions[session_id]
+    if key is not None and session.callbacks[callback_id].open:
+        callback = session.callbacks[callback_id].callback
+        facts.add(KeyRow(session.id, key, callback.turn_id, "answer"))
+    _close(facts, session, callback_id, answered, answer, error)
     return facts
+
+
+def answer_key(callback_id: str, key: str) -> str:
+    """How the idempotency key ``key`` of an answer to ``callback_id`` is kept among the
+    session's keys."""
+    return f"answer {callback_id} {key}"
 
 
 def _close(

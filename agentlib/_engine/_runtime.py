@@ -564,17 +564,25 @@ class Runtime:
         answered: bool = True,
         answer: Any = None,
         error: str | None = None,
+        key: str | None = None,
     ) -> None:
         facts = machine.close_callback(
-            self.states, owner.id, callback_id, answered=answered, answer=answer, error=error
+            self.states,
+            owner.id,
+            callback_id,
+            answered=answered,
+            answer=answer,
+            error=error,
+            key=key,
         )
         self.commit(facts)
 
     async def answer(
-        self, live: LiveSession, callback_id: str, answer: object
+        self, live: LiveSession, callback_id: str, answer: object, key: str | None = None
     ) -> Answered | AlreadySettled | NotFound:
         """Settle callback ``callback_id`` of the session (or of a subagent's below it)
-        with ``answer``; the first answer wins.
+        with ``answer``; the first answer wins. An answer that repeats the idempotency
+        ``key`` of the answer taken is told ``Answered``, as it was, also after a restart.
 
         Raises:
             ValueError: ``callback_id`` is not a UUID.
@@ -590,15 +598,18 @@ class Runtime:
         if state is None:
             return NotFound()
         owner = self.live(state.callback.session_id)
-        fitted = machine.fit_answer(state.callback, answer, owner.agent.tools_by_name)
-        was_open = state.open
-        # The read above and the write below are two steps, as with any shared store: an
-        # answer that read the callback open may find another answer took it meanwhile.
-        await trio.lowlevel.checkpoint()
-        if was_open and state.open:
-            self.close_callback(owner, callback_id, answer=fitted)
-        if not (was_open and state.phase is CallbackPhase.ANSWERED):
-            return AlreadySettled(session_id=owner.id)
+        kept = None if key is None else machine.answer_key(callback_id, key)
+        repeated = kept is not None and kept in owner.state.keys
+        if not repeated:
+            fitted = machine.fit_answer(state.callback, answer, owner.agent.tools_by_name)
+            was_open = state.open
+            # The read above and the write below are two steps, as with any shared store:
+            # an answer that read the callback open may find another answer took it meanwhile.
+            await trio.lowlevel.checkpoint()
+            if was_open and state.open:
+                self.close_callback(owner, callback_id, answer=fitted, key=kept)
+            if not (was_open and state.phase is CallbackPhase.ANSWERED):
+                return AlreadySettled(session_id=owner.id)
         taken = state.answer
         return Answered(
             answer=taken if isinstance(taken, (AllowApproval, DenyApproval)) else None,

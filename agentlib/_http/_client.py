@@ -10,6 +10,7 @@ answer; event streams reconnect from their last cursor.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import math
 import random
@@ -63,7 +64,7 @@ from .._session import (
     message_content,
 )
 from .._tools import answer_error, answer_problem
-from ._waits import RemoteWaiter, cancel_run
+from ._waits import RemoteWaiter, cancel_run, concurrent_answers
 
 __all__ = ["RemoteAgent", "RemoteSession", "RemoteTurn"]
 
@@ -90,12 +91,25 @@ class RemoteAgent:
     """
 
     def __init__(
-        self, url: str, name: str, token: str | None = None, output_type: Any = None
+        self,
+        url: str,
+        name: str,
+        token: str | None = None,
+        output_type: Any = None,
+        subagent_output_types: Mapping[str, Any] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.name = name
         self.output_type = output_type
         self._wire = _Wire(self.url, token)
+        self._subagent_output_types = dict(subagent_output_types or {})
+
+    def _for_subagent(self, agent_name: str) -> RemoteAgent:
+        """This agent as its subagent ``agent_name``'s sessions are reached: under its
+        path, structuring outputs as that subagent does."""
+        child = copy.copy(self)
+        child.output_type = self._subagent_output_types.get(agent_name)
+        return child
 
     def __repr__(self) -> str:
         return f"RemoteAgent(url={self.url!r}, name={self.name!r})"
@@ -420,13 +434,13 @@ class RemoteSession(Session):
         listed = await self._remote._wire.call("GET", f"{self._path}/subagents")
         return [
             RemoteSession(
-                self._remote,
-                child_id,
+                self._remote._for_subagent(child["agent"]),
+                child["id"],
                 on_approval=self._on_approval,
                 on_sign_in=self._on_sign_in,
                 on_client_tool=self._on_client_tool,
             )
-            for child_id in listed["sessions"]
+            for child in listed["sessions"]
         ]
 
 
@@ -569,16 +583,18 @@ class RemoteTurn(Turn):
             # A retry after a lost response is told what the first try was.
             "idempotency_key": new_id(),
         }
-        data = await wire.call("POST", f"{self._path}/callbacks/{callback_id}", body)
-        cancel_run(self._remote._remote.url, callback_id)  # a handler's answer is moot now
-        kinds: dict[object, type[Any]] = {
-            cls.type: cls for cls in (Answered, AlreadySettled, NotFound)
-        }
-        kind = kinds.get(data.get("type")) if isinstance(data, dict) else None
-        if kind is None:
-            raise SdkError(f"the server answered an answer with {str(data)[:200]}")
-        settled: Answered | AlreadySettled | NotFound = structure(data, kind)
-        return settled
+        async with concurrent_answers(self._url, callback_id) as told:
+            data = await wire.call("POST", f"{self._path}/callbacks/{callback_id}", body)
+            cancel_run(self._url, callback_id)  # a handler's answer is moot now
+            kinds: dict[object, type[Any]] = {
+                cls.type: cls for cls in (Answered, AlreadySettled, NotFound)
+            }
+            kind = kinds.get(data.get("type")) if isinstance(data, dict) else None
+            if kind is None:
+                raise SdkError(f"the server answered an answer with {str(data)[:200]}")
+            told.value = structure(data, kind)
+        assert told.value is not None
+        return told.value
 
     async def _tell_failure(self, callback: OpenClientToolCall, error: Exception) -> bool:
         """Tell the server that the handler of ``callback`` failed with ``error``: whether

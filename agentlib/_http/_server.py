@@ -262,7 +262,8 @@ class Server:
         """The session's direct subagent sessions, newest first: each is reached under its
         root's agent, as a reference to it reads (and interrupts) it."""
         children = await (await self._session(request)).subagents()
-        return _json({"sessions": [child.id for child in children]})
+        listed = [{"id": child.id, "agent": child._agent.name} for child in children]
+        return _json({"sessions": listed})
 
     async def _cancel(self, request: Request) -> Response:
         session = await self._session(request)
@@ -349,10 +350,11 @@ class Server:
         if "answer" not in body:
             raise _Refused(400, "BadRequest", "the body needs 'answer': the callback's answer")
         callback_id = request.path_params["callback_id"]
-        said = ("answer", turn.session_id, callback_id, _key(request, body))
-        if said in self._told:
-            return _json(self._told[said])
+        key = _key(request, body)
         if body.get("kind") == "failure":  # a client tool's handler failed in the client
+            said = ("failure", turn.session_id, callback_id, key)
+            if said in self._told:
+                return _json(self._told[said])
             if not isinstance(body["answer"], str):
                 raise _Refused(400, "BadRequest", "a failure's 'answer' is its message, a string")
             told = await turn._report(callback_id, body["answer"])
@@ -363,19 +365,20 @@ class Server:
             return _json(unstructure(told))
         answer = await _answer_for(turn, callback_id, body["answer"], body.get("kind"))
         try:
-            settled = await turn.answer(callback_id, answer)
+            # A retry with the key of the answer taken is told Answered: the key is kept
+            # with the answer, in the store.
+            settled = await turn._answer(callback_id, answer, key)
         except ValueError as error:
             if isinstance(error, SdkError):
                 raise
             raise _Refused(400, "BadRequest", str(error)) from None
-        if isinstance(settled, Answered):
-            return _json(self._remember(said, unstructure(settled)))
         return _json(unstructure(settled))
 
     def _remember(self, said: tuple[str, str, str, str | None], told: Any) -> Any:
         """Keep what a request with an idempotency key was told (the last
-        :data:`MAX_TOLD`), for its retries: a retried answer, steer or interrupt is told
-        what the first was, never that it is too late."""
+        :data:`MAX_TOLD`), for its retries: a retried steer, interrupt or handler failure
+        is told what the first was, never that it is too late. (An answer's key is kept
+        with it, in the store.)"""
         if said[-1] is not None:
             self._told[said] = told
             while len(self._told) > MAX_TOLD:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 import attrs
@@ -20,6 +20,7 @@ from .._engine._handlers import Handler, invoke, own_copy, unsent
 from .._engine._live import HandlerRun
 from .._errors import ObservationLost, SdkError
 from .._events import CallbackClosed, CallbackOpened, Event, TurnEnded
+from .._records import AlreadySettled, Answered, NotFound
 
 
 class RemoteTurn(Protocol):
@@ -36,7 +37,7 @@ class RemoteTurn(Protocol):
     def _events_after(self, after: str | None) -> AsyncGenerator[Event, None]: ...
 
 
-__all__ = ["RemoteWaiter", "cancel_run"]
+__all__ = ["RemoteWaiter", "cancel_run", "concurrent_answers"]
 
 #: The handler runs under way in this trio run, by server and callback id.
 _RUNS: trio.lowlevel.RunVar[dict[tuple[str, str], HandlerRun]] = trio.lowlevel.RunVar(
@@ -51,6 +52,66 @@ def _runs() -> dict[tuple[str, str], HandlerRun]:
         runs: dict[tuple[str, str], HandlerRun] = {}
         _RUNS.set(runs)
         return runs
+
+
+@attrs.define(eq=False)
+class _Answers:
+    """The answers to one callback under way in this trio run, and the one taken."""
+
+    under_way: int = 0
+    sending: int = 0
+    taken: Answered | None = None
+    changed: trio.Event = attrs.field(factory=trio.Event)
+
+    def tell(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+
+_ANSWERS: trio.lowlevel.RunVar[dict[tuple[str, str], _Answers]] = trio.lowlevel.RunVar(
+    "agentlib_remote_answers"
+)
+
+
+@contextlib.asynccontextmanager
+async def concurrent_answers(url: str, callback_id: str) -> AsyncIterator[_Told]:
+    """One answer to callback ``callback_id`` sent from this process, among the others
+    sent at the same time: as in a local runtime, each of them is told ``Answered`` with
+    the answer taken, though the server took one first and tells the others
+    ``AlreadySettled``. The block sets ``told.value``; on leaving, it is what to return."""
+    try:
+        groups = _ANSWERS.get()
+    except LookupError:
+        groups = {}
+        _ANSWERS.set(groups)
+    key = (url, callback_id)
+    group = groups.setdefault(key, _Answers())
+    group.under_way += 1
+    group.sending += 1
+    told = _Told()
+    try:
+        try:
+            yield told
+        finally:
+            group.sending -= 1
+            group.tell()
+        if isinstance(told.value, Answered):
+            group.taken = told.value
+            group.tell()
+        elif isinstance(told.value, AlreadySettled):
+            while group.taken is None and group.sending:
+                await group.changed.wait()  # another answer of this moment may be taken
+            if group.taken is not None:
+                told.value = group.taken
+    finally:
+        group.under_way -= 1
+        if not group.under_way and groups.get(key) is group:
+            del groups[key]
+
+
+@attrs.define(eq=False)
+class _Told:
+    value: Answered | AlreadySettled | NotFound | None = None
 
 
 def cancel_run(url: str, callback_id: str) -> None:
