@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__
@@ -156,8 +156,38 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="accept requests bearing this token (repeat for more); none: no check",
     )
+    serve.add_argument(
+        "--event-retention",
+        type=_positive(int),
+        metavar="N",
+        help="keep only the last N events of each session (default: all)",
+    )
+    serve.add_argument(
+        "--lease-seconds",
+        type=_positive(float),
+        default=30.0,
+        metavar="S",
+        help="how long this server holds a session after it stops renewing (30)",
+    )
     serve.set_defaults(parser=serve)  # its usage errors show its usage
     return parser
+
+
+def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argument type: a number of ``kind`` above zero."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            number = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {number}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"it must be above 0, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def _selfcheck() -> int:

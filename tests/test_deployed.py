@@ -21,6 +21,7 @@ from _support import Gate, approval_agent, held_agent
 
 import agentlib
 from agentlib import ModelReply, ScriptedModel, ToolCallRequest
+from agentlib._cli import main as cli_main
 from agentlib._http._access import Access, Tokens
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -264,6 +265,7 @@ calculator = agentlib.Agent("calc", "", agentlib.ScriptedModel(["3"] * 10))
 def test_the_serve_command_serves_the_named_agents_until_ctrl_c(tmp_path: Path) -> None:
     (tmp_path / "my_agents.py").write_text(AGENTS_MODULE)
     command = [sys.executable, "-m", "agentlib", "serve", "my_agents:calculator", "--port", "0"]
+    command += ["--event-retention", "2", "--lease-seconds", "5"]
     store = f"sqlite:///{tmp_path / 'served.db'}"
     env = {**os.environ, "AGENTLIB_TOKENS": "t0ken"}
     with subprocess.Popen(
@@ -281,12 +283,37 @@ def test_the_serve_command_serves_the_named_agents_until_ctrl_c(tmp_path: Path) 
                 auth = {"Authorization": "Bearer t0ken"}
                 created = http.post("/agents/calc/sessions", headers=auth)
                 assert created.status_code == 201
+                session = f"/agents/calc/sessions/{created.json()['id']}"
+                for _ in range(2):  # the first turn's events go once the second ends
+                    made = http.post(f"{session}/turns", headers=auth, json={"content": "1+2?"})
+                    http.get(f"{session}/turns/{made.json()['turn_id']}?wait=30", headers=auth)
+                pruned = http.get(f"{session}/events", headers=auth)
+                assert pruned.status_code == 410, pruned.text
+                assert pruned.json()["error"]["type"] == "ObservationLost"
         finally:
             process.send_signal(signal.SIGINT)
             _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert err.strip().endswith("agentlib: stopped")
     assert "t0ken" not in err
+
+
+@pytest.mark.parametrize(
+    ("argument", "said"),
+    [
+        (["--event-retention", "0"], "--event-retention: it must be above 0, not 0"),
+        (["--event-retention", "2.5"], "--event-retention: '2.5' is not a whole number"),
+        (["--lease-seconds", "-1"], "--lease-seconds: it must be above 0, not -1"),
+        (["--lease-seconds", "soon"], "--lease-seconds: 'soon' is not a number"),
+    ],
+)
+def test_the_serve_command_refuses_a_bad_number(
+    argument: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["serve", "my_agents:calculator", *argument])
+    assert exited.value.code == 2
+    assert said in capsys.readouterr().err
 
 
 def test_the_serve_command_says_when_its_argument_names_no_agent(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import sys
@@ -56,7 +57,18 @@ def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(str(error))
     tokens = [*args.token, *filter(None, os.environ.get("AGENTLIB_TOKENS", "").split(","))]
     try:
-        trio.run(_serve, agents, args.store, args.host, args.port, tokens)
+        trio.run(
+            functools.partial(
+                _serve,
+                agents,
+                args.store,
+                args.host,
+                args.port,
+                tokens,
+                event_retention=args.event_retention,
+                lease_seconds=args.lease_seconds,
+            )
+        )
     except BaseException as error:
         if any(isinstance(leaf, KeyboardInterrupt) for leaf in _leaves(error)):
             # Ctrl-C may land in any task; what else failed while stopping is said, not raised
@@ -98,11 +110,26 @@ def _only(error: BaseException, kind: type[E]) -> E | None:
 
 
 async def _serve(
-    agents: Sequence[Agent], store: str | None, host: str, port: int, tokens: list[str]
+    agents: Sequence[Agent],
+    store: str | None,
+    host: str,
+    port: int,
+    tokens: list[str],
+    *,
+    event_retention: int | None,
+    lease_seconds: float,
 ) -> None:
     from ._serve import serve as serve_agents
 
-    async with serve_agents(agents, store=store, host=host, port=port, tokens=tokens) as server:
+    async with serve_agents(
+        agents,
+        store=store,
+        host=host,
+        port=port,
+        tokens=tokens,
+        event_retention=event_retention,
+        lease_seconds=lease_seconds,
+    ) as server:
         names = ", ".join(agent.name for agent in agents)
         checked = "with tokens" if tokens else "without tokens: anyone who reaches it may use it"
         print(f"agentlib: serving {names} on {server.url}/v1 ({checked}); Ctrl-C stops", flush=True)
