@@ -20,10 +20,13 @@ T = TypeVar("T")
 
 
 async def run_in_thread(
-    function: Callable[..., T], *args: Any, abandon_on_cancel: bool = False
+    function: Callable[..., T],
+    *args: Any,
+    abandon_on_cancel: bool = False,
+    limiter: trio.CapacityLimiter | None = None,
 ) -> T:
     """``function(*args)`` in a worker thread of trio's cache, in a copy of the caller's
-    context, under trio's default thread limiter.
+    context, under ``limiter`` (by default, trio's default thread limiter).
 
     What ``trio.to_thread.run_sync`` does, without what the engine never uses and every
     call paid for: naming the thread for each call (two system calls, and back) and serving
@@ -33,7 +36,8 @@ async def run_in_thread(
     ``abandon_on_cancel``, returns at once and leaves the thread to finish on its own.
     """
     await trio.lowlevel.checkpoint_if_cancelled()
-    limiter = trio.to_thread.current_default_thread_limiter()
+    if limiter is None:
+        limiter = trio.to_thread.current_default_thread_limiter()
     placeholder = object()  # the limiter's borrower: the thread, which may outlive the call
     await limiter.acquire_on_behalf_of(placeholder)
     task: trio.lowlevel.Task | None = trio.lowlevel.current_task()
