@@ -5,8 +5,9 @@ waits for them to be durable, reads whole sessions back, and leases the sessions
 :class:`Store`'s docstrings say what a store must do; :mod:`agentlib.testing.store_contract`
 is the suite a store passes; the guide "Writing a store" walks through one.
 
-:func:`open_store` gives the store a URL names; :class:`MemoryStore` and :class:`SQLiteStore`
-are the stores behind ``":memory:"`` and ``"sqlite:///PATH"``. :class:`Holder`,
+:func:`open_store` gives the store a URL names; :class:`MemoryStore`, :class:`SQLiteStore`
+and :class:`PostgresStore` are the stores behind ``":memory:"``, ``"sqlite:///PATH"`` and
+``"postgresql://..."``. :class:`Holder`,
 :func:`this_process` and :func:`gone` tell whether the process holding a lease has ended, for
 a store that takes a dead process's leases at once.
 """
@@ -16,6 +17,7 @@ from ._errors import LeaseRefused as LeaseRefused
 from ._errors import StoreError as StoreError
 from ._errors import StoreSchemaError as StoreSchemaError
 from ._store import MemoryStore as MemoryStore
+from ._store import PostgresStore as PostgresStore
 from ._store import SQLiteStore as SQLiteStore
 from ._store import open_store as open_store
 from ._store._base import CallbackRow as CallbackRow
@@ -44,6 +46,7 @@ __all__ = [
     "LeaseRefused",
     "MemoryStore",
     "Op",
+    "PostgresStore",
     "PruneRow",
     "SQLiteStore",
     "SessionRow",

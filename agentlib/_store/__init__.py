@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from ._base import Store
 from ._memory import MemoryStore
+from ._postgres import PostgresStore
 from ._sqlite import SQLiteStore
 
-__all__ = ["MemoryStore", "SQLiteStore", "Store", "open_store"]
+__all__ = ["MemoryStore", "PostgresStore", "SQLiteStore", "Store", "open_store"]
 
 _SQLITE = "sqlite:///"
+_POSTGRES = ("postgresql://", "postgres://")
 
 
 def open_store(store: str | Store | None) -> Store:
@@ -17,7 +19,9 @@ def open_store(store: str | Store | None) -> Store:
     Args:
         store: ``None`` or ``":memory:"`` (a :class:`MemoryStore` whose sessions end with
             their runtime), ``"sqlite:///path.db"`` (``"sqlite:////absolute/path.db"``: a
-            :class:`SQLiteStore`), or a :class:`Store`, given back as it is.
+            :class:`SQLiteStore`), ``"postgresql://host/database"`` (a
+            :class:`PostgresStore`, with the extra ``agentlib[postgres]``), or a
+            :class:`Store`, given back as it is.
 
     Raises:
         ValueError: ``store`` names no kind of store agentlib knows.
@@ -28,6 +32,10 @@ def open_store(store: str | Store | None) -> Store:
         return MemoryStore(durable=False)
     if isinstance(store, str) and store.startswith(_SQLITE) and len(store) > len(_SQLITE):
         return SQLiteStore(store[len(_SQLITE) :])
+    if isinstance(store, str) and store.startswith(_POSTGRES):
+        return PostgresStore(store)
+    shown = repr(store) if not isinstance(store, str) or "@" not in store else "that URL"
     raise ValueError(
-        f"unknown store {store!r}: use ':memory:', 'sqlite:///path/to/file.db', or a Store"
+        f"unknown store {shown}: use ':memory:', 'sqlite:///path/to/file.db', "
+        "'postgresql://host/database', or a Store"
     )

@@ -1,0 +1,926 @@
+"""The PostgreSQL store: sessions in one database, shared by several runtime processes.
+
+psycopg's async API runs on asyncio only; this store uses its blocking API, through trio
+worker threads: at most ``pool_size`` at once (a :class:`trio.CapacityLimiter`), each with a
+connection of a :class:`psycopg_pool.ConnectionPool` of that size.
+
+Writes queue up in the runtime's thread; the writer task commits everything queued in one
+transaction, then acknowledges the group, as the SQLite store does. The tables live in a
+schema of their own (``agentlib`` by default), created and brought up to date by versioned
+migrations when the store opens, under an advisory lock, so that several processes opening
+one database at once migrate it once.
+
+**Leases and fencing.** Each session's row holds its lease: the owner, until when (on the
+store's clock), the process holding it, and an epoch bumped whenever the session is leased
+to an owner other than the one holding it. The store remembers the epoch of each lease it
+took; every commit updates the row of each session it writes to that this store leased,
+recording its last event and history entry, only where the lease is still that owner's at
+that epoch: a runtime that stalled past its lease while another took the session over has
+its late write refused (:class:`LeaseLost`), and nothing of the group is written. A lease
+whose holder is a process of this host that has ended is taken at once; any other, once it
+expires.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+import cattrs
+import trio
+
+from .._callbacks import AllowApproval, Callback, DenyApproval
+from .._convert import structure, unstructure
+from .._entries import Entry
+from .._errors import StoreSchemaError
+from .._events import Event
+from .._records import TurnState
+from .._threads import run_in_thread
+from ._base import (
+    CallbackRow,
+    EntryRow,
+    EventRow,
+    KeyRow,
+    LeaseLost,
+    LeaseRefused,
+    Op,
+    PruneRow,
+    SessionRow,
+    SteerRow,
+    StepRow,
+    Store,
+    StoredSession,
+    StoreError,
+    TurnRow,
+)
+from ._holder import Holder, gone, this_process
+from ._rows import EventRows
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+__all__ = ["MIGRATIONS", "PostgresStore"]
+
+T = TypeVar("T")
+
+#: The schema's versions, in order: each one's statements (``{schema}`` is the schema's
+#: name). A database at a later version than the last is refused; one at an earlier version
+#: gets the migrations after it, in one transaction.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE {schema}.sessions (
+            session_id TEXT PRIMARY KEY,
+            made BIGSERIAL NOT NULL,
+            agent TEXT NOT NULL,
+            parent_id TEXT,
+            parent_turn_id TEXT,
+            idempotency_key TEXT UNIQUE,
+            inputs TEXT NOT NULL,
+            terminated BOOLEAN NOT NULL DEFAULT FALSE,
+            first_seq BIGINT NOT NULL DEFAULT 1,
+            last_seq BIGINT NOT NULL DEFAULT 0,
+            last_idx BIGINT NOT NULL DEFAULT -1,
+            lease_owner TEXT,
+            lease_until DOUBLE PRECISION,
+            lease_epoch BIGINT NOT NULL DEFAULT 0,
+            lease_host TEXT,
+            lease_pid BIGINT,
+            lease_started BIGINT
+        )""",
+        "CREATE INDEX sessions_by_parent ON {schema}.sessions (parent_id, made)",
+        """CREATE TABLE {schema}.events (
+            session_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            type TEXT NOT NULL,
+            turn_id TEXT,
+            id TEXT,
+            data TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        )""",
+        """CREATE TABLE {schema}.entries (
+            session_id TEXT NOT NULL,
+            idx BIGINT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (session_id, idx)
+        )""",
+        """CREATE TABLE {schema}.turns (
+            session_id TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            first_seq BIGINT NOT NULL,
+            output_type TEXT,
+            record TEXT,
+            step TEXT,
+            PRIMARY KEY (session_id, turn_id)
+        )""",
+        """CREATE TABLE {schema}.steers (
+            n BIGSERIAL PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            data TEXT NOT NULL
+        )""",
+        "CREATE INDEX steers_by_session ON {schema}.steers (session_id, n)",
+        """CREATE TABLE {schema}.callbacks (
+            n BIGSERIAL NOT NULL,
+            session_id TEXT NOT NULL,
+            callback_id TEXT NOT NULL,
+            callback TEXT NOT NULL,
+            state TEXT NOT NULL,
+            answer TEXT,
+            error TEXT,
+            PRIMARY KEY (session_id, callback_id)
+        )""",
+        """CREATE TABLE {schema}.keys (
+            session_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            PRIMARY KEY (session_id, key)
+        )""",
+    ),
+)
+
+#: The key of the advisory lock under which a store migrates its schema.
+_MIGRATING = 0x6167656E746C6962  # "agentlib"
+
+_INSERT_EVENT = (
+    "INSERT INTO {schema}.events (session_id, seq, type, turn_id, id, data)"
+    " VALUES (%s, %s, %s, %s, %s, %s)"
+)
+#: Each session of a group that this store leased: its last event and history entry,
+#: recorded where the lease is still the one this store took (the fence).
+_RECORD_LAST_FENCED = (
+    "UPDATE {schema}.sessions SET last_seq = greatest(last_seq, %s),"
+    " last_idx = greatest(last_idx, %s)"
+    " WHERE session_id = %s AND lease_owner = %s AND lease_epoch = %s"
+)
+_RECORD_LAST = (
+    "UPDATE {schema}.sessions SET last_seq = greatest(last_seq, %s),"
+    " last_idx = greatest(last_idx, %s) WHERE session_id = %s"
+)
+_SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM {schema}.events WHERE session_id = %s"
+
+#: What reading rows this store did not write as they are raises: the decoders' errors (a
+#: row that is not JSON, or not JSON of the shape written).
+_UNREADABLE = (
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    RecursionError,
+    cattrs.BaseValidationError,
+)
+
+
+@attrs.define
+class _Place:
+    """Where a read is: what it reads (``"session X"``), and in which table."""
+
+    what: str
+    table: str = "sessions"
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(unstructure(value), separators=(",", ":"), ensure_ascii=False)
+
+
+def shown(conninfo: str) -> str:
+    """The database ``conninfo`` names, as messages show it: without its password."""
+    parts = urllib.parse.urlsplit(conninfo)
+    if not parts.scheme:  # "host=... dbname=...": show the keys that say where
+        return " ".join(
+            pair for pair in conninfo.split() if not pair.lower().startswith("password")
+        )
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    if parts.username:
+        netloc = f"{parts.username}@{netloc}"
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class PostgresStore(Store):
+    """Sessions in a PostgreSQL database, which several runtimes (in several processes, on
+    several hosts) share.
+
+    Args:
+        conninfo: The database, as psycopg takes it (``"postgresql://host/db"``).
+        schema: The schema its tables live in (created if missing).
+        pool_size: The most connections (and worker threads) its reads and writes use at
+            once.
+        clock: The wall clock leases are measured on (seconds).
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str = "agentlib",
+        pool_size: int = 4,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not schema.isidentifier():
+            raise ValueError(f"schema must be a plain name (letters, digits, _), not {schema!r}")
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be at least 1, not {pool_size}")
+        self.conninfo = conninfo
+        self.schema = schema
+        self.pool_size = pool_size
+        self._clock = clock
+        self._where = shown(conninfo)
+        self._pool: psycopg_pool.ConnectionPool | None = None
+        self._limiter = trio.CapacityLimiter(pool_size)
+        self._queue: list[Op] = []
+        self._payloads: list[Any] = []  # the rows of the queued events and entries, in order
+        self._rows = EventRows()  # the writer's
+        # session id -> (owner, epoch) of the leases this store took
+        self._held: dict[str, tuple[str, int]] = {}
+        self._queued = 0
+        self._done = 0
+        self._wake = trio.Event()
+        self._progress = trio.Event()
+        self._closing = False
+        self.failure: BaseException | None = None
+        self._stopped = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._where!r}, schema={self.schema!r})"
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("{schema}", self.schema)
+
+    # -- opening and closing ---------------------------------------------------------------
+
+    async def open(self, start_soon: Callable[..., Any]) -> None:
+        try:
+            import psycopg_pool
+        except ImportError:
+            raise StoreError(
+                "the PostgreSQL store needs psycopg and psycopg-pool: "
+                "pip install 'agentlib[postgres]'"
+            ) from None
+        pool = psycopg_pool.ConnectionPool(
+            self.conninfo,
+            min_size=1,
+            max_size=self.pool_size,
+            open=False,
+            name="agentlib",
+        )
+        try:
+            await self._in_thread(pool.open, True, 10.0)
+            self._pool = pool
+            await self._in_thread(self._migrate)
+        except BaseException:
+            self._pool = None
+            await run_in_thread(pool.close)
+            raise
+        self._closing = False  # the same object may be opened again after aclose()
+        self.failure = None
+        self._stopped = trio.Event()
+        self._wake = trio.Event()
+        self._progress = trio.Event()
+        start_soon(self._write_loop)
+
+    def _migrate(self) -> None:
+        with self._connection() as db, db.transaction():
+            db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATING,))
+            db.execute(self._sql("CREATE SCHEMA IF NOT EXISTS {schema}"))
+            db.execute(
+                self._sql(
+                    "CREATE TABLE IF NOT EXISTS {schema}.schema_version (version INTEGER NOT NULL)"
+                )
+            )
+            row = db.execute(self._sql("SELECT max(version) FROM {schema}.schema_version"))
+            version = (row.fetchone() or (None,))[0] or 0
+            if version > len(MIGRATIONS):
+                raise StoreSchemaError(
+                    f"the schema {self.schema} of {self._where} is at version {version}, "
+                    f"written by a newer agentlib; this one reads up to version "
+                    f"{len(MIGRATIONS)}: upgrade agentlib to open it"
+                )
+            for number, statements in enumerate(MIGRATIONS[version:], version + 1):
+                for statement in statements:
+                    db.execute(self._sql(statement))
+                db.execute(
+                    self._sql("INSERT INTO {schema}.schema_version (version) VALUES (%s)"),
+                    (number,),
+                )
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            with contextlib.suppress(StoreError):  # a failed store closes all the same
+                await self.flush()
+            self._closing = True
+            self._wake.set()
+            await self._stopped.wait()
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                await run_in_thread(pool.close)
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the pool, for one worker thread's work."""
+        pool = self._pool
+        if pool is None:
+            raise StoreError(f"the store {self._where} is closed; open a new runtime on it")
+        with pool.connection(timeout=30.0) as connection:
+            yield connection
+
+    async def _in_thread(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` in a worker thread, under the pool's limiter; psycopg's
+        errors as :class:`StoreError`."""
+        import psycopg
+        import psycopg_pool
+
+        try:
+            return await run_in_thread(function, *args, limiter=self._limiter)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
+            raise StoreError(
+                f"the store {self._where} failed: {type(error).__name__}: {_said(error)}"
+            ) from error
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def write(self, op: Op) -> None:
+        self._queue.append(op)
+        if isinstance(op, EventRow):
+            self._payloads.append(self._rows.row(op.session_id, op.seq, op.event))
+        elif isinstance(op, EntryRow):
+            self._payloads.append(self._rows.entry_json(op.entry))
+        elif isinstance(op, SessionRow) and op.lease is not None:
+            self._held[op.session_id] = (op.lease[0], 1)  # a new session's first lease
+        self._queued += 1
+        self._wake.set()
+
+    def check(self) -> None:
+        if isinstance(self.failure, LeaseLost):
+            super().check()
+        if self.failure is not None:
+            raise StoreError(
+                f"the store {self._where} could not commit ({self.failure}); what was not "
+                "acknowledged is lost: check the database, then open a new runtime on it"
+            ) from self.failure
+
+    async def flush(self) -> None:
+        target = self._queued
+        while self._done < target:
+            self.check()
+            if self._closing:
+                raise StoreError(f"the store {self._where} is closed; open a new runtime on it")
+            await self._progress.wait()
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                if not self._queue:
+                    if self._closing:
+                        return
+                    continue
+                group, self._queue = self._queue, []
+                payloads, self._payloads = self._payloads, []
+                held = dict(self._held)
+                with trio.CancelScope(shield=True):  # a commit under way finishes
+                    try:
+                        await self._in_thread(self._commit, group, payloads, held)
+                    except (StoreError, LeaseLost) as error:
+                        # Nothing more is written here; the sessions it held are let go,
+                        # for another runtime to take at once.
+                        leases = [(session, owner) for session, (owner, _) in self._held.items()]
+                        with contextlib.suppress(StoreError):
+                            await self._in_thread(self._free, leases)
+                        self._held.clear()
+                        self.failure = error
+                        self._progress.set()
+                        self.committed(())
+                        return
+                self._done += len(group)
+                self.committed(group)
+                self._progress.set()
+                self._progress = trio.Event()
+                if self._closing and not self._queue:
+                    return
+        except BaseException as error:
+            self.failure = error
+            self._progress.set()
+            raise
+        finally:
+            self._stopped.set()
+
+    def _commit(
+        self, group: Sequence[Op], payloads: Sequence[Any], held: dict[str, tuple[str, int]]
+    ) -> None:
+        with self._connection() as db, db.transaction(), db.cursor() as cursor:
+            events: list[Any] = []  # runs of events go in one executemany
+            last: dict[str, list[int]] = {}  # session id -> [last seq, last idx] written
+            payload = iter(payloads)
+            for op in group:
+                if isinstance(op, EventRow):
+                    events.append(next(payload))
+                    last.setdefault(op.session_id, [0, -1])[0] = op.seq
+                    continue
+                if events:
+                    cursor.executemany(self._sql(_INSERT_EVENT), events)
+                    events.clear()
+                if isinstance(op, EntryRow):
+                    cursor.execute(
+                        self._sql(
+                            "INSERT INTO {schema}.entries (session_id, idx, data)"
+                            " VALUES (%s, %s, %s)"
+                        ),
+                        (op.session_id, op.index, next(payload)),
+                    )
+                    written = last.setdefault(op.session_id, [0, -1])
+                    written[1] = max(written[1], op.index)
+                    continue
+                if isinstance(op, PruneRow) and last:  # it reads the last seq
+                    self._record_last(cursor, last, held)
+                self._apply(cursor, op)
+                if op.session_id in held:
+                    last.setdefault(op.session_id, [0, -1])  # fenced, whatever it writes
+            if events:
+                cursor.executemany(self._sql(_INSERT_EVENT), events)
+            self._record_last(cursor, last, held)
+
+    def _record_last(
+        self, cursor: psycopg.Cursor[Any], last: dict[str, list[int]], held: dict[str, Any]
+    ) -> None:
+        """Record the last seq and idx written of each session (and forget them), where
+        this store's lease still holds for those it leased.
+
+        Raises:
+            LeaseLost: Another runtime took over a session of the group: the transaction is
+                rolled back, and nothing of the group is written.
+        """
+        for session_id, (seq, idx) in last.items():
+            lease = held.get(session_id)
+            if lease is None:
+                cursor.execute(self._sql(_RECORD_LAST), (seq, idx, session_id))
+                continue
+            cursor.execute(self._sql(_RECORD_LAST_FENCED), (seq, idx, session_id, *lease))
+            if cursor.rowcount != 1:
+                row = cursor.execute(
+                    self._sql("SELECT lease_owner FROM {schema}.sessions WHERE session_id = %s"),
+                    (session_id,),
+                ).fetchone()
+                raise LeaseLost(session_id, None if row is None else row[0], store=self._where)
+        last.clear()
+
+    def _apply(self, cursor: psycopg.Cursor[Any], op: Op) -> None:
+        sql = self._sql
+        if isinstance(op, TurnRow):
+            cursor.execute(
+                sql(
+                    "INSERT INTO {schema}.turns (session_id, turn_id, first_seq, output_type,"
+                    " record) VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id, turn_id)"
+                    " DO UPDATE SET record = excluded.record"
+                ),
+                (
+                    op.session_id,
+                    op.turn_id,
+                    op.first_seq,
+                    op.output_type,
+                    None if op.record is None else _dump(op.record),
+                ),
+            )
+        elif isinstance(op, StepRow):
+            cursor.execute(
+                sql("UPDATE {schema}.turns SET step = %s WHERE session_id = %s AND turn_id = %s"),
+                (None if op.step is None else _dump(op.step), op.session_id, op.turn_id),
+            )
+        elif isinstance(op, SteerRow):
+            cursor.execute(
+                sql("INSERT INTO {schema}.steers (session_id, turn_id, data) VALUES (%s, %s, %s)"),
+                (op.session_id, op.turn_id, _dump(op.message)),
+            )
+        elif isinstance(op, CallbackRow):
+            cursor.execute(
+                sql(
+                    "INSERT INTO {schema}.callbacks (session_id, callback_id, callback, state,"
+                    " answer, error) VALUES (%s, %s, %s, %s, %s, %s)"
+                    " ON CONFLICT (session_id, callback_id) DO UPDATE SET state = excluded.state,"
+                    " answer = excluded.answer, error = excluded.error"
+                ),
+                (
+                    op.session_id,
+                    op.callback.id,
+                    _dump(op.callback),
+                    op.state,
+                    None if op.state == "open" else json.dumps(unstructure(op.answer)),
+                    op.error,
+                ),
+            )
+        elif isinstance(op, KeyRow):
+            cursor.execute(
+                sql(
+                    "INSERT INTO {schema}.keys (session_id, key, turn_id, fingerprint)"
+                    " VALUES (%s, %s, %s, %s)"
+                ),
+                (op.session_id, op.key, op.turn_id, op.fingerprint),
+            )
+        elif isinstance(op, SessionRow):
+            lease: tuple[Any, ...] = (None, None, 0, None, None, None)
+            if op.lease is not None:
+                owner, seconds = op.lease
+                holder = this_process()
+                lease = (owner, self._clock() + seconds, 1, holder.host, holder.pid, holder.started)
+            cursor.execute(
+                sql(
+                    "INSERT INTO {schema}.sessions (session_id, agent, parent_id,"
+                    " parent_turn_id, idempotency_key, inputs, terminated, lease_owner,"
+                    " lease_until, lease_epoch, lease_host, lease_pid, lease_started)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                    " ON CONFLICT (session_id) DO UPDATE SET terminated = excluded.terminated"
+                ),
+                (
+                    op.session_id,
+                    op.agent,
+                    op.parent_id,
+                    op.parent_turn_id,
+                    op.idempotency_key,
+                    json.dumps(op.inputs),
+                    op.terminated,
+                    *lease,
+                ),
+            )
+        elif isinstance(op, PruneRow):
+            cursor.execute(
+                sql("DELETE FROM {schema}.events WHERE session_id = %s AND seq < %s"),
+                (op.session_id, op.before_seq),
+            )
+            cursor.execute(
+                sql(
+                    "UPDATE {schema}.sessions"
+                    " SET first_seq = greatest(first_seq, least(%s, last_seq + 1))"
+                    " WHERE session_id = %s"
+                ),
+                (op.before_seq, op.session_id),
+            )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _reading(self, what: str) -> Iterator[tuple[psycopg.Connection[Any], _Place]]:
+        """A connection in one read-only, repeatable-read transaction, for a read of
+        ``what`` (``"session X"``); what the rows it reads raise becomes a
+        :class:`StoreError` saying where."""
+        place = _Place(what)
+        with self._connection() as db:
+            try:
+                with db.transaction():
+                    db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    yield db, place
+            except _UNREADABLE as error:
+                if isinstance(error, StoreError):
+                    raise
+                raise self._damaged(place, _unreadable(error)) from error
+
+    def damaged(self, session_id: str, table: str, reason: str) -> StoreError:
+        return self._damaged(_Place(f"session {session_id}", table), reason)
+
+    def _damaged(self, place: _Place, reason: str) -> StoreError:
+        return StoreError(
+            f"the store {self._where} is damaged: {place.what} cannot be read from table "
+            f"{self.schema}.{place.table} ({reason}). Restore the database from a backup"
+        )
+
+    async def load(self, session_id: str) -> StoredSession | None:
+        return await self._in_thread(self._load, session_id)
+
+    def _load(self, session_id: str) -> StoredSession | None:
+        sql = self._sql
+        with self._reading(f"session {session_id}") as (db, at):
+            row = db.execute(
+                sql(
+                    "SELECT agent, parent_id, parent_turn_id, idempotency_key, inputs,"
+                    " terminated, first_seq, last_seq, last_idx FROM {schema}.sessions"
+                    " WHERE session_id = %s"
+                ),
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                self._check_none_left(db, at, session_id)
+                return None
+            agent, parent_id, parent_turn_id, key, inputs, terminated, *numbers = row
+            first_seq, last_seq, last_idx = numbers
+            inputs = json.loads(inputs)
+            if parent_id is not None and not self._has(db, "sessions", parent_id):
+                raise self._damaged(at, f"the row of its parent session {parent_id} is missing")
+            at.table = "events"
+            self._check_events(db, at, session_id, first_seq, last_seq)
+            at.table = "entries"
+            read_entry = EventRows().entry
+            entries: list[Entry] = []
+            for index, data in db.execute(
+                sql("SELECT idx, data FROM {schema}.entries WHERE session_id = %s ORDER BY idx"),
+                (session_id,),
+            ):
+                if index != len(entries):
+                    break
+                entries.append(read_entry(data))
+            if len(entries) != last_idx + 1:
+                kept = f"the first {len(entries)} only" if entries else "none"
+                raise self._damaged(
+                    at,
+                    f"entries are missing: its history has {last_idx + 1}, the table holds {kept}",
+                )
+            at.table = "turns"
+            turns = []
+            steps = {}
+            for turn_id, turn_first, output_type, record, step in db.execute(
+                sql(
+                    "SELECT turn_id, first_seq, output_type, record, step FROM {schema}.turns"
+                    " WHERE session_id = %s ORDER BY first_seq"
+                ),
+                (session_id,),
+            ):
+                turns.append(
+                    TurnRow(
+                        session_id,
+                        turn_id,
+                        turn_first,
+                        output_type,
+                        None if record is None else structure(json.loads(record), TurnState),
+                    )
+                )
+                if step is not None:
+                    steps[turn_id] = json.loads(step)
+            at.table = "steers"
+            steers: dict[str, list[Entry]] = {}
+            for turn_id, data in db.execute(
+                sql("SELECT turn_id, data FROM {schema}.steers WHERE session_id = %s ORDER BY n"),
+                (session_id,),
+            ):
+                steers.setdefault(turn_id, []).append(read_entry(data))
+            at.table = "callbacks"
+            callbacks = [
+                CallbackRow(
+                    session_id,
+                    structure(json.loads(callback), Callback),
+                    state,
+                    _answer(json.loads(answer)) if answer is not None else None,
+                    error,
+                )
+                for callback, state, answer, error in db.execute(
+                    sql(
+                        "SELECT callback, state, answer, error FROM {schema}.callbacks"
+                        " WHERE session_id = %s ORDER BY n"
+                    ),
+                    (session_id,),
+                )
+            ]
+            at.table = "keys"
+            keys = [
+                KeyRow(session_id, key, turn_id, fingerprint)
+                for key, turn_id, fingerprint in db.execute(
+                    sql(
+                        "SELECT key, turn_id, fingerprint FROM {schema}.keys WHERE session_id = %s"
+                    ),
+                    (session_id,),
+                )
+            ]
+            at.table = "turns"
+            turn_ids = {turn.turn_id for turn in turns}
+            for what, turn_id in (
+                *((f"entry {entry.id}", entry.turn_id) for entry in entries),
+                *((f"steered message {m.id}", m.turn_id) for s in steers.values() for m in s),
+                *((f"callback {row.callback.id}", row.callback.turn_id) for row in callbacks),
+                *((f"idempotency key {i}", key.turn_id) for i, key in enumerate(keys, 1)),
+            ):
+                if turn_id is not None and turn_id not in turn_ids:
+                    raise self._damaged(at, f"turn {turn_id}, of its {what}, is missing")
+            at.table = "sessions"
+            children = [
+                child
+                for (child,) in db.execute(
+                    sql(
+                        "SELECT session_id FROM {schema}.sessions WHERE parent_id = %s"
+                        " ORDER BY made"
+                    ),
+                    (session_id,),
+                )
+            ]
+        return StoredSession(
+            row=SessionRow(
+                session_id, agent, parent_id, parent_turn_id, key, inputs, bool(terminated)
+            ),
+            first_seq=first_seq,
+            last_seq=last_seq,
+            entries=entries,
+            turns=turns,
+            steps=steps,
+            steers=steers,
+            callbacks=callbacks,
+            keys=keys,
+            children=children,
+        )
+
+    def _has(self, db: psycopg.Connection[Any], table: str, session_id: str) -> bool:
+        found = db.execute(
+            self._sql(f"SELECT 1 FROM {{schema}}.{table} WHERE session_id = %s LIMIT 1"),
+            (session_id,),
+        )
+        return found.fetchone() is not None
+
+    def _check_none_left(self, db: psycopg.Connection[Any], at: _Place, session_id: str) -> None:
+        """Raises:
+        StoreError: The session has no row, yet rows of it are left in other tables.
+        """
+        for table in ("events", "entries", "turns"):
+            if self._has(db, table, session_id):
+                raise self._damaged(at, f"its row is missing, and table {table} has rows of it")
+
+    def _check_events(
+        self,
+        db: psycopg.Connection[Any],
+        at: _Place,
+        session_id: str,
+        first_seq: int,
+        last_seq: int,
+    ) -> None:
+        """Raises:
+        StoreError: The first or last of the session's events, as recorded, is missing.
+        """
+        low, high = db.execute(
+            self._sql("SELECT min(seq), max(seq) FROM {schema}.events WHERE session_id = %s"),
+            (session_id,),
+        ).fetchone() or (None, None)
+        recorded = "none" if last_seq < first_seq else f"{first_seq} to {last_seq}"
+        found = "none" if low is None else f"{low} to {high}"
+        if recorded != found:
+            raise self._damaged(
+                at, f"events are missing: {recorded} were written, and the table holds {found}"
+            )
+
+    async def session_for_key(self, key: str) -> str | None:
+        def read() -> str | None:
+            with self._reading("the session an idempotency key started") as (db, _):
+                row = db.execute(
+                    self._sql(
+                        "SELECT session_id FROM {schema}.sessions WHERE idempotency_key = %s"
+                    ),
+                    (key,),
+                ).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._in_thread(read)
+
+    async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
+        def read() -> list[Event]:
+            with self._reading(f"session {session_id}") as (db, at):
+                recorded = db.execute(
+                    self._sql(
+                        "SELECT first_seq, last_seq FROM {schema}.sessions WHERE session_id = %s"
+                    ),
+                    (session_id,),
+                ).fetchone()
+                if recorded is None:
+                    self._check_none_left(db, at, session_id)
+                    return []
+                first_seq, last_seq = recorded
+                start = max(after + 1, first_seq)
+                end = min(start + limit, last_seq + 1)  # the seq after the page's last
+                if end <= start:
+                    return []
+                at.table = "events"
+                found = db.execute(
+                    self._sql(_SELECT_EVENTS + " AND seq >= %s AND seq < %s ORDER BY seq"),
+                    (session_id, start, end),
+                ).fetchall()
+                if len(found) != end - start:
+                    missing = next(
+                        (seq for seq, event in enumerate(found, start) if event[0] != seq),
+                        start + len(found),
+                    )
+                    raise self._damaged(
+                        at, f"event {missing} is missing, and events up to {last_seq} were written"
+                    )
+                return EventRows().events(session_id, found)
+
+        return await self._in_thread(read)
+
+    # -- leases ----------------------------------------------------------------------------
+
+    async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
+        self.check()  # a store that can no longer commit takes no lease
+
+        def lease() -> dict[str, int]:
+            now = self._clock()
+            holder = this_process()
+            with self._connection() as db, db.transaction():
+                rows = db.execute(
+                    self._sql(
+                        "SELECT session_id, lease_owner, lease_until, lease_host, lease_pid,"
+                        " lease_started FROM {schema}.sessions WHERE session_id = ANY(%s)"
+                        " ORDER BY session_id FOR UPDATE"
+                    ),
+                    (list(session_ids),),
+                ).fetchall()
+                for session_id, current, until, host, pid, started in rows:
+                    if current in (None, owner) or until <= now:
+                        continue
+                    # A process of this host that died renews nothing: its lease is taken
+                    # at once, rather than once it expires.
+                    if pid is None or not gone(Holder(host=host, pid=pid, started=started)):
+                        raise LeaseRefused(session_id, current, until)
+                taken = db.execute(
+                    self._sql(
+                        "UPDATE {schema}.sessions SET"
+                        " lease_epoch = CASE WHEN lease_owner IS NOT DISTINCT FROM %s"
+                        " THEN lease_epoch ELSE lease_epoch + 1 END,"
+                        " lease_owner = %s, lease_until = %s, lease_host = %s, lease_pid = %s,"
+                        " lease_started = %s WHERE session_id = ANY(%s)"
+                        " RETURNING session_id, lease_epoch"
+                    ),
+                    (
+                        owner,
+                        owner,
+                        now + seconds,
+                        holder.host,
+                        holder.pid,
+                        holder.started,
+                        list(session_ids),
+                    ),
+                ).fetchall()
+            return dict(taken)
+
+        await self.flush()  # a new session's row must be there to hold its lease
+        for session_id, epoch in (await self._in_thread(lease)).items():
+            self._held[session_id] = (owner, epoch)
+
+    async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
+        self.check()
+
+        def lease() -> list[str]:
+            now = self._clock()
+            with self._connection() as db, db.transaction():
+                renewed = {
+                    session_id
+                    for (session_id,) in db.execute(
+                        self._sql(
+                            "UPDATE {schema}.sessions SET lease_until = %s"
+                            " WHERE session_id = ANY(%s) AND lease_owner = %s"
+                            " RETURNING session_id"
+                        ),
+                        (now + seconds, list(session_ids), owner),
+                    )
+                }
+                known = {
+                    session_id
+                    for (session_id,) in db.execute(
+                        self._sql(
+                            "SELECT session_id FROM {schema}.sessions WHERE session_id = ANY(%s)"
+                        ),
+                        (list(session_ids),),
+                    )
+                }
+            # Taken over (and maybe let go since), or never leased; still in _held: the
+            # fence refuses their writes.
+            return [s for s in session_ids if s in known and s not in renewed]
+
+        return await self._in_thread(lease)
+
+    async def release(self, session_ids: Sequence[str], owner: str) -> None:
+        for session_id in session_ids:
+            self._held.pop(session_id, None)
+        await self._in_thread(self._free, [(session_id, owner) for session_id in session_ids])
+
+    def _free(self, leases: Sequence[tuple[str, str]]) -> None:
+        """End the leases (session id, owner); a session another owner holds now is left
+        be."""
+        if not leases:
+            return
+        with self._connection() as db, db.transaction(), db.cursor() as cursor:
+            cursor.executemany(
+                self._sql(
+                    "UPDATE {schema}.sessions SET lease_owner = NULL, lease_until = NULL,"
+                    " lease_host = NULL, lease_pid = NULL, lease_started = NULL"
+                    " WHERE session_id = %s AND lease_owner = %s"
+                ),
+                leases,
+            )
+
+
+def _said(error: BaseException) -> str:
+    """What a driver's error says, on one line; never a row's values (psycopg's messages
+    name what failed, and the server's detail lines, which may quote a row, are left out)."""
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _unreadable(error: BaseException) -> str:
+    if isinstance(error, json.JSONDecodeError):
+        return f"a row is not JSON: {error.msg}, at character {error.pos}"
+    return f"a row is not what agentlib writes ({type(error).__name__})"
+
+
+def _answer(data: Any) -> Any:
+    if isinstance(data, dict) and data.get("type") in ("allow", "deny"):
+        return structure(data, AllowApproval if data["type"] == "allow" else DenyApproval)
+    return data
