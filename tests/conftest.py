@@ -3,6 +3,9 @@ several runtimes on one store."""
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +15,7 @@ from _http_server import Server, serve
 
 import agentlib
 from agentlib import MemoryStore
+from agentlib.store import PostgresStore
 
 if TYPE_CHECKING:
     from _support import StoreFor
@@ -20,18 +24,47 @@ if TYPE_CHECKING:
 pytest.register_assert_rewrite("_support")
 
 
+#: The PostgreSQL database of the tests: the machine's, unless AGENTLIB_TEST_POSTGRES names one.
+POSTGRES = os.environ.get("AGENTLIB_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
+
+
+@pytest.fixture
+def postgres_schema() -> Iterator[str]:
+    """A schema of its own in the tests' PostgreSQL database, dropped after the test: the
+    test's empty database."""
+    import psycopg
+
+    name = f"agentlib_test_{uuid.uuid4().hex[:12]}"
+    try:
+        connection = psycopg.connect(POSTGRES, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as error:
+        pytest.fail(
+            f"PostgreSQL does not answer at {POSTGRES} ({error}): start it (on Debian, "
+            "`service postgresql start`), or name another database in AGENTLIB_TEST_POSTGRES"
+        )
+    with connection:
+        try:
+            yield name
+        finally:
+            connection.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
 @pytest.fixture
 async def server(nursery: trio.Nursery) -> Server:
     """The HTTP test server (tests/_http_server.py), serving for the length of the test."""
     return await serve(nursery)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFor:
-    """One store for every runtime of the test: a shared MemoryStore, or a SQLite file."""
+    """One store for every runtime of the test: a shared MemoryStore, a SQLite file, or a
+    schema of the tests' PostgreSQL database (a new store object for each runtime)."""
     if request.param == "memory":
         shared = MemoryStore()
         return lambda: shared
+    if request.param == "postgres":
+        schema = request.getfixturevalue("postgres_schema")
+        return lambda: PostgresStore(POSTGRES, schema=schema)
     url = f"sqlite:///{tmp_path / 's.db'}"  # tmp_path is absolute: "sqlite:////tmp/.../s.db"
     return lambda: url
 

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import POSTGRES
 
-from agentlib.store import MemoryStore, SQLiteStore, Store
+from agentlib.store import MemoryStore, PostgresStore, SQLiteStore, Store
 from agentlib.testing.store_contract import *  # noqa: F403
 from agentlib.testing.store_contract import ManualClock
 
@@ -38,18 +39,23 @@ def guide_store() -> dict[str, Any]:
     return namespace
 
 
-@pytest.fixture(params=["memory", "sqlite", "guide"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "guide"])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
-def make_store(kind: str, tmp_path: Path, clock: ManualClock) -> Callable[[], Store]:
+def make_store(
+    kind: str, tmp_path: Path, clock: ManualClock, request: pytest.FixtureRequest
+) -> Callable[[], Store]:
     """Makes store objects of the kind, each on the test's one database."""
     if kind == "memory":
         return lambda: MemoryStore(clock=clock)
     if kind == "sqlite":
         return lambda: SQLiteStore(str(tmp_path / "s.db"), clock=clock)
+    if kind == "postgres":
+        schema = request.getfixturevalue("postgres_schema")
+        return lambda: PostgresStore(POSTGRES, schema=schema, clock=clock)
     guide = guide_store()
     database = guide["Database"]()
     return lambda: guide["DictStore"](database, clock=clock)
