@@ -48,6 +48,7 @@ __all__ = [
     "LeaseLost",
     "LeaseRefused",
     "Op",
+    "Progress",
     "PruneRow",
     "SessionRow",
     "SteerRow",
@@ -57,6 +58,23 @@ __all__ = [
     "StoredSession",
     "TurnRow",
 ]
+
+
+@attrs.frozen
+class Progress:
+    """How far a session is in a shared store, as :meth:`Store.wait_for_events` reads it.
+
+    Attributes:
+        first_seq: The seq of its first event still stored.
+        last_seq: The seq of its last event committed, by whichever runtime.
+        terminated: Whether it ended (no event will follow).
+        subagent: Whether it is a subagent's session (its events end with its turn's).
+    """
+
+    first_seq: int
+    last_seq: int
+    terminated: bool
+    subagent: bool
 
 
 @attrs.frozen
@@ -321,6 +339,24 @@ class Store(abc.ABC):
             except LeaseRefused:
                 lost.append(session_id)
         return lost
+
+    #: Whether runtimes in other processes commit to this store's sessions (a database that
+    #: several runtimes share, each through a store object of its own). A runtime then
+    #: follows the events of a session another runtime holds, as it commits them, with
+    #: :meth:`wait_for_events`. A store that is not shared need not implement it.
+    shared: bool = False
+
+    async def wait_for_events(self, session_id: str, after: int) -> Progress | None:
+        """Return once the session has an event after seq ``after`` committed (by any
+        store object on the database), or has ended, or soon after in any case (a
+        reader then asks again); None if the store does not have the session. A shared
+        store hears of other objects' commits as they happen, and reads the session's
+        progress now and then in case it missed one.
+
+        Raises:
+            StoreError: The store failed.
+        """
+        raise NotImplementedError(f"{type(self).__name__} is not shared: nothing to follow")
 
     @abc.abstractmethod
     async def release(self, session_ids: Sequence[str], owner: str) -> None:

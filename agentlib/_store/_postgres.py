@@ -13,18 +13,25 @@ one database at once migrate it once.
 **Leases and fencing.** Each session's row holds its lease: the owner, until when (on the
 store's clock), the process holding it, and an epoch bumped whenever the session is leased
 to an owner other than the one holding it. The store remembers the epoch of each lease it
-took; every commit updates the row of each session it writes to that this store leased,
-recording its last event and history entry, only where the lease is still that owner's at
-that epoch: a runtime that stalled past its lease while another took the session over has
-its late write refused (:class:`LeaseLost`), and nothing of the group is written. A lease
+took; every commit first locks the row of each session it writes to that this store
+leased (a takeover waits for the commit), and goes on only where the lease is still that
+owner's at that epoch: a runtime that stalled past its lease while another took the session
+over has its late write refused (:class:`LeaseLost`), and nothing of the group is written. A lease
 whose holder is a process of this host that has ended is taken at once; any other, once it
 expires.
+
+**Following other runtimes.** Several runtimes share the database: a reader of a session that
+another runtime holds follows its events as they are committed there. Each commit notifies
+(``NOTIFY``, in its transaction) the sessions it appended events to; one thread per store
+object listens, on a connection of its own, from the first wait on; and a wait reads the
+session's progress every :data:`POLL_SECONDS` too, since a notification may be lost.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
@@ -49,6 +56,7 @@ from ._base import (
     LeaseLost,
     LeaseRefused,
     Op,
+    Progress,
     PruneRow,
     SessionRow,
     SteerRow,
@@ -65,7 +73,11 @@ if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
 
-__all__ = ["MIGRATIONS", "PostgresStore"]
+__all__ = ["MIGRATIONS", "POLL_SECONDS", "PostgresStore"]
+
+#: How often a wait for another runtime's events reads the session's progress, in case a
+#: notification was lost (PostgreSQL delivers them at most once).
+POLL_SECONDS = 1.0
 
 T = TypeVar("T")
 
@@ -152,13 +164,6 @@ _INSERT_EVENT = (
     "INSERT INTO {schema}.events (session_id, seq, type, turn_id, id, data)"
     " VALUES (%s, %s, %s, %s, %s, %s)"
 )
-#: Each session of a group that this store leased: its last event and history entry,
-#: recorded where the lease is still the one this store took (the fence).
-_RECORD_LAST_FENCED = (
-    "UPDATE {schema}.sessions SET last_seq = greatest(last_seq, %s),"
-    " last_idx = greatest(last_idx, %s)"
-    " WHERE session_id = %s AND lease_owner = %s AND lease_epoch = %s"
-)
 _RECORD_LAST = (
     "UPDATE {schema}.sessions SET last_seq = greatest(last_seq, %s),"
     " last_idx = greatest(last_idx, %s) WHERE session_id = %s"
@@ -217,6 +222,8 @@ class PostgresStore(Store):
         clock: The wall clock leases are measured on (seconds).
     """
 
+    shared = True
+
     def __init__(
         self,
         conninfo: str,
@@ -248,6 +255,11 @@ class PostgresStore(Store):
         self._closing = False
         self.failure: BaseException | None = None
         self._stopped = trio.Event()
+        self._channel = f"agentlib_{schema}"[:63]
+        # The readers waiting for other runtimes' events, by session; the listening thread.
+        self._waiting: dict[str, trio.Event] = {}
+        self._listener: threading.Thread | None = None
+        self._stop_listening = threading.Event()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r}, schema={self.schema!r})"
@@ -273,6 +285,7 @@ class PostgresStore(Store):
             name="agentlib",
         )
         try:
+            await self._in_thread(self._reach)  # a database out of reach says why, at once
             await self._in_thread(pool.open, True, 10.0)
             self._pool = pool
             await self._in_thread(self._migrate)
@@ -286,6 +299,11 @@ class PostgresStore(Store):
         self._wake = trio.Event()
         self._progress = trio.Event()
         start_soon(self._write_loop)
+
+    def _reach(self) -> None:
+        import psycopg
+
+        psycopg.connect(self.conninfo, connect_timeout=10).close()
 
     def _migrate(self) -> None:
         with self._connection() as db, db.transaction():
@@ -319,6 +337,10 @@ class PostgresStore(Store):
             self._closing = True
             self._wake.set()
             await self._stopped.wait()
+            listener, self._listener = self._listener, None
+            if listener is not None:
+                self._stop_listening.set()
+                await run_in_thread(listener.join)
             pool, self._pool = self._pool, None
             if pool is not None:
                 await run_in_thread(pool.close)
@@ -418,6 +440,7 @@ class PostgresStore(Store):
         self, group: Sequence[Op], payloads: Sequence[Any], held: dict[str, tuple[str, int]]
     ) -> None:
         with self._connection() as db, db.transaction(), db.cursor() as cursor:
+            self._fence(cursor, group, held)
             events: list[Any] = []  # runs of events go in one executemany
             last: dict[str, list[int]] = {}  # session id -> [last seq, last idx] written
             payload = iter(payloads)
@@ -441,37 +464,59 @@ class PostgresStore(Store):
                     written[1] = max(written[1], op.index)
                     continue
                 if isinstance(op, PruneRow) and last:  # it reads the last seq
-                    self._record_last(cursor, last, held)
+                    self._record_last(cursor, last)
                 self._apply(cursor, op)
-                if op.session_id in held:
-                    last.setdefault(op.session_id, [0, -1])  # fenced, whatever it writes
             if events:
                 cursor.executemany(self._sql(_INSERT_EVENT), events)
-            self._record_last(cursor, last, held)
+            # Readers in other runtimes hear of the events once this commits.
+            told = [
+                (self._channel, f"{session_id} {seq}")
+                for session_id, (seq, _) in last.items()
+                if seq
+            ]
+            told += [
+                (self._channel, f"{op.session_id} 0")
+                for op in group
+                if isinstance(op, SessionRow) and op.terminated
+            ]
+            self._record_last(cursor, last)
+            if told:
+                cursor.executemany("SELECT pg_notify(%s, %s)", told)
 
-    def _record_last(
-        self, cursor: psycopg.Cursor[Any], last: dict[str, list[int]], held: dict[str, Any]
+    def _fence(
+        self, cursor: psycopg.Cursor[Any], group: Sequence[Op], held: dict[str, tuple[str, int]]
     ) -> None:
-        """Record the last seq and idx written of each session (and forget them), where
-        this store's lease still holds for those it leased.
+        """Lock the rows of the sessions of the group this store leased, for the rest of
+        the transaction (a takeover waits for it), and check that each lease is still the
+        one this store took, at its epoch.
 
         Raises:
-            LeaseLost: Another runtime took over a session of the group: the transaction is
-                rolled back, and nothing of the group is written.
+            LeaseLost: Another runtime took over a session of the group (this one stalled
+                past its lease): the transaction is rolled back, and nothing of the group
+                is written.
         """
-        for session_id, (seq, idx) in last.items():
-            lease = held.get(session_id)
-            if lease is None:
-                cursor.execute(self._sql(_RECORD_LAST), (seq, idx, session_id))
-                continue
-            cursor.execute(self._sql(_RECORD_LAST_FENCED), (seq, idx, session_id, *lease))
-            if cursor.rowcount != 1:
-                row = cursor.execute(
-                    self._sql("SELECT lease_owner FROM {schema}.sessions WHERE session_id = %s"),
-                    (session_id,),
-                ).fetchone()
-                raise LeaseLost(session_id, None if row is None else row[0], store=self._where)
-        last.clear()
+        touched = sorted({op.session_id for op in group if op.session_id in held})
+        if not touched:
+            return
+        rows = cursor.execute(
+            self._sql(
+                "SELECT session_id, lease_owner, lease_epoch FROM {schema}.sessions"
+                " WHERE session_id = ANY(%s) ORDER BY session_id FOR UPDATE"
+            ),
+            (touched,),
+        ).fetchall()
+        for session_id, owner, epoch in rows:
+            if (owner, epoch) != held[session_id]:
+                raise LeaseLost(session_id, owner, store=self._where)
+
+    def _record_last(self, cursor: psycopg.Cursor[Any], last: dict[str, list[int]]) -> None:
+        """Record the last seq and idx written of each session (and forget them): a read
+        that finds fewer rows knows that the database lost some."""
+        if last:
+            cursor.executemany(
+                self._sql(_RECORD_LAST), [(seq, idx, s) for s, (seq, idx) in last.items()]
+            )
+            last.clear()
 
     def _apply(self, cursor: psycopg.Cursor[Any], op: Op) -> None:
         sql = self._sql
@@ -805,6 +850,72 @@ class PostgresStore(Store):
                 return EventRows().events(session_id, found)
 
         return await self._in_thread(read)
+
+    # -- following other runtimes ------------------------------------------------------------
+
+    async def wait_for_events(self, session_id: str, after: int) -> Progress | None:
+        self._listen()
+        changed = self._waiting.setdefault(session_id, trio.Event())  # before the read
+        progress = await self._in_thread(self._progress_of, session_id)
+        if progress is None or progress.last_seq > after or progress.terminated:
+            return progress
+        with trio.move_on_after(POLL_SECONDS):
+            await changed.wait()
+        return await self._in_thread(self._progress_of, session_id)
+
+    def _progress_of(self, session_id: str) -> Progress | None:
+        with self._reading(f"session {session_id}") as (db, _):
+            row = db.execute(
+                self._sql(
+                    "SELECT first_seq, last_seq, terminated, parent_id IS NOT NULL"
+                    " FROM {schema}.sessions WHERE session_id = %s"
+                ),
+                (session_id,),
+            ).fetchone()
+        return None if row is None else Progress(*row)
+
+    def _listen(self) -> None:
+        """Start listening for other runtimes' commits, once."""
+        if self._listener is None:
+            self._stop_listening = threading.Event()
+            self._listener = threading.Thread(
+                target=self._listening,
+                args=(trio.lowlevel.current_trio_token(), self._stop_listening),
+                name=f"agentlib listener of {self._where}",
+                daemon=True,
+            )
+            self._listener.start()
+
+    def _listening(self, token: trio.lowlevel.TrioToken, stop: threading.Event) -> None:
+        """The listening thread: one connection, LISTENing, until the store closes; it
+        connects again after a failure (and wakes every reader: it may have missed
+        something meanwhile)."""
+        import psycopg
+
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10) as db:
+                    db.execute(f'LISTEN "{self._channel}"')
+                    token.run_sync_soon(self._heard, None)
+                    while not stop.is_set():
+                        for note in db.notifies(timeout=0.5):
+                            token.run_sync_soon(self._heard, note.payload)
+            except psycopg.Error:
+                stop.wait(POLL_SECONDS)
+            except trio.RunFinishedError:
+                return
+
+    def _heard(self, payload: str | None) -> None:
+        """A commit of another runtime (or this one) notified ``payload`` (``"<session
+        id> <seq>"``); None: anything may have changed."""
+        if payload is None:
+            waiting, self._waiting = self._waiting, {}
+            for changed in waiting.values():
+                changed.set()
+            return
+        session_id = payload.partition(" ")[0]
+        if session_id in self._waiting:
+            self._waiting.pop(session_id).set()
 
     # -- leases ----------------------------------------------------------------------------
 
