@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, Union, overload
 
 import attrs
@@ -28,9 +29,13 @@ from ._definition import check_max_steps
 from ._engine import _machine as machine
 from ._engine._handlers import Handler, Waiter, invoke
 from ._engine._live import LiveSession
+from ._engine._log import cursor_of
 from ._engine._machine import StopCause, TurnMachine
+from ._engine._restore import not_found
 from ._engine._runtime import Runtime
 from ._errors import (
+    InvalidCursorError,
+    ObservationLost,
     SessionBusyError,
     UnsupportedSessionProcedureError,
     ValidationError,
@@ -55,6 +60,9 @@ from ._records import (
 
 if TYPE_CHECKING:
     from ._definition import AgentDefinition
+
+#: The most events a read of another runtime's session brings at once.
+_FOLLOWED_PAGE = 1000
 
 __all__ = ["Content", "Session", "Turn"]
 
@@ -374,7 +382,16 @@ class Session:
         Raises:
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        live = await self._load()
+        try:
+            live = await self._load()
+        except SessionBusyError:
+            if not self._runtime.store.shared:
+                raise
+            # Another runtime on the shared store holds it: its events, as it commits them.
+            async with contextlib.aclosing(self._events_elsewhere(after)) as events:
+                async for event in events:
+                    yield event
+            return
         log = live.log
         position = log.seq_of(after)
         output_type = self._agent.output_type
@@ -388,6 +405,47 @@ class Session:
                     return
                 await log.wait_beyond(position)
                 self._runtime.store.check()
+
+    async def _events_elsewhere(
+        self, after: TurnState[Any] | str | None
+    ) -> AsyncGenerator[Event, None]:
+        """The session's events, read from the shared store as the runtime that holds it
+        commits them: replayed from ``after``, then followed until the session ends."""
+        store = self._runtime.store
+        output_type = self._agent.output_type
+        cursor = cursor_of(after, self.id)
+        position = 0 if cursor is None else int(cursor.rpartition(":")[2])
+        progress = await store.wait_for_events(self.id, -1)
+        if progress is None:
+            raise not_found(self.id)
+        if position > progress.last_seq:
+            raise InvalidCursorError(
+                f"session {self.id} never had this cursor (it has {progress.last_seq} "
+                "events); pass a cursor it gave you"
+            )
+        while True:
+            page = await store.read_events(self.id, position, _FOLLOWED_PAGE)
+            if page and page[0].id != machine.format_cursor(self.id, position + 1):
+                first = int(page[0].id.rpartition(":")[2])
+                resume = machine.format_cursor(self.id, first - 1)
+                raise ObservationLost(
+                    f"event {position + 1} of session {self.id} was pruned (only events "
+                    f"from {first} on are kept); resume after cursor {resume}",
+                    cursor=resume,
+                )
+            for event in page:
+                position += 1
+                yield _event_for_reader(event, output_type)
+                if progress.subagent and isinstance(event, TurnEnded):
+                    return  # a subagent's session runs one turn
+            if page:
+                continue
+            if progress.terminated and position >= progress.last_seq:
+                return
+            found = await store.wait_for_events(self.id, position)
+            if found is None:
+                raise not_found(self.id)
+            progress = found
 
     async def _event_page(
         self, after: str | None, limit: int, wait: float, turn_id: str | None = None
