@@ -1,0 +1,220 @@
+"""The PostgreSQL store shared by several runtimes (SPEC section 14): readers in one runtime
+follow the events another commits; real processes killed, or stalled past their lease, lose
+nothing acknowledged and write nothing after their sessions were taken over. The store
+contract's suite runs against it in ``test_store_contract.py``."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+from _support import Gate, held_agent, held_turn
+from conftest import POSTGRES
+
+import agentlib
+from agentlib import Completed, ScriptedModel, TurnEnded
+from agentlib.store import PostgresStore, open_store
+
+
+def shared(schema: str, **options: Any) -> PostgresStore:
+    return PostgresStore(POSTGRES, schema=schema, **options)
+
+
+def test_a_postgresql_url_opens_the_postgresql_store() -> None:
+    store = open_store("postgresql://someone:pa55word@db.example/sessions")
+    assert isinstance(store, PostgresStore)
+    assert "pa55word" not in repr(store)
+    assert (
+        repr(store)
+        == "PostgresStore('postgresql://someone@db.example/sessions', schema='agentlib')"
+    )
+
+
+async def test_a_database_that_does_not_answer_is_a_store_error_without_its_password() -> None:
+    store = PostgresStore("postgresql://someone:pa55word@127.0.0.1:1/nowhere")
+    with pytest.raises(agentlib.StoreError) as raised:
+        async with agentlib.open_runtime(store):
+            pass
+    assert "127.0.0.1:1/nowhere" in str(raised.value)
+    assert "pa55word" not in str(raised.value)
+
+
+async def test_a_reader_in_another_runtime_follows_the_events_as_they_are_committed(
+    postgres_schema: str,
+) -> None:
+    agent = agentlib.Agent("echo", model=ScriptedModel(["one", "two", "three"]))
+    seen: list[agentlib.Event] = []
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):  # the one that runs it
+            session = await agent.start_session()
+            async with agentlib.open_runtime(shared(postgres_schema)):  # the reader's
+                elsewhere = agent.session(session.id)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(three_turns, elsewhere, seen)
+                    for text in ("1", "2", "3"):
+                        record = await session.run(text)
+                        assert isinstance(record, Completed)
+            written: list[agentlib.Event] = []
+            await three_turns(session, written)
+    assert seen == written
+    assert [e.record.output for e in seen if isinstance(e, TurnEnded)] == ["one", "two", "three"]
+
+
+async def three_turns(session: agentlib.Session, into: list[agentlib.Event]) -> None:
+    """The session's events from its start, into ``into``, until its third turn ended."""
+    async with contextlib.aclosing(session.iter_events()) as events:
+        async for event in events:
+            into.append(event)
+            if sum(isinstance(e, TurnEnded) for e in into) == 3:
+                return
+
+
+async def test_another_runtimes_reader_hears_the_end_of_a_cancelled_session(
+    postgres_schema: str,
+) -> None:
+    gate = Gate()
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):
+            session = await held_agent(gate, "done").start_session()
+            await held_turn(session, gate)
+            async with agentlib.open_runtime(shared(postgres_schema)):
+                elsewhere = held_agent(gate).session(session.id)
+                async with trio.open_nursery() as nursery:
+                    ended = trio.Event()
+
+                    async def read() -> None:
+                        async with contextlib.aclosing(elsewhere.iter_events()) as events:
+                            async for _ in events:
+                                pass
+                        ended.set()
+
+                    nursery.start_soon(read)
+                    await session.cancel()
+                    await ended.wait()
+
+
+#: A runtime process on the test's schema: it starts a session of ``agent``, starts a turn,
+#: and prints their ids once its model is at work; the model answers "late" once a line
+#: comes on its input. It prints the name of each error it meets, then "closed".
+RUNTIME = textwrap.dedent(
+    """
+    import sys
+
+    import trio
+
+    import agentlib
+    from agentlib.store import PostgresStore
+
+    url, schema, lease = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    at_work = trio.Event()
+
+
+    async def model(request):
+        at_work.set()
+        await trio.to_thread.run_sync(sys.stdin.readline)
+        return "late"
+
+
+    agent = agentlib.Agent("worker", model=agentlib.FunctionModel(model))
+
+
+    async def main():
+        try:
+            async with agentlib.open_runtime(
+                PostgresStore(url, schema=schema), lease_seconds=lease
+            ):
+                session = await agent.start_session()
+                turn = await session.start_turn("go")
+                await at_work.wait()
+                print(session.id, turn.id, flush=True)
+                try:
+                    print("record", type(await turn.result()).__name__, flush=True)
+                except Exception as error:
+                    print("raised", type(error).__name__, flush=True)
+                    print(repr(error), file=sys.stderr)
+        except BaseException as error:
+            print("raised", type(error).__name__, flush=True)
+        print("closed", flush=True)
+
+
+    trio.run(main)
+    """
+)
+
+
+@contextlib.contextmanager
+def runtime_process(schema: str, lease: float = 30.0) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", RUNTIME, POSTGRES, schema, str(lease)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=60)
+
+
+def worker() -> agentlib.Agent:
+    return agentlib.Agent("worker", model=ScriptedModel(["after"]))
+
+
+async def test_a_runtime_killed_mid_turn_leaves_it_unknown_and_its_session_to_another(
+    postgres_schema: str,
+) -> None:
+    with runtime_process(postgres_schema) as process:
+        assert process.stdout is not None
+        session_id, turn_id = process.stdout.readline().split()
+        process.send_signal(signal.SIGKILL)  # mid-turn: its model is at work
+        process.wait(timeout=60)
+    with trio.fail_after(30):  # only catches a hang
+        # Its lease is taken at once: its holder, a process of this host, has ended.
+        async with agentlib.open_runtime(shared(postgres_schema)):
+            session = worker().session(session_id)
+            killed = await session.turn(turn_id).get()
+            record = await session.run("again")
+    assert isinstance(killed, agentlib.UnknownOutcome)
+    assert isinstance(record, Completed)
+    assert record.output == "after"
+
+
+async def test_a_runtime_stalled_past_its_lease_writes_nothing_once_taken_over(
+    postgres_schema: str,
+) -> None:
+    # The taker's clock is a minute ahead: the stalled runtime's 30-second lease has expired
+    # for it, without the test waiting for it in real time.
+    ahead = shared(postgres_schema, clock=lambda: time.time() + 60)
+    with runtime_process(postgres_schema, lease=30.0) as process:
+        assert process.stdout is not None
+        assert process.stdin is not None
+        session_id, turn_id = process.stdout.readline().split()
+        process.send_signal(signal.SIGSTOP)
+        with trio.fail_after(30):  # only catches a hang
+            async with agentlib.open_runtime(ahead):
+                session = worker().session(session_id)
+                taken = await session.turn(turn_id).get()  # taken over: it was running
+                process.send_signal(signal.SIGCONT)
+                process.stdin.write("answer now\n")  # its model answers "late": a write
+                process.stdin.flush()
+                said = [process.stdout.readline().strip() for _ in range(2)]
+                record = await session.run("again")
+                async with contextlib.aclosing(session.iter_events()) as events:
+                    texts = []
+                    async for event in events:
+                        texts.append(repr(event))
+                        if isinstance(event, TurnEnded) and event.turn_id == record.turn_id:
+                            break
+    assert isinstance(taken, agentlib.UnknownOutcome)
+    assert said == ["raised LeaseLost", "closed"]
+    assert isinstance(record, Completed)
+    assert not any("late" in text for text in texts)  # its late answer was never written
