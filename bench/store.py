@@ -1,8 +1,10 @@
-"""The SQLite store: events appended and replayed per second, and bytes on disk per event.
+"""A store's figures: events appended and replayed per second; for SQLite, bytes on disk per
+event; for PostgreSQL, delivery to another process and turns per second with several runtimes.
 
 Usage::
 
-    python bench/store.py [N] [--dir DIR]
+    python bench/store.py [N] [--dir DIR]                  # the SQLite store
+    python bench/store.py [N] --store postgresql://HOST/DB  # the PostgreSQL store
 
 Prints one JSON line per figure:
 
@@ -20,6 +22,17 @@ Prints one JSON line per figure:
   session), as readers following a live session do.
 - ``bytes_per_event``: the database file's size (after a checkpoint) over the events in it.
 
+With ``--store postgresql://...`` (in a schema of its own, dropped at the end), the append
+and replay figures, and:
+
+- ``delivery``: a runtime process runs 200 turns, one after the other, of an agent whose
+  async tool returns the machine's monotonic clock (which every process shares); a runtime
+  in this process follows the session (another runtime holds it) and reads each tool
+  result's event: from the tool's return (its event committed, give or take the append) to
+  the read, p50/p99 in ms;
+- ``turns``: 1, 2 and 3 runtime processes on the database, each running 20 sessions at once
+  for 10 s: turns per second, all processes together.
+
 The events are those of real turns: a user message, a tool call and its result, the answer.
 """
 
@@ -32,8 +45,12 @@ import os
 import pathlib
 import platform
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -104,8 +121,11 @@ def events(session_id: str, start: int, count: int) -> list[agentlib.Event]:
     return made[:count]
 
 
-async def append_single(path: str, n: int) -> float:
-    store = agentlib.SQLiteStore(path)
+StoreFor = Callable[[], agentlib.Store]
+
+
+async def append_single(make: StoreFor, n: int) -> float:
+    store = make()
     async with trio.open_nursery() as nursery:
         await store.open(nursery.start_soon)
         store.write(SessionRow("single", "bench"))
@@ -119,8 +139,8 @@ async def append_single(path: str, n: int) -> float:
     return n / seconds
 
 
-async def append_concurrent(path: str, n: int) -> float:
-    store = agentlib.SQLiteStore(path)
+async def append_concurrent(make: StoreFor, n: int) -> float:
+    store = make()
     rounds = max(1, n // (CONCURRENT * PER_ACK))
 
     made = {
@@ -147,11 +167,11 @@ async def append_concurrent(path: str, n: int) -> float:
     return rounds * CONCURRENT * PER_ACK / seconds
 
 
-async def replay(path: str, n: int) -> float:
+async def replay(make: StoreFor, n: int) -> float:
     """Events per second a reader gets from ``session.iter_events()`` in a new runtime: all
-    of them read back from disk."""
+    of them read back from the store."""
     agent = agentlib.Agent("bench", model=agentlib.ScriptedModel([]))
-    async with agentlib.open_runtime(f"sqlite:///{path}"):
+    async with agentlib.open_runtime(make()):
         start = time.perf_counter()
         count = 0
         async with contextlib.aclosing(agent.session("single").iter_events()) as events:
@@ -209,20 +229,174 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("n", nargs="?", type=int, default=100_000)
     parser.add_argument("--dir", default=None, help="where to put the database (default: tmp)")
+    parser.add_argument("--store", default=None, help="postgresql://...: that store instead")
     args = parser.parse_args()
+    if args.store is not None:
+        return postgres(args.store, args.n)
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         path = str(pathlib.Path(directory) / "bench.db")
-        emit(mode="append_single", n=args.n, events_per_s=trio.run(append_single, path, args.n))
+
+        def make() -> agentlib.Store:
+            return agentlib.SQLiteStore(path)
+
+        emit(mode="append_single", n=args.n, events_per_s=trio.run(append_single, make, args.n))
         emit(
             mode="append_concurrent",
             sessions=CONCURRENT,
             events_per_ack=PER_ACK,
-            events_per_s=trio.run(append_concurrent, path, args.n),
+            events_per_s=trio.run(append_concurrent, make, args.n),
         )
-        emit(mode="replay", n=args.n, events_per_s=trio.run(replay, path, args.n))
+        emit(mode="replay", n=args.n, events_per_s=trio.run(replay, make, args.n))
         per_second, count = trio.run(replay_live, max(1, args.n // 10_000) * 100)
         emit(mode="replay_live", n=count, events_per_s=per_second)
         emit(mode="bytes_per_event", bytes=bytes_per_event(path))
+    return 0
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------
+
+
+#: A runtime process on the bench's schema. ``deliver``: one session of the ``stamp`` agent,
+#: printing its id, then 200 turns once a line comes on its input. ``turns``: 20 sessions
+#: at once running turns of the scripted workload for the seconds given, then the count.
+RUNTIME = """
+import sys, time, trio, agentlib
+from agentlib.store import PostgresStore
+
+url, schema, mode, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+
+
+async def stamp() -> float:
+    \"\"\"The machine's monotonic clock.\"\"\"
+    return time.perf_counter()
+
+
+def add(a: int, b: int) -> int:
+    \"\"\"Add two integers.\"\"\"
+    return a + b
+
+
+def model(name):
+    call = agentlib.ToolCallRequest(name=name, arguments={"a": 1, "b": 2} if name == "add" else {})
+    return agentlib.FunctionModel(
+        lambda request: "done" if request.entries[-1].type == "tool_result"
+        else agentlib.ModelReply(tool_calls=[call])
+    )
+
+
+async def main():
+    async with agentlib.open_runtime(PostgresStore(url, schema=schema)):
+        if mode == "deliver":
+            agent = agentlib.Agent("stamp", model=model("stamp"), tools=[stamp])
+            session = await agent.start_session()
+            print(session.id, flush=True)
+            await trio.to_thread.run_sync(sys.stdin.readline)
+            for _ in range(200):
+                await session.run("now?")
+                await trio.sleep(0.005)
+            return
+        agent = agentlib.Agent("calc", model=model("add"), tools=[add])
+        count = 0
+        await trio.to_thread.run_sync(sys.stdin.readline)  # all processes start together
+        deadline = trio.current_time() + seconds
+
+        async def one():
+            nonlocal count
+            session = await agent.start_session()
+            while trio.current_time() < deadline:
+                await session.run("add 1 and 2")
+                count += 1
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(20):
+                nursery.start_soon(one)
+        print(count, flush=True)
+
+
+trio.run(main)
+"""
+
+
+def runtime(url: str, schema: str, mode: str, seconds: float = 0) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", RUNTIME, url, schema, mode, str(seconds)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def delivery(url: str, schema: str) -> list[float]:
+    from agentlib.store import PostgresStore
+
+    process = runtime(url, schema, "deliver")
+    assert process.stdin is not None
+    assert process.stdout is not None
+    session_id = process.stdout.readline().strip()
+    agent = agentlib.Agent("stamp", model=agentlib.ScriptedModel([]))
+    lags: list[float] = []
+    async with agentlib.open_runtime(PostgresStore(url, schema=schema)):
+        reader = agent.session(session_id)
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        async with contextlib.aclosing(reader.iter_events()) as followed:
+            async for event in followed:
+                entry = getattr(event, "entry", None)
+                if isinstance(event, agentlib.EntryAdded) and entry.type == "tool_result":
+                    lags.append(time.perf_counter() - entry.structured_content)
+                    if len(lags) == 200:
+                        break
+    process.wait(timeout=120)
+    return lags
+
+
+def turns_per_second(url: str, schema: str, processes: int, seconds: float = 10.0) -> float:
+    started = [runtime(url, schema, "turns", seconds) for _ in range(processes)]
+    time.sleep(2.0)  # each opens its runtime before they all start
+    for process in started:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    counts = [int(process.communicate(timeout=120)[0].split()[-1]) for process in started]
+    return sum(counts) / seconds
+
+
+def postgres(url: str, n: int) -> int:
+    import psycopg
+
+    from agentlib.store import PostgresStore
+
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+
+    def make() -> agentlib.Store:
+        return PostgresStore(url, schema=schema)
+
+    try:
+        emit(mode="append_single", store="postgresql", n=n,
+             events_per_s=trio.run(append_single, make, n))  # fmt: skip
+        emit(
+            mode="append_concurrent",
+            store="postgresql",
+            sessions=CONCURRENT,
+            events_per_ack=PER_ACK,
+            events_per_s=trio.run(append_concurrent, make, n),
+        )
+        emit(mode="replay", store="postgresql", n=n, events_per_s=trio.run(replay, make, n))
+        lags = sorted(trio.run(delivery, url, schema))
+        emit(
+            mode="delivery",
+            store="postgresql",
+            turns=len(lags),
+            p50_ms=round(lags[len(lags) // 2] * 1000, 2),
+            p99_ms=round(lags[min(len(lags) - 1, int(len(lags) * 0.99))] * 1000, 2),
+            goal_ms="10 / 50",
+        )
+        for processes in (1, 2, 3):
+            emit(mode="turns", store="postgresql", runtimes=processes,
+                 turns_per_s=round(turns_per_second(url, schema, processes), 1))  # fmt: skip
+    finally:
+        with psycopg.connect(url, autocommit=True) as db:
+            db.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     return 0
 
 
