@@ -177,7 +177,7 @@ class Agent:
 
     @staticmethod
     def load_from(
-        url: str,
+        url: str | Sequence[str],
         name: str,
         *,
         token: str | None = None,
@@ -191,7 +191,9 @@ class Agent:
         agent, over HTTP: see the "Deploying" guide.
 
         Args:
-            url: The server's address, e.g. ``"http://127.0.0.1:8000"``.
+            url: The server's address, e.g. ``"http://127.0.0.1:8000"``; or the addresses
+                of several servers of one store (PostgreSQL): requests go to the first, and
+                move to the next when a server cannot be connected to.
             name: The agent's name on the server.
             token: A token the server takes, sent as ``Authorization: Bearer <token>``.
             output_type: Structure completed turns' outputs into this type (as the served

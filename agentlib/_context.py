@@ -90,7 +90,7 @@ def set_remote(factory: Any) -> None:
 
 
 def remote_agent(
-    url: str, name: str, token: str | None, output_type: Any, subagent_output_types: Any
+    url: Any, name: str, token: str | None, output_type: Any, subagent_output_types: Any
 ) -> Any:
     """A reference to the agent ``name`` that the server at ``url`` serves."""
     if not _REMOTE:  # only when agentlib's package was not imported: never in practice

@@ -93,7 +93,7 @@ class Agent:
 
     @staticmethod
     def load_from(
-        url: str,
+        url: str | Sequence[str],
         name: str,
         *,
         token: str | None = None,

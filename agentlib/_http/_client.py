@@ -85,23 +85,29 @@ class RemoteAgent:
 
     Attributes:
         name: The agent's name on the server.
-        url: The server's address.
+        url: The server's address (the first, of several servers of one store): with the
+            session's id, what names a session.
+        urls: Every server's address, in the order they are tried.
         output_type: The type completed turns' outputs are structured into, by default (None:
             the JSON the server sends).
     """
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         name: str,
         token: str | None = None,
         output_type: Any = None,
         subagent_output_types: Mapping[str, Any] | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls or not all(isinstance(each, str) and each for each in urls):
+            raise ValueError("url must be a server's address, or a list of them")
+        self.urls = tuple(each.rstrip("/") for each in urls)
+        self.url = self.urls[0]
         self.name = name
         self.output_type = output_type
-        self._wire = _Wire(self.url, token)
+        self._wire = _Wire(self.urls, token)
         self._subagent_output_types = dict(subagent_output_types or {})
 
     def _for_subagent(self, agent_name: str) -> RemoteAgent:
@@ -164,11 +170,13 @@ class RemoteAgent:
 
 
 class _Wire:
-    """Requests to one server: JSON in and out, errors raised as their classes, retries
-    after connection failures."""
+    """Requests to a server: JSON in and out, errors raised as their classes, retries after
+    connection failures; with several servers (of one store), the next one once a server
+    cannot be connected to."""
 
-    def __init__(self, url: str, token: str | None) -> None:
-        self.base = url + "/v1"
+    def __init__(self, urls: Sequence[str], token: str | None) -> None:
+        self._bases = [url + "/v1" for url in urls]
+        self._at = 0  # the server requests go to
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
         self._client: httpx.AsyncClient | None = None
         self._run: trio.lowlevel.TrioToken | None = None
@@ -204,12 +212,17 @@ class _Wire:
         while True:
             try:
                 response = await self.client.request(
-                    method, self.base + path, json=body, params=params
+                    method, self._bases[self._at] + path, json=body, params=params
                 )
                 break
-            except httpx.TransportError:
+            except httpx.TransportError as error:
                 if trio.current_time() >= give_up:
                     raise
+                if isinstance(error, httpx.ConnectError) and len(self._bases) > 1:
+                    # Not accepting connections: down, or out of reach. Another server of
+                    # the store takes the session over (at once, from a dead process of
+                    # its host; else once the lease expires).
+                    self._at = (self._at + 1) % len(self._bases)
                 await trio.sleep(_pause(attempt))
                 attempt += 1
         if response.status_code >= 400 and response.status_code not in allowed:
