@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +37,15 @@ def test_a_postgresql_url_opens_the_postgresql_store() -> None:
         repr(store)
         == "PostgresStore('postgresql://someone@db.example/sessions', schema='agentlib')"
     )
+
+
+def test_a_postgresql_urls_schema_parameter_names_the_schema_of_its_tables() -> None:
+    store = open_store("postgresql://127.0.0.1/test?schema=mine&connect_timeout=5")
+    assert isinstance(store, PostgresStore)
+    assert store.schema == "mine"
+    assert store.conninfo == "postgresql://127.0.0.1/test?connect_timeout=5"
+    with pytest.raises(ValueError, match="schema must be a plain name"):
+        open_store("postgresql://127.0.0.1/test?schema=drop table")
 
 
 async def test_a_database_that_does_not_answer_is_a_store_error_without_its_password() -> None:
@@ -218,3 +228,66 @@ async def test_a_runtime_stalled_past_its_lease_writes_nothing_once_taken_over(
     assert said == ["raised LeaseLost", "closed"]
     assert isinstance(record, Completed)
     assert not any("late" in text for text in texts)  # its late answer was never written
+
+
+SERVED = '''
+import agentlib
+
+
+@agentlib.tool(requires_approval=True)
+def delete(path: str) -> str:
+    """Delete a file."""
+    return f"deleted {path}"
+
+
+CALL = agentlib.ToolCallRequest(name="delete", arguments={"path": "a.txt"})
+janitor = agentlib.Agent(
+    "janitor",
+    model=agentlib.FunctionModel(
+        lambda request: "Done." if request.entries[-1].type == "tool_result"
+        else agentlib.ModelReply(tool_calls=[CALL])
+    ),
+    tools=[delete],
+)
+'''
+
+
+@contextlib.contextmanager
+def served(directory: Path, store: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``agentlib serve`` of SERVED's janitor on ``store``, on a free port: it and its URL."""
+    (directory / "served.py").write_text(SERVED)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentlib", "serve", "served:janitor", "--port", "0",
+         "--store", store],
+        cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert " on http://" in line, line
+        yield process, line.split(" on ")[1].split("/v1")[0]
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=60)
+
+
+async def test_a_client_whose_server_dies_goes_on_with_the_session_through_another(
+    postgres_schema: str, tmp_path: Path
+) -> None:
+    store = f"{POSTGRES}?schema={postgres_schema}"
+    with served(tmp_path, store) as (first, one), served(tmp_path, store) as (_, other):
+        remote = agentlib.Agent.load_from([one, other], "janitor")
+        with trio.fail_after(60):  # only catches a hang
+            session = await remote.start_session()
+            record = await session.run("Clean up.")  # through the first server
+            assert isinstance(record, agentlib.Blocked)
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=60)
+            turn = session.turn(record.turn_id)
+            answered = await turn.answer(record.callbacks[0].id, agentlib.AllowApproval())
+            final = await turn.result()
+    assert isinstance(answered, agentlib.Answered)
+    assert isinstance(final, Completed)
+    assert final.output == "Done."
+    assert session == agentlib.Agent.load_from(one, "janitor").session(session.id)
