@@ -25,6 +25,7 @@ from ._store._base import EntryRow as EntryRow
 from ._store._base import EventRow as EventRow
 from ._store._base import KeyRow as KeyRow
 from ._store._base import Op as Op
+from ._store._base import Progress as Progress
 from ._store._base import PruneRow as PruneRow
 from ._store._base import SessionRow as SessionRow
 from ._store._base import SteerRow as SteerRow
@@ -47,6 +48,7 @@ __all__ = [
     "MemoryStore",
     "Op",
     "PostgresStore",
+    "Progress",
     "PruneRow",
     "SQLiteStore",
     "SessionRow",

@@ -358,6 +358,34 @@ class Store(abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} is not shared: nothing to follow")
 
+    async def claim_callback(self, row: CallbackRow, key: KeyRow | None) -> CallbackRow | None:
+        """Settle an open callback in a shared store, the first writer winning, for a
+        runtime that holds its session or not: ``row`` (how it closed) is written, with the
+        answer's idempotency ``key``, only where the callback is still open. The runtime
+        that holds the session hears of it through :meth:`wait_for_claims`. A settled
+        callback's row never changes again, whoever writes to it.
+
+        The callback is one the store has (its opening was committed).
+
+        Returns:
+            None if this claim settled it; else the callback's row as it is: settled
+            before.
+
+        Raises:
+            StoreError: The store failed.
+        """
+        raise NotImplementedError(f"{type(self).__name__} is not shared: nothing to claim")
+
+    async def wait_for_claims(self, open_callbacks: Sequence[tuple[str, str]]) -> list[CallbackRow]:
+        """The rows of those of ``open_callbacks`` (session id, callback id), which the
+        runtime holds open, that another claim settled; waits for a claim (or a while, as
+        a claim's notice may be lost) while none is.
+
+        Raises:
+            StoreError: The store failed.
+        """
+        raise NotImplementedError(f"{type(self).__name__} is not shared: nothing to claim")
+
     @abc.abstractmethod
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
         """End ``owner``'s leases on the sessions, at once: another owner may take them.

@@ -258,6 +258,7 @@ class PostgresStore(Store):
         self._channel = f"agentlib_{schema}"[:63]
         # The readers waiting for other runtimes' events, by session; the listening thread.
         self._waiting: dict[str, trio.Event] = {}
+        self._claims = trio.Event()  # set when a claim is heard of
         self._listener: threading.Thread | None = None
         self._stop_listening = threading.Event()
 
@@ -552,6 +553,8 @@ class PostgresStore(Store):
                     " answer, error) VALUES (%s, %s, %s, %s, %s, %s)"
                     " ON CONFLICT (session_id, callback_id) DO UPDATE SET state = excluded.state,"
                     " answer = excluded.answer, error = excluded.error"
+                    # Settled is settled: a claim through another runtime may have won.
+                    " WHERE {schema}.callbacks.state = 'open'"
                 ),
                 (
                     op.session_id,
@@ -567,6 +570,8 @@ class PostgresStore(Store):
                 sql(
                     "INSERT INTO {schema}.keys (session_id, key, turn_id, fingerprint)"
                     " VALUES (%s, %s, %s, %s)"
+                    # An answer's key may be there already: its claim wrote it.
+                    " ON CONFLICT DO NOTHING"
                 ),
                 (op.session_id, op.key, op.turn_id, op.fingerprint),
             )
@@ -863,6 +868,88 @@ class PostgresStore(Store):
             await changed.wait()
         return await self._in_thread(self._progress_of, session_id)
 
+    async def claim_callback(self, row: CallbackRow, key: KeyRow | None) -> CallbackRow | None:
+        def claim() -> CallbackRow | None:
+            with self._connection() as db, db.transaction():
+                taken = db.execute(
+                    self._sql(
+                        "UPDATE {schema}.callbacks SET state = %s, answer = %s, error = %s"
+                        " WHERE session_id = %s AND callback_id = %s AND state = 'open'"
+                    ),
+                    (
+                        row.state,
+                        json.dumps(unstructure(row.answer)),
+                        row.error,
+                        row.session_id,
+                        row.callback.id,
+                    ),
+                )
+                if taken.rowcount != 1:
+                    return self._callback_row(db, row.session_id, row.callback.id)
+                if key is not None:
+                    db.execute(
+                        self._sql(
+                            "INSERT INTO {schema}.keys (session_id, key, turn_id, fingerprint)"
+                            " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING"
+                        ),
+                        (key.session_id, key.key, key.turn_id, key.fingerprint),
+                    )
+                db.execute(
+                    "SELECT pg_notify(%s, %s)",
+                    (self._channel, f"{row.session_id} claim {row.callback.id}"),
+                )
+            return None
+
+        return await self._in_thread(claim)
+
+    def _callback_row(
+        self, db: psycopg.Connection[Any], session_id: str, callback_id: str
+    ) -> CallbackRow:
+        found = db.execute(
+            self._sql(
+                "SELECT callback, state, answer, error FROM {schema}.callbacks"
+                " WHERE session_id = %s AND callback_id = %s"
+            ),
+            (session_id, callback_id),
+        ).fetchone()
+        if found is None:
+            raise self.damaged(session_id, "callbacks", f"callback {callback_id} is missing")
+        callback, state, answer, error = found
+        return CallbackRow(
+            session_id,
+            structure(json.loads(callback), Callback),
+            state,
+            _answer(json.loads(answer)) if answer is not None else None,
+            error,
+        )
+
+    async def wait_for_claims(self, open_callbacks: Sequence[tuple[str, str]]) -> list[CallbackRow]:
+        self._listen()
+        claimed = self._claims = trio.Event() if self._claims.is_set() else self._claims
+        settled = await self._in_thread(self._settled_of, list(open_callbacks))
+        if not settled:
+            with trio.move_on_after(POLL_SECONDS):
+                await claimed.wait()
+        return settled
+
+    def _settled_of(self, open_callbacks: list[tuple[str, str]]) -> list[CallbackRow]:
+        if not open_callbacks:
+            return []
+        with self._reading("the callbacks this runtime waits on") as (db, _):
+            ids = db.execute(
+                self._sql(
+                    "SELECT session_id, callback_id FROM {schema}.callbacks"
+                    " WHERE callback_id = ANY(%s) AND state <> 'open'"
+                ),
+                ([callback_id for _, callback_id in open_callbacks],),
+            ).fetchall()
+            wanted = set(open_callbacks)
+            return [
+                self._callback_row(db, session_id, callback_id)
+                for session_id, callback_id in ids
+                if (session_id, callback_id) in wanted
+            ]
+
     def _progress_of(self, session_id: str) -> Progress | None:
         with self._reading(f"session {session_id}") as (db, _):
             row = db.execute(
@@ -898,7 +985,7 @@ class PostgresStore(Store):
                     db.execute(f'LISTEN "{self._channel}"')
                     token.run_sync_soon(self._heard, None)
                     while not stop.is_set():
-                        for note in db.notifies(timeout=0.5):
+                        for note in db.notifies(timeout=0.1):
                             token.run_sync_soon(self._heard, note.payload)
             except psycopg.Error:
                 stop.wait(POLL_SECONDS)
@@ -912,6 +999,10 @@ class PostgresStore(Store):
             waiting, self._waiting = self._waiting, {}
             for changed in waiting.values():
                 changed.set()
+            self._claims.set()
+            return
+        if " claim " in payload:
+            self._claims.set()
             return
         session_id = payload.partition(" ")[0]
         if session_id in self._waiting:
