@@ -734,7 +734,16 @@ class Turn:
     ) -> Answered | AlreadySettled | NotFound:
         """:meth:`answer`, with an idempotency ``key``: an answer that repeats the key of
         the answer taken is told ``Answered``. The deployed sessions' answers."""
-        live = await self._session._load()
+        try:
+            live = await self._session._load()
+        except SessionBusyError:
+            runtime = self._session._runtime
+            if not runtime.store.shared:
+                raise
+            # Another runtime on the shared store holds it: claimed in the store.
+            return await runtime.answer_elsewhere(
+                self._session.id, self._session._agent, callback_id, answer, key
+            )
         runtime = self._session._runtime
         runtime.check_open()
         answered = await runtime.answer(live, callback_id, answer, key)

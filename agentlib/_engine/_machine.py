@@ -1154,6 +1154,27 @@ def close_callback(
     return facts
 
 
+def show_settled(sessions: Sessions, root_id: str) -> Facts:
+    """The ``CallbackClosed`` events of the tree's callbacks that were settled in the store
+    by another runtime (a shared store's claim) while their logs still show them open: each
+    joins every log that showed it, as a close here would."""
+    facts = Facts(sessions)
+    for session in tree_of(sessions, root_id):
+        for callback_id, state in session.callbacks.items():
+            if state.open or callback_id not in session.shown:
+                continue
+            callback = state.callback
+            answer = (
+                state.answer if isinstance(state.answer, (AllowApproval, DenyApproval)) else None
+            )
+            answered = state.phase is CallbackPhase.ANSWERED
+            closed = {"callback_id": callback_id, "answer": answer, "answered": answered}
+            facts.emit(session, CallbackClosed, callback.turn_id, **closed)
+            for ancestor, delegating in ancestors(facts.sessions, session.id):
+                facts.emit(ancestor, CallbackClosed, delegating.id, **closed)
+    return facts
+
+
 def answer_key(callback_id: str, key: str) -> str:
     """How the idempotency key ``key`` of an answer to ``callback_id`` is kept among the
     session's keys."""

@@ -23,7 +23,7 @@ from ._live import Engine
 if TYPE_CHECKING:
     from .._definition import AgentDefinition
 
-__all__ = ["restore"]
+__all__ = ["not_found", "read_tree", "restore"]
 
 
 def not_found(session_id: str) -> SessionNotFoundError:
@@ -51,21 +51,7 @@ async def restore(engine: Engine, session_id: str, agent: AgentDefinition) -> No
     """
     store = engine.store
     await engine.flush()  # what this runtime wrote of a tree it let go of is read back
-    stored = await store.load(session_id)
-    if stored is None:
-        raise not_found(session_id)
-    while stored.row.parent_id is not None:  # a subagent's: load from its root down
-        parent = await store.load(stored.row.parent_id)
-        assert parent is not None, "a subagent session's parent is stored before it"
-        stored = parent
-    tree = [stored]
-    for node in tree:  # breadth first: parents before children
-        for child_id in node.children:
-            child = await store.load(child_id)
-            assert child is not None
-            tree.append(child)
-    # Read it whole before the lease (what fails here changes nothing).
-    agents = _agents(engine, tree, session_id, agent)
+    tree, agents = await read_tree(engine, session_id, agent)
     states: machine.Sessions = {}
     for node in tree:
         _fold(store, states, node, agents[node.row.session_id])
@@ -89,6 +75,8 @@ async def restore(engine: Engine, session_id: str, agent: AgentDefinition) -> No
             )
             if live.state.parent_id is not None and live.state.active is None:
                 live.log.close()  # a subagent's session ended with its one turn
+        # Callbacks another runtime settled in a shared store while none held the tree.
+        engine.commit(machine.show_settled(engine.states, tree[0].row.session_id))
         plan, facts = machine.restart(engine.states, tree[0].row.session_id)
         engine.commit(facts)
     except BaseException:
@@ -105,6 +93,34 @@ async def restore(engine: Engine, session_id: str, agent: AgentDefinition) -> No
     finally:
         for node in tree:
             engine.live(node.row.session_id).ready = True
+
+
+async def read_tree(
+    engine: Engine, session_id: str, agent: AgentDefinition
+) -> tuple[list[StoredSession], dict[str, AgentDefinition]]:
+    """The tree of sessions holding ``session_id`` as the store has it, root first, parents
+    before children, and each session's agent. It reads; it changes nothing.
+
+    Raises:
+        SessionNotFoundError: The store has no such session, or the tree's agents are not
+            ``agent``'s tree.
+        StoreError: The store failed, or is damaged.
+    """
+    store = engine.store
+    stored = await store.load(session_id)
+    if stored is None:
+        raise not_found(session_id)
+    while stored.row.parent_id is not None:  # a subagent's: load from its root down
+        parent = await store.load(stored.row.parent_id)
+        assert parent is not None, "a subagent session's parent is stored before it"
+        stored = parent
+    tree = [stored]
+    for node in tree:  # breadth first: parents before children
+        for child_id in node.children:
+            child = await store.load(child_id)
+            assert child is not None
+            tree.append(child)
+    return tree, _agents(engine, tree, session_id, agent)
 
 
 def _fold(

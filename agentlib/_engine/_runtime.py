@@ -21,24 +21,25 @@ import trio
 
 from .._callbacks import (
     AllowApproval,
+    Callback,
     DenyApproval,
     KeepCallbackOpen,
     OpenClientToolCall,
     SignInAnswer,
 )
 from .._entries import Entry
-from .._errors import SdkError, StoreError
+from .._errors import SdkError, SessionBusyError, StoreError
 from .._events import TurnEnded
 from .._history import new_id
-from .._ops import CallbackRow, EventRow, Op, PruneRow
+from .._ops import CallbackRow, EventRow, KeyRow, Op, PruneRow
 from .._records import AlreadySettled, Answered, NotFound, TurnState
 from .._store import open_store
-from .._store._base import Store
+from .._store._base import Store, StoredSession
 from . import _machine as machine
 from ._live import LiveSession, LiveTurn, check_callback_id
 from ._log import EventLog
 from ._machine import CallbackPhase, CallState, SessionMachine, StopCause, own, without
-from ._restore import not_found, restore
+from ._restore import not_found, read_tree, restore
 from ._turns import run_turn
 
 if TYPE_CHECKING:
@@ -603,9 +604,18 @@ class Runtime:
         if not repeated:
             fitted = machine.fit_answer(state.callback, answer, owner.agent.tools_by_name)
             was_open = state.open
-            # The read above and the write below are two steps, as with any shared store:
-            # an answer that read the callback open may find another answer took it meanwhile.
-            await trio.lowlevel.checkpoint()
+            if self.store.shared and was_open:
+                # Another runtime may answer it too: the store's claim decides which wins.
+                lost_to = await self.store.claim_callback(
+                    _answered(owner.id, state.callback, fitted), _key_row(owner.id, state, kept)
+                )
+                if lost_to is not None:
+                    self._settled_elsewhere(lost_to)
+            else:
+                # The read above and the write below are two steps, as with any shared
+                # store: an answer that read the callback open may find another answer
+                # took it meanwhile.
+                await trio.lowlevel.checkpoint()
             if was_open and state.open:
                 self.close_callback(owner, callback_id, answer=fitted, key=kept)
             if not (was_open and state.phase is CallbackPhase.ANSWERED):
@@ -615,6 +625,94 @@ class Runtime:
             answer=taken if isinstance(taken, (AllowApproval, DenyApproval)) else None,
             session_id=owner.id,
         )
+
+    def _settled_elsewhere(self, row: CallbackRow) -> None:
+        """Close a callback this runtime holds open that another runtime settled in the
+        shared store (``row``, as the claim wrote it), as an answer here would: its turn goes
+        on here."""
+        state = machine.find_callback(self.states, row.session_id, row.callback.id)
+        if state is None or not state.open or row.session_id not in self.sessions:
+            return
+        self.close_callback(
+            self.live(row.session_id),
+            row.callback.id,
+            answered=row.state == "answered",
+            answer=row.answer,
+            error=row.error,
+        )
+
+    async def _apply_claims(self) -> None:
+        """While the runtime is open, on a shared store: close the callbacks it holds open
+        that other runtimes settled (a claim), as they are settled."""
+        while True:
+            waited = [
+                (session.id, callback_id)
+                for session in self.states.values()
+                for callback_id, state in session.callbacks.items()
+                if state.open
+            ]
+            try:
+                settled = await self.store.wait_for_claims(waited)
+            except StoreError:
+                await trio.sleep(self.lease_seconds / 3)  # the store's failure is said elsewhere
+                continue
+            for row in settled:
+                self._settled_elsewhere(row)
+
+    async def answer_elsewhere(
+        self,
+        session_id: str,
+        agent: AgentDefinition,
+        callback_id: str,
+        answer: object,
+        key: str | None,
+    ) -> Answered | AlreadySettled | NotFound:
+        """Settle a callback of a session another runtime holds on a shared store (of the
+        session or of a subagent's below it): checked here, then claimed in the store, the
+        first writer winning; the holder hears of it and its turn goes on there.
+
+        Raises:
+            ValueError: ``callback_id`` is not a UUID.
+            SdkError: ``answer`` does not fit the callback.
+            SessionBusyError: It is a sign-in's: credentials never reach the store, so only
+                the runtime that holds the session takes them.
+        """
+        callback_id = check_callback_id(callback_id)
+        if isinstance(answer, KeepCallbackOpen):
+            raise SdkError(
+                "KeepCallbackOpen() is a handler's return value, never an answer: to leave "
+                "a callback open, do not answer it"
+            )
+        tree, agents = await read_tree(self, session_id, agent)
+        found = [
+            (node, row)
+            for node in tree
+            for row in node.callbacks
+            if row.callback.id == callback_id and _below(tree, node.row.session_id, session_id)
+        ]
+        if not found:
+            return NotFound()
+        node, row = found[0]
+        owner_id = node.row.session_id
+        kept = None if key is None else machine.answer_key(callback_id, key)
+        if row.state != "open":
+            if row.state == "answered" and any(k.key == kept for k in node.keys):
+                return _told(row.answer, owner_id)
+            return AlreadySettled(session_id=owner_id)
+        fitted = machine.fit_answer(row.callback, answer, agents[owner_id].tools_by_name)
+        if isinstance(fitted, SignInAnswer):
+            raise SessionBusyError(
+                f"session {session_id} is run by another runtime, and a sign-in's credentials "
+                "never reach the store: answer the sign-in through that runtime (or once it "
+                "has closed)"
+            )
+        key_row = None if kept is None else KeyRow(owner_id, kept, row.callback.turn_id, "answer")
+        lost_to = await self.store.claim_callback(
+            _answered(owner_id, row.callback, fitted), key_row
+        )
+        if lost_to is None:
+            return _told(fitted, owner_id)
+        return AlreadySettled(session_id=owner_id)
 
     async def report(
         self, live: LiveSession, callback_id: str, failure: str
@@ -748,6 +846,8 @@ async def open_engine(
             if backend.durable:
                 nursery.start_soon(runtime._publish)
                 nursery.start_soon(runtime._renew_leases)
+            if backend.shared:
+                nursery.start_soon(runtime._apply_claims)
             try:
                 yield runtime
             except Exception as error:
@@ -759,3 +859,29 @@ async def open_engine(
                 nursery.cancel_scope.cancel()
     if failure is not None:
         raise failure
+
+
+def _answered(session_id: str, callback: Callback, answer: Any) -> CallbackRow:
+    """The row of a callback that ``answer`` settles (a sign-in's credentials never stored)."""
+    stored = None if isinstance(answer, SignInAnswer) else answer
+    return CallbackRow(session_id, callback, "answered", stored, None)
+
+
+def _key_row(session_id: str, state: Any, key: str | None) -> KeyRow | None:
+    return None if key is None else KeyRow(session_id, key, state.callback.turn_id, "answer")
+
+
+def _told(answer: Any, session_id: str) -> Answered:
+    approval = answer if isinstance(answer, (AllowApproval, DenyApproval)) else None
+    return Answered(answer=approval, session_id=session_id)
+
+
+def _below(tree: Sequence[StoredSession], session_id: str, top_id: str) -> bool:
+    """Whether ``session_id`` is ``top_id`` or a subagent's session below it."""
+    parents = {node.row.session_id: node.row.parent_id for node in tree}
+    at: str | None = session_id
+    while at is not None:
+        if at == top_id:
+            return True
+        at = parents.get(at)
+    return False
