@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import trio
-from _support import Gate, held_agent, held_turn
+from _support import Gate, approval_agent, held_agent, held_turn
 from conftest import POSTGRES
 
 import agentlib
@@ -291,3 +291,168 @@ async def test_a_client_whose_server_dies_goes_on_with_the_session_through_anoth
     assert isinstance(final, Completed)
     assert final.output == "Done."
     assert session == agentlib.Agent.load_from(one, "janitor").session(session.id)
+
+
+async def test_an_answer_through_another_runtime_is_claimed_and_the_holder_goes_on(
+    postgres_schema: str,
+) -> None:
+    runs: list[str] = []
+    agent = approval_agent(runs)
+    seen: list[agentlib.Event] = []
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):  # holds the session
+            session = await agent.start_session()
+            blocked = await session.run("clean up")
+            assert isinstance(blocked, agentlib.Blocked)
+            async with agentlib.open_runtime(shared(postgres_schema)):  # another runtime
+                elsewhere = agent.session(session.id)
+                turn = elsewhere.turn(blocked.turn_id)
+                callback = blocked.callbacks[0]
+                answered = await turn.answer(callback.id, agentlib.AllowApproval())
+                again = await turn.answer(callback.id, agentlib.DenyApproval(reason="late"))
+                final = await session.turn(blocked.turn_id).result(after=blocked)
+                async with contextlib.aclosing(elsewhere.iter_events(after=blocked)) as events:
+                    async for event in events:
+                        seen.append(event)
+                        if isinstance(event, TurnEnded):
+                            break
+    assert answered == agentlib.Answered(answer=agentlib.AllowApproval(), session_id=session.id)
+    assert again == agentlib.AlreadySettled(session_id=session.id)
+    assert isinstance(final, Completed)
+    assert runs == ["/tmp/x"]
+    closed = [event for event in seen if isinstance(event, agentlib.CallbackClosed)]
+    assert [(event.callback_id, event.answer) for event in closed] == [
+        (callback.id, agentlib.AllowApproval())
+    ]
+
+
+@pytest.mark.parametrize("allow_here", [True, False])
+async def test_concurrent_answers_through_two_runtimes_take_one(
+    postgres_schema: str, allow_here: bool
+) -> None:
+    runs: list[str] = []
+    agent = approval_agent(runs)
+    allow, deny = agentlib.AllowApproval(), agentlib.DenyApproval(reason="no")
+    told: dict[str, Any] = {}
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):
+            session = await agent.start_session()
+            blocked = await session.run("clean up")
+            assert isinstance(blocked, agentlib.Blocked)
+            callback_id = blocked.callbacks[0].id
+            async with agentlib.open_runtime(shared(postgres_schema)):
+                here = session.turn(blocked.turn_id)
+                there = agent.session(session.id).turn(blocked.turn_id)
+
+                async def answer(name: str, turn: agentlib.Turn, value: Any) -> None:
+                    told[name] = await turn.answer(callback_id, value)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(answer, "here", here, allow if allow_here else deny)
+                    nursery.start_soon(answer, "there", there, deny if allow_here else allow)
+                final = await here.result(after=blocked)
+    taken = [value for value in told.values() if isinstance(value, agentlib.Answered)]
+    assert taken, told
+    assert all(value == taken[0] for value in taken)  # each told the one answer taken
+    assert isinstance(final, Completed)
+    assert runs == (["/tmp/x"] if taken[0].answer == allow else [])
+
+
+#: A runtime process taking commands, one a line: ``start`` (a session of the approval
+#: agent, run until it is blocked: prints the session's, turn's and callback's ids),
+#: ``answer S T C`` (allow it, through this runtime: prints what it was told), ``read S T``
+#: (the session's events until the turn ended: prints their types), ``quit``.
+COMMANDED = textwrap.dedent(
+    """
+    import contextlib
+    import sys
+
+    import trio
+
+    import agentlib
+    from agentlib.store import PostgresStore
+
+    url, schema = sys.argv[1], sys.argv[2]
+
+
+    @agentlib.tool(requires_approval=True)
+    def delete(path: str) -> str:
+        \'\'\'Delete a file.\'\'\'
+        return f"deleted {path}"
+
+
+    CALL = agentlib.ToolCallRequest(name="delete", arguments={"path": "a.txt"})
+    agent = agentlib.Agent(
+        "janitor",
+        model=agentlib.FunctionModel(
+            lambda request: "Done." if request.entries[-1].type == "tool_result"
+            else agentlib.ModelReply(tool_calls=[CALL])
+        ),
+        tools=[delete],
+    )
+
+
+    async def main():
+        async with agentlib.open_runtime(PostgresStore(url, schema=schema)):
+            while True:
+                command = (await trio.to_thread.run_sync(sys.stdin.readline)).split()
+                if not command or command[0] == "quit":
+                    return
+                if command[0] == "start":
+                    session = await agent.start_session()
+                    record = await session.run("clean up")
+                    print(session.id, record.turn_id, record.callbacks[0].id, flush=True)
+                elif command[0] == "answer":
+                    session_id, turn_id, callback_id = command[1:]
+                    turn = agent.session(session_id).turn(turn_id)
+                    told = await turn.answer(callback_id, agentlib.AllowApproval())
+                    print(type(told).__name__, flush=True)
+                elif command[0] == "read":
+                    session_id, turn_id = command[1:]
+                    kinds = []
+                    events = agent.session(session_id).iter_events()
+                    async with contextlib.aclosing(events) as events:
+                        async for event in events:
+                            kinds.append(event.type)
+                            if event.type == "turn_ended" and event.turn_id == turn_id:
+                                kinds.append(type(event.record).__name__)
+                                break
+                    print(" ".join(kinds), flush=True)
+
+
+    trio.run(main)
+    """
+)
+
+
+def test_three_runtime_processes_start_answer_and_read_each_others_sessions(
+    postgres_schema: str,
+) -> None:
+    command = [sys.executable, "-c", COMMANDED, POSTGRES, postgres_schema]
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    processes = [subprocess.Popen(command, text=True, **pipes) for _ in range(3)]
+
+    def ask(index: int, command: str) -> str:
+        process = processes[index]
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write(command + "\n")
+        process.stdin.flush()
+        return process.stdout.readline().strip()
+
+    try:
+        started = [ask(index, "start").split() for index in range(3)]  # each holds its own
+        told = [ask((index + 1) % 3, "answer " + " ".join(started[index])) for index in range(3)]
+        read = [ask((index + 2) % 3, "read " + " ".join(started[index][:2])) for index in range(3)]
+        for index in range(3):
+            ask(index, "quit")
+    finally:
+        errors = []
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            errors.append(process.communicate(timeout=60)[1])
+    assert told == ["Answered"] * 3, errors
+    for kinds in read:
+        assert kinds.split()[-3:] == ["entry_completed", "turn_ended", "Completed"], errors
+        assert "callback_closed" in kinds.split()
