@@ -165,9 +165,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--lease-seconds",
         type=_positive(float),
-        default=30.0,
+        default=None,
         metavar="S",
-        help="how long this server holds a session after it stops renewing (30)",
+        help="how long this server holds a session after it stops renewing "
+        "(the store's default: 30, or 10 on PostgreSQL)",
     )
     serve.set_defaults(parser=serve)  # its usage errors show its usage
     return parser

@@ -49,7 +49,7 @@ async def open_runtime(
     store: str | Store | None = None,
     *,
     event_retention: int | None = None,
-    lease_seconds: float = 30.0,
+    lease_seconds: float | None = None,
 ) -> AsyncIterator[Runtime]:
     """Run an engine for the duration of the block; sessions started inside use it.
 
@@ -62,7 +62,8 @@ async def open_runtime(
         lease_seconds: How long this runtime's hold on a session lasts if it stops renewing
             it (it stalled, or its process died on another host): then another runtime may
             take the session over. A runtime on this host whose process has ended is taken
-            over at once.
+            over at once. None: the store's default, 30 seconds (10 on PostgreSQL, whose
+            runtimes may be on several hosts).
 
     Leaving the block interrupts running turns (``Interrupted(cause="cancelled")``); with a
     durable store, a turn blocked on callbacks stays blocked, for the next runtime on the

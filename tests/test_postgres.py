@@ -456,3 +456,17 @@ def test_three_runtime_processes_start_answer_and_read_each_others_sessions(
     for kinds in read:
         assert kinds.split()[-3:] == ["entry_completed", "turn_ended", "Completed"], errors
         assert "callback_closed" in kinds.split()
+
+
+async def test_a_runtime_on_postgresql_leases_for_10_seconds_unless_told(
+    postgres_schema: str,
+) -> None:
+    agent = agentlib.Agent("echo", model=ScriptedModel(["one"]))
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):
+            session = await agent.start_session()
+            started = time.time()
+            async with agentlib.open_runtime(shared(postgres_schema)):
+                with pytest.raises(agentlib.LeaseRefused) as refused:
+                    await agent.session(session.id).run("hi")
+    assert started + 5 < refused.value.until <= started + 10.5

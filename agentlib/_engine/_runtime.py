@@ -820,7 +820,7 @@ def _type_name(output_type: Any) -> str | None:
 
 @contextlib.asynccontextmanager
 async def open_engine(
-    store: str | Store | None, *, event_retention: int | None, lease_seconds: float
+    store: str | Store | None, *, event_retention: int | None, lease_seconds: float | None
 ) -> Any:
     """A runtime on ``store`` for the block: see :func:`agentlib.open_runtime`."""
     if event_retention is not None and (
@@ -829,9 +829,13 @@ async def open_engine(
         or event_retention < 1
     ):
         raise ValueError(f"event_retention must be a positive int or None, not {event_retention!r}")
-    if not (isinstance(lease_seconds, (int, float)) and 0 < lease_seconds < math.inf):
+    if lease_seconds is not None and not (
+        isinstance(lease_seconds, (int, float)) and 0 < lease_seconds < math.inf
+    ):
         raise ValueError(f"lease_seconds must be a positive number, not {lease_seconds!r}")
     backend = open_store(store)
+    if lease_seconds is None:
+        lease_seconds = backend.lease_seconds
     # Errors leave the block as they are, not wrapped in a group by the runtime's nursery.
     failure: Exception | None = None
     async with trio.open_nursery() as nursery:

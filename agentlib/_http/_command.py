@@ -117,7 +117,7 @@ async def _serve(
     tokens: list[str],
     *,
     event_retention: int | None,
-    lease_seconds: float,
+    lease_seconds: float | None,
 ) -> None:
     from ._serve import serve as serve_agents
 

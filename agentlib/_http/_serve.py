@@ -22,7 +22,7 @@ def serve(
     port: int = 8000,
     tokens: Iterable[str] | Mapping[str, str] = (),
     event_retention: int | None = None,
-    lease_seconds: float = 30.0,
+    lease_seconds: float | None = None,
 ) -> AbstractAsyncContextManager[Server]:
     """Serve agents over HTTP for the duration of an ``async with`` block, from a runtime
     of the block's own::

@@ -612,7 +612,7 @@ async def serve(
     port: int = 8000,
     tokens: Iterable[str] | Mapping[str, str] = (),
     event_retention: int | None = None,
-    lease_seconds: float = 30.0,
+    lease_seconds: float | None = None,
 ) -> AsyncIterator[Server]:
     """:func:`agentlib.serve`, once its dependencies are imported."""
     config = Config()

@@ -179,6 +179,10 @@ class Store(abc.ABC):
     #: blocked, for the next one to resume.
     durable: bool = True
 
+    #: How long a runtime's lease on a session lasts without renewal, in seconds, unless
+    #: ``open_runtime(lease_seconds=...)`` says otherwise.
+    lease_seconds: float = 30.0
+
     def listen(self, listener: Callable[[Sequence[Op]], None]) -> Callable[[], None]:
         """Call ``listener`` with each group of writes once it is durable, and with no op
         when the store fails, in the runtime's thread; returns the function that stops it.

@@ -223,6 +223,8 @@ class PostgresStore(Store):
     """
 
     shared = True
+    #: Runtimes on several hosts share it: a dead one's sessions move on within seconds.
+    lease_seconds = 10.0
 
     def __init__(
         self,
