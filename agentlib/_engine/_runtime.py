@@ -87,6 +87,8 @@ class Runtime:
     # Events written and not yet durable, oldest first: (session, seq).
     _unseen: list[tuple[LiveSession, int]] = attrs.field(factory=list)
     _written: trio.Event = attrs.field(factory=trio.Event)
+    # The callbacks this runtime is claiming in a shared store, while it claims them.
+    _claiming: set[str] = attrs.field(factory=set)
     # With a durable store, the roots of the trees of sessions held, least recently used
     # first.
     _recent: collections.OrderedDict[str, None] = attrs.field(factory=collections.OrderedDict)
@@ -606,9 +608,16 @@ class Runtime:
             was_open = state.open
             if self.store.shared and was_open:
                 # Another runtime may answer it too: the store's claim decides which wins.
-                lost_to = await self.store.claim_callback(
-                    _answered(owner.id, state.callback, fitted), _key_row(owner.id, state, kept)
-                )
+                # Meanwhile this claim is this runtime's own, not one to take in from the
+                # store (which keeps no credentials).
+                self._claiming.add(callback_id)
+                try:
+                    lost_to = await self.store.claim_callback(
+                        _answered(owner.id, state.callback, fitted),
+                        _key_row(owner.id, state, kept),
+                    )
+                finally:
+                    self._claiming.discard(callback_id)
                 if lost_to is not None:
                     self._settled_elsewhere(lost_to)
             else:
@@ -633,6 +642,8 @@ class Runtime:
         state = machine.find_callback(self.states, row.session_id, row.callback.id)
         if state is None or not state.open or row.session_id not in self.sessions:
             return
+        if row.callback.id in self._claiming:
+            return  # this runtime's own claim, under way: its answer closes it
         self.close_callback(
             self.live(row.session_id),
             row.callback.id,
