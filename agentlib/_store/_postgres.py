@@ -34,14 +34,12 @@ import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import attrs
-import cattrs
 import trio
 
-from .._callbacks import AllowApproval, Callback, DenyApproval
+from .._callbacks import Callback
 from .._convert import structure, unstructure
 from .._entries import Entry
 from .._errors import StoreSchemaError
@@ -61,12 +59,12 @@ from ._base import (
     SessionRow,
     SteerRow,
     StepRow,
-    Store,
     StoredSession,
     StoreError,
     TurnRow,
 )
 from ._holder import Holder, gone, this_process
+from ._queued import UNREADABLE, Place, QueuedStore, check_turns_named, dump, read_answer
 from ._rows import EventRows
 
 if TYPE_CHECKING:
@@ -170,30 +168,6 @@ _RECORD_LAST = (
 )
 _SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM {schema}.events WHERE session_id = %s"
 
-#: What reading rows this store did not write as they are raises: the decoders' errors (a
-#: row that is not JSON, or not JSON of the shape written).
-_UNREADABLE = (
-    ValueError,
-    TypeError,
-    KeyError,
-    IndexError,
-    AttributeError,
-    RecursionError,
-    cattrs.BaseValidationError,
-)
-
-
-@attrs.define
-class _Place:
-    """Where a read is: what it reads (``"session X"``), and in which table."""
-
-    what: str
-    table: str = "sessions"
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(unstructure(value), separators=(",", ":"), ensure_ascii=False)
-
 
 def shown(conninfo: str) -> str:
     """The database ``conninfo`` names, as messages show it: without its password."""
@@ -210,7 +184,7 @@ def shown(conninfo: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-class PostgresStore(Store):
+class PostgresStore(QueuedStore[tuple[str, int]]):
     """Sessions in a PostgreSQL database, which several runtimes (in several processes, on
     several hosts) share.
 
@@ -242,21 +216,10 @@ class PostgresStore(Store):
         self.schema = schema
         self.pool_size = pool_size
         self._clock = clock
-        self._where = shown(conninfo)
+        self.where = shown(conninfo)
         self._pool: psycopg_pool.ConnectionPool | None = None
         self._limiter = trio.CapacityLimiter(pool_size)
-        self._queue: list[Op] = []
-        self._payloads: list[Any] = []  # the rows of the queued events and entries, in order
-        self._rows = EventRows()  # the writer's
-        # session id -> (owner, epoch) of the leases this store took
-        self._held: dict[str, tuple[str, int]] = {}
-        self._queued = 0
-        self._done = 0
-        self._wake = trio.Event()
-        self._progress = trio.Event()
-        self._closing = False
-        self.failure: BaseException | None = None
-        self._stopped = trio.Event()
+        self._start_queue()  # the leases it took: session id -> (owner, epoch)
         self._channel = f"agentlib_{schema}"[:63]
         # The readers waiting for other runtimes' events, by session; the listening thread.
         self._waiting: dict[str, trio.Event] = {}
@@ -265,7 +228,7 @@ class PostgresStore(Store):
         self._stop_listening = threading.Event()
 
     def __repr__(self) -> str:
-        return f"PostgresStore({self._where!r}, schema={self.schema!r})"
+        return f"PostgresStore({self.where!r}, schema={self.schema!r})"
 
     def _sql(self, statement: str) -> str:
         return statement.replace("{schema}", self.schema)
@@ -296,12 +259,7 @@ class PostgresStore(Store):
             self._pool = None
             await run_in_thread(pool.close)
             raise
-        self._closing = False  # the same object may be opened again after aclose()
-        self.failure = None
-        self._stopped = trio.Event()
-        self._wake = trio.Event()
-        self._progress = trio.Event()
-        start_soon(self._write_loop)
+        self._reopen_queue(start_soon)
 
     def _reach(self) -> None:
         import psycopg
@@ -321,7 +279,7 @@ class PostgresStore(Store):
             version = (row.fetchone() or (None,))[0] or 0
             if version > len(MIGRATIONS):
                 raise StoreSchemaError(
-                    f"the schema {self.schema} of {self._where} is at version {version}, "
+                    f"the schema {self.schema} of {self.where} is at version {version}, "
                     f"written by a newer agentlib; this one reads up to version "
                     f"{len(MIGRATIONS)}: upgrade agentlib to open it"
                 )
@@ -335,11 +293,7 @@ class PostgresStore(Store):
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
-            with contextlib.suppress(StoreError):  # a failed store closes all the same
-                await self.flush()
-            self._closing = True
-            self._wake.set()
-            await self._stopped.wait()
+            await self._close_queue()
             listener, self._listener = self._listener, None
             if listener is not None:
                 self._stop_listening.set()
@@ -353,7 +307,7 @@ class PostgresStore(Store):
         """A connection of the pool, for one worker thread's work."""
         pool = self._pool
         if pool is None:
-            raise StoreError(f"the store {self._where} is closed; open a new runtime on it")
+            raise StoreError(f"the store {self.where} is closed; open a new runtime on it")
         with pool.connection(timeout=30.0) as connection:
             yield connection
 
@@ -367,77 +321,32 @@ class PostgresStore(Store):
             return await run_in_thread(function, *args, limiter=self._limiter)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
             raise StoreError(
-                f"the store {self._where} failed: {type(error).__name__}: {_said(error)}"
+                f"the store {self.where} failed: {type(error).__name__}: {_said(error)}"
             ) from error
 
     # -- writing ---------------------------------------------------------------------------
-
-    def write(self, op: Op) -> None:
-        self._queue.append(op)
-        if isinstance(op, EventRow):
-            self._payloads.append(self._rows.row(op.session_id, op.seq, op.event))
-        elif isinstance(op, EntryRow):
-            self._payloads.append(self._rows.entry_json(op.entry))
-        elif isinstance(op, SessionRow) and op.lease is not None:
-            self._held[op.session_id] = (op.lease[0], 1)  # a new session's first lease
-        self._queued += 1
-        self._wake.set()
 
     def check(self) -> None:
         if isinstance(self.failure, LeaseLost):
             super().check()
         if self.failure is not None:
             raise StoreError(
-                f"the store {self._where} could not commit ({self.failure}); what was not "
+                f"the store {self.where} could not commit ({self.failure}); what was not "
                 "acknowledged is lost: check the database, then open a new runtime on it"
             ) from self.failure
 
-    async def flush(self) -> None:
-        target = self._queued
-        while self._done < target:
-            self.check()
-            if self._closing:
-                raise StoreError(f"the store {self._where} is closed; open a new runtime on it")
-            await self._progress.wait()
+    def _lease_of_new_session(self, op: SessionRow) -> tuple[str, int]:
+        assert op.lease is not None
+        return (op.lease[0], 1)  # a new session's first lease: epoch 1
 
-    async def _write_loop(self) -> None:
-        try:
-            while True:
-                await self._wake.wait()
-                self._wake = trio.Event()
-                if not self._queue:
-                    if self._closing:
-                        return
-                    continue
-                group, self._queue = self._queue, []
-                payloads, self._payloads = self._payloads, []
-                held = dict(self._held)
-                with trio.CancelScope(shield=True):  # a commit under way finishes
-                    try:
-                        await self._in_thread(self._commit, group, payloads, held)
-                    except (StoreError, LeaseLost) as error:
-                        # Nothing more is written here; the sessions it held are let go,
-                        # for another runtime to take at once.
-                        leases = [(session, owner) for session, (owner, _) in self._held.items()]
-                        with contextlib.suppress(StoreError):
-                            await self._in_thread(self._free, leases)
-                        self._held.clear()
-                        self.failure = error
-                        self._progress.set()
-                        self.committed(())
-                        return
-                self._done += len(group)
-                self.committed(group)
-                self._progress.set()
-                self._progress = trio.Event()
-                if self._closing and not self._queue:
-                    return
-        except BaseException as error:
-            self.failure = error
-            self._progress.set()
-            raise
-        finally:
-            self._stopped.set()
+    async def _commit_group(self, group: Sequence[Op], payloads: Sequence[Any]) -> None:
+        await self._in_thread(self._commit, group, payloads, dict(self._held))
+
+    async def _let_go(self, held: Mapping[str, tuple[str, int]]) -> None:
+        self._held.clear()
+        await self._in_thread(
+            self._free, [(session, owner) for session, (owner, _) in held.items()]
+        )
 
     def _commit(
         self, group: Sequence[Op], payloads: Sequence[Any], held: dict[str, tuple[str, int]]
@@ -510,7 +419,7 @@ class PostgresStore(Store):
         ).fetchall()
         for session_id, owner, epoch in rows:
             if (owner, epoch) != held[session_id]:
-                raise LeaseLost(session_id, owner, store=self._where)
+                raise LeaseLost(session_id, owner, store=self.where)
 
     def _record_last(self, cursor: psycopg.Cursor[Any], last: dict[str, list[int]]) -> None:
         """Record the last seq and idx written of each session (and forget them): a read
@@ -535,18 +444,18 @@ class PostgresStore(Store):
                     op.turn_id,
                     op.first_seq,
                     op.output_type,
-                    None if op.record is None else _dump(op.record),
+                    None if op.record is None else dump(op.record),
                 ),
             )
         elif isinstance(op, StepRow):
             cursor.execute(
                 sql("UPDATE {schema}.turns SET step = %s WHERE session_id = %s AND turn_id = %s"),
-                (None if op.step is None else _dump(op.step), op.session_id, op.turn_id),
+                (None if op.step is None else dump(op.step), op.session_id, op.turn_id),
             )
         elif isinstance(op, SteerRow):
             cursor.execute(
                 sql("INSERT INTO {schema}.steers (session_id, turn_id, data) VALUES (%s, %s, %s)"),
-                (op.session_id, op.turn_id, _dump(op.message)),
+                (op.session_id, op.turn_id, dump(op.message)),
             )
         elif isinstance(op, CallbackRow):
             cursor.execute(
@@ -561,7 +470,7 @@ class PostgresStore(Store):
                 (
                     op.session_id,
                     op.callback.id,
-                    _dump(op.callback),
+                    dump(op.callback),
                     op.state,
                     None if op.state == "open" else json.dumps(unstructure(op.answer)),
                     op.error,
@@ -619,27 +528,27 @@ class PostgresStore(Store):
     # -- reading ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _reading(self, what: str) -> Iterator[tuple[psycopg.Connection[Any], _Place]]:
+    def _reading(self, what: str) -> Iterator[tuple[psycopg.Connection[Any], Place]]:
         """A connection in one read-only, repeatable-read transaction, for a read of
         ``what`` (``"session X"``); what the rows it reads raise becomes a
         :class:`StoreError` saying where."""
-        place = _Place(what)
+        place = Place(what)
         with self._connection() as db:
             try:
                 with db.transaction():
                     db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     yield db, place
-            except _UNREADABLE as error:
+            except UNREADABLE as error:
                 if isinstance(error, StoreError):
                     raise
                 raise self._damaged(place, _unreadable(error)) from error
 
     def damaged(self, session_id: str, table: str, reason: str) -> StoreError:
-        return self._damaged(_Place(f"session {session_id}", table), reason)
+        return self._damaged(Place(f"session {session_id}", table), reason)
 
-    def _damaged(self, place: _Place, reason: str) -> StoreError:
+    def _damaged(self, place: Place, reason: str) -> StoreError:
         return StoreError(
-            f"the store {self._where} is damaged: {place.what} cannot be read from table "
+            f"the store {self.where} is damaged: {place.what} cannot be read from table "
             f"{self.schema}.{place.table} ({reason}). Restore the database from a backup"
         )
 
@@ -717,7 +626,7 @@ class PostgresStore(Store):
                     session_id,
                     structure(json.loads(callback), Callback),
                     state,
-                    _answer(json.loads(answer)) if answer is not None else None,
+                    read_answer(json.loads(answer)) if answer is not None else None,
                     error,
                 )
                 for callback, state, answer, error in db.execute(
@@ -739,15 +648,9 @@ class PostgresStore(Store):
                 )
             ]
             at.table = "turns"
-            turn_ids = {turn.turn_id for turn in turns}
-            for what, turn_id in (
-                *((f"entry {entry.id}", entry.turn_id) for entry in entries),
-                *((f"steered message {m.id}", m.turn_id) for s in steers.values() for m in s),
-                *((f"callback {row.callback.id}", row.callback.turn_id) for row in callbacks),
-                *((f"idempotency key {i}", key.turn_id) for i, key in enumerate(keys, 1)),
-            ):
-                if turn_id is not None and turn_id not in turn_ids:
-                    raise self._damaged(at, f"turn {turn_id}, of its {what}, is missing")
+            wrong = check_turns_named(turns, entries, steers, callbacks, keys)
+            if wrong is not None:
+                raise self._damaged(at, wrong)
             at.table = "sessions"
             children = [
                 child
@@ -781,7 +684,7 @@ class PostgresStore(Store):
         )
         return found.fetchone() is not None
 
-    def _check_none_left(self, db: psycopg.Connection[Any], at: _Place, session_id: str) -> None:
+    def _check_none_left(self, db: psycopg.Connection[Any], at: Place, session_id: str) -> None:
         """Raises:
         StoreError: The session has no row, yet rows of it are left in other tables.
         """
@@ -792,7 +695,7 @@ class PostgresStore(Store):
     def _check_events(
         self,
         db: psycopg.Connection[Any],
-        at: _Place,
+        at: Place,
         session_id: str,
         first_seq: int,
         last_seq: int,
@@ -921,7 +824,7 @@ class PostgresStore(Store):
             session_id,
             structure(json.loads(callback), Callback),
             state,
-            _answer(json.loads(answer)) if answer is not None else None,
+            read_answer(json.loads(answer)) if answer is not None else None,
             error,
         )
 
@@ -970,7 +873,7 @@ class PostgresStore(Store):
             self._listener = threading.Thread(
                 target=self._listening,
                 args=(trio.lowlevel.current_trio_token(), self._stop_listening),
-                name=f"agentlib listener of {self._where}",
+                name=f"agentlib listener of {self.where}",
                 daemon=True,
             )
             self._listener.start()
@@ -1122,9 +1025,3 @@ def _unreadable(error: BaseException) -> str:
     if isinstance(error, json.JSONDecodeError):
         return f"a row is not JSON: {error.msg}, at character {error.pos}"
     return f"a row is not what agentlib writes ({type(error).__name__})"
-
-
-def _answer(data: Any) -> Any:
-    if isinstance(data, dict) and data.get("type") in ("allow", "deny"):
-        return structure(data, AllowApproval if data["type"] == "allow" else DenyApproval)
-    return data

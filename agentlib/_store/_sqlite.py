@@ -18,15 +18,13 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-import attrs
-import cattrs
 import trio
 
-from .._callbacks import AllowApproval, Callback, DenyApproval
+from .._callbacks import Callback
 from .._convert import structure, unstructure
 from .._entries import Entry
 from .._errors import StoreSchemaError
@@ -45,12 +43,12 @@ from ._base import (
     SessionRow,
     SteerRow,
     StepRow,
-    Store,
     StoredSession,
     StoreError,
     TurnRow,
 )
 from ._holder import Holder, gone, this_process
+from ._queued import UNREADABLE, Place, QueuedStore, check_turns_named, dump, read_answer
 from ._rows import EventRows
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -147,24 +145,7 @@ _SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM events WHERE session_
 
 #: What reading rows this store did not write as they are raises: SQLite's errors (a damaged
 #: page), and the decoders' (a row that is not JSON, or not JSON of the shape written).
-_UNREADABLE = (
-    sqlite3.Error,
-    ValueError,
-    TypeError,
-    KeyError,
-    IndexError,
-    AttributeError,
-    RecursionError,
-    cattrs.BaseValidationError,
-)
-
-
-@attrs.define
-class _Place:
-    """Where a read is: what it reads (``"session X"``), and in which table."""
-
-    what: str
-    table: str = "sessions"
+_UNREADABLE: tuple[type[BaseException], ...] = (sqlite3.Error, *UNREADABLE)
 
 
 def _damage(error: sqlite3.Error) -> bool:
@@ -175,11 +156,7 @@ def _damage(error: sqlite3.Error) -> bool:
     )
 
 
-def _dump(value: Any) -> str:
-    return json.dumps(unstructure(value), separators=(",", ":"), ensure_ascii=False)
-
-
-class SQLiteStore(Store):
+class SQLiteStore(QueuedStore[str]):
     """Sessions in a SQLite file (created on first open).
 
     Args:
@@ -187,34 +164,22 @@ class SQLiteStore(Store):
         clock: The wall clock leases are measured on (seconds).
     """
 
+    _commit_errors = (sqlite3.Error, LeaseLost)
+
     def __init__(self, path: str, *, clock: Callable[[], float] = time.time) -> None:
         self.path = path
+        self.where = path
         self._clock = clock
-        self._queue: list[Op] = []
-        self._rows = EventRows()  # the writer's
-        self._held: dict[str, str] = {}  # session id -> the owner this store leased it to
-        self._payloads: list[Any] = []  # the rows of the queued events and entries, in order
-        self._queued = 0  # writes made so far
-        self._done = 0  # writes committed so far
-        self._wake = trio.Event()
-        self._progress = trio.Event()
-        self._closing = False
-        self.failure: BaseException | None = None
+        self._start_queue()
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
-        self._stopped = trio.Event()
 
     # -- opening and closing ---------------------------------------------------------------
 
     async def open(self, start_soon: Callable[..., Any]) -> None:
         await self._in_thread(self._open_files)
-        self._closing = False  # the same object may be opened again after aclose()
-        self.failure = None
-        self._stopped = trio.Event()
-        self._wake = trio.Event()
-        self._progress = trio.Event()
-        start_soon(self._write_loop)
+        self._reopen_queue(start_soon)
 
     def _connect(self, *, wait: float = 30.0) -> sqlite3.Connection:
         """A connection that waits up to ``wait`` seconds for another's lock."""
@@ -265,11 +230,7 @@ class SQLiteStore(Store):
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
-            with contextlib.suppress(StoreError):  # a failed store closes all the same
-                await self.flush()
-            self._closing = True
-            self._wake.set()
-            await self._stopped.wait()
+            await self._close_queue()
             await run_in_thread(self._close_files)
 
     def _close_files(self) -> None:
@@ -281,20 +242,6 @@ class SQLiteStore(Store):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def write(self, op: Op) -> None:
-        self._queue.append(op)
-        # Events and entries are serialized here, in the runtime's thread, while the writer's
-        # thread spends its time in SQLite (which lets go of the GIL): the two cores work at
-        # once.
-        if isinstance(op, EventRow):
-            self._payloads.append(self._rows.row(op.session_id, op.seq, op.event))
-        elif isinstance(op, EntryRow):
-            self._payloads.append(self._rows.entry_json(op.entry))
-        elif isinstance(op, SessionRow) and op.lease is not None:
-            self._held[op.session_id] = op.lease[0]  # a new session, leased as it is made
-        self._queued += 1
-        self._wake.set()
-
     def check(self) -> None:
         if isinstance(self.failure, LeaseLost):
             super().check()
@@ -304,53 +251,15 @@ class SQLiteStore(Store):
                 "acknowledged is lost: check the disk, then open a new runtime on the file"
             ) from self.failure
 
-    async def flush(self) -> None:
-        target = self._queued
-        while self._done < target:
-            self.check()
-            if self._closing:
-                raise StoreError(f"the store {self.path} is closed; open a new runtime on it")
-            await self._progress.wait()
+    def _lease_of_new_session(self, op: SessionRow) -> str:
+        assert op.lease is not None
+        return op.lease[0]  # a new session, leased as it is made
 
-    async def _write_loop(self) -> None:
-        try:
-            while True:
-                await self._wake.wait()
-                self._wake = trio.Event()
-                if not self._queue:
-                    if self._closing:
-                        return
-                    continue
-                group, self._queue = self._queue, []
-                payloads, self._payloads = self._payloads, []
-                # A commit under way finishes even when the runtime is cancelled.
-                with trio.CancelScope(shield=True):
-                    try:
-                        await run_in_thread(self._commit, group, payloads)
-                    except (sqlite3.Error, LeaseLost) as error:
-                        # Nothing more is written here: the next runtime to open these
-                        # sessions (in this process or another) takes them at once. Then
-                        # every wait for the store fails, with this cause; the runtime and
-                        # its other tasks go on.
-                        held = list(self._held.items())
-                        with contextlib.suppress(StoreError):  # they expire by themselves
-                            await run_in_thread(self._free, held, 1.0)
-                        self.failure = error
-                        self._progress.set()
-                        self.committed(())
-                        return
-                self._done += len(group)
-                self.committed(group)
-                self._progress.set()
-                self._progress = trio.Event()
-                if self._closing and not self._queue:
-                    return
-        except BaseException as error:
-            self.failure = error
-            self._progress.set()
-            raise
-        finally:
-            self._stopped.set()
+    async def _commit_group(self, group: Sequence[Op], payloads: Sequence[Any]) -> None:
+        await run_in_thread(self._commit, group, payloads)
+
+    async def _let_go(self, held: Mapping[str, str]) -> None:
+        await run_in_thread(self._free, list(held.items()), 1.0)
 
     def _commit(self, group: Sequence[Op], payloads: Sequence[Any]) -> None:
         writer = self._writer
@@ -413,14 +322,14 @@ class SQLiteStore(Store):
                     op.turn_id,
                     op.first_seq,
                     op.output_type,
-                    None if op.record is None else _dump(op.record),
+                    None if op.record is None else dump(op.record),
                 ),
             )
         elif isinstance(op, StepRow):
             db.execute(
                 "UPDATE turns SET step = ? WHERE session_id = ? AND turn_id = ?",
                 (
-                    None if op.step is None else _dump(op.step),
+                    None if op.step is None else dump(op.step),
                     op.session_id,
                     op.turn_id,
                 ),
@@ -428,7 +337,7 @@ class SQLiteStore(Store):
         elif isinstance(op, SteerRow):
             db.execute(
                 "INSERT INTO steers (session_id, turn_id, data) VALUES (?, ?, ?)",
-                (op.session_id, op.turn_id, _dump(op.message)),
+                (op.session_id, op.turn_id, dump(op.message)),
             )
         elif isinstance(op, CallbackRow):
             db.execute(
@@ -439,7 +348,7 @@ class SQLiteStore(Store):
                 (
                     op.session_id,
                     op.callback.id,
-                    _dump(op.callback),
+                    dump(op.callback),
                     op.state,
                     None if op.state == "open" else json.dumps(unstructure(op.answer)),
                     op.error,
@@ -491,11 +400,11 @@ class SQLiteStore(Store):
             raise StoreError(f"the store {self.path} failed: {error}") from error
 
     @contextmanager
-    def _reading(self, what: str) -> Iterator[tuple[sqlite3.Connection, _Place]]:
+    def _reading(self, what: str) -> Iterator[tuple[sqlite3.Connection, Place]]:
         """The reader, in one read transaction, for a read of ``what`` (``"session X"``);
         the read says which table it is at in the place it gets. What the rows it reads
         raise becomes a :class:`StoreError` saying where."""
-        place = _Place(what)
+        place = Place(what)
         with self._read_lock:
             reader = self._reader
             if reader is None:
@@ -512,7 +421,7 @@ class SQLiteStore(Store):
                     raise self._unreadable(place, error) from error
                 raise
 
-    def _unreadable(self, place: _Place, error: BaseException) -> StoreError:
+    def _unreadable(self, place: Place, error: BaseException) -> StoreError:
         """The error saying that ``place`` could not be read, because of ``error``. It
         never quotes the rows: they may hold a session's inputs."""
         if isinstance(error, sqlite3.Error) and not _damage(error):
@@ -529,9 +438,9 @@ class SQLiteStore(Store):
         return self._damaged(place, reason)
 
     def damaged(self, session_id: str, table: str, reason: str) -> StoreError:
-        return self._damaged(_Place(f"session {session_id}", table), reason)
+        return self._damaged(Place(f"session {session_id}", table), reason)
 
-    def _damaged(self, place: _Place, reason: str) -> StoreError:
+    def _damaged(self, place: Place, reason: str) -> StoreError:
         return StoreError(
             f"the store {self.path} is damaged: {place.what} cannot be read from table "
             f"{place.table} ({reason}). Restore the file from a backup; `sqlite3 {self.path} "
@@ -605,7 +514,7 @@ class SQLiteStore(Store):
                     session_id,
                     structure(json.loads(callback), Callback),
                     state,
-                    _answer(json.loads(answer)) if answer is not None else None,
+                    read_answer(json.loads(answer)) if answer is not None else None,
                     error,
                 )
                 for callback, state, answer, error in db.execute(
@@ -625,15 +534,9 @@ class SQLiteStore(Store):
             # Every row that names a turn names one of the session's: a turn's row that is
             # gone would make a turn with a history, events or a key read as never started.
             at.table = "turns"
-            turn_ids = {turn.turn_id for turn in turns}
-            for what, turn_id in (
-                *((f"entry {entry.id}", entry.turn_id) for entry in entries),
-                *((f"steered message {m.id}", m.turn_id) for s in steers.values() for m in s),
-                *((f"callback {row.callback.id}", row.callback.turn_id) for row in callbacks),
-                *((f"idempotency key {i}", key.turn_id) for i, key in enumerate(keys, 1)),
-            ):
-                if turn_id is not None and turn_id not in turn_ids:
-                    raise self._damaged(at, f"turn {turn_id}, of its {what}, is missing")
+            wrong = check_turns_named(turns, entries, steers, callbacks, keys)
+            if wrong is not None:
+                raise self._damaged(at, wrong)
             at.table = "sessions"
             children = [
                 child
@@ -663,7 +566,7 @@ class SQLiteStore(Store):
             children=children,
         )
 
-    def _check_none_left(self, db: sqlite3.Connection, at: _Place, session_id: str) -> None:
+    def _check_none_left(self, db: sqlite3.Connection, at: Place, session_id: str) -> None:
         """Raises:
         StoreError: The session has no row, yet rows of it are left in other tables: its
             row is missing, not the session.
@@ -675,7 +578,7 @@ class SQLiteStore(Store):
                 raise self._damaged(at, f"its row is missing, and table {table} has rows of it")
 
     def _check_events(
-        self, db: sqlite3.Connection, at: _Place, session_id: str, first_seq: int, last_seq: int
+        self, db: sqlite3.Connection, at: Place, session_id: str, first_seq: int, last_seq: int
     ) -> None:
         """Raises:
         StoreError: The first or last of the session's events, as recorded, is missing.
@@ -815,7 +718,7 @@ class SQLiteStore(Store):
             finally:
                 db.close()
         except sqlite3.Error as error:
-            raise self._unreadable(_Place(_naming(session_ids)), error) from error
+            raise self._unreadable(Place(_naming(session_ids)), error) from error
 
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
         for session_id in session_ids:
@@ -912,9 +815,3 @@ def _owners(db: sqlite3.Connection, session_ids: Sequence[str]) -> list[tuple[st
             chunk,
         ).fetchall()
     return found
-
-
-def _answer(data: Any) -> Any:
-    if isinstance(data, dict) and data.get("type") in ("allow", "deny"):
-        return structure(data, AllowApproval if data["type"] == "allow" else DenyApproval)
-    return data

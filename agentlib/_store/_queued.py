@@ -1,0 +1,215 @@
+"""What the SQLite and PostgreSQL stores share: writes queued in the runtime's thread and
+committed in groups by a writer task, and rows read back into a :class:`StoredSession`."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+import attrs
+import cattrs
+import trio
+
+from .._callbacks import AllowApproval, DenyApproval
+from .._convert import structure, unstructure
+from .._entries import Entry
+from ._base import (
+    CallbackRow,
+    EntryRow,
+    EventRow,
+    KeyRow,
+    LeaseLost,
+    Op,
+    SessionRow,
+    Store,
+    StoreError,
+    TurnRow,
+)
+from ._rows import EventRows
+
+__all__ = ["UNREADABLE", "Place", "QueuedStore", "check_turns_named", "dump", "read_answer"]
+
+#: What reading rows a store did not write as they are raises: the decoders' errors (a row
+#: that is not JSON, or not JSON of the shape written).
+UNREADABLE: tuple[type[BaseException], ...] = (
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    RecursionError,
+    cattrs.BaseValidationError,
+)
+
+
+@attrs.define
+class Place:
+    """Where a read is: what it reads (``"session X"``), and in which table."""
+
+    what: str
+    table: str = "sessions"
+
+
+def dump(value: Any) -> str:
+    """A value as a store keeps it: its converter JSON, compact."""
+    return json.dumps(unstructure(value), separators=(",", ":"), ensure_ascii=False)
+
+
+#: What a store remembers of each lease it took: the owner (and, for some, an epoch).
+Lease = TypeVar("Lease")
+
+
+class QueuedStore(Store, Generic[Lease]):
+    """A store whose writes queue up in the runtime's thread; a writer task commits all
+    that is queued in one transaction (:meth:`_commit_group`), then acknowledges the group.
+    Events and entries are serialized as they are written, in the runtime's thread, while the
+    writer's thread spends its time in the database (which lets go of the GIL).
+
+    A commit that fails leaves the store failed: it writes nothing more, lets go of the
+    sessions it leased (:meth:`_let_go`), and every wait for it raises.
+    """
+
+    #: What the store is named by in messages (its file, its database).
+    where: str
+    #: What a failed commit raises: the store fails with it.
+    _commit_errors: tuple[type[BaseException], ...] = (StoreError, LeaseLost)
+
+    def _start_queue(self) -> None:
+        self._queue: list[Op] = []
+        self._payloads: list[Any] = []  # the rows of the queued events and entries, in order
+        self._rows = EventRows()  # the writer's
+        self._held: dict[str, Lease] = {}  # session id -> the lease this store took
+        self._queued = 0  # writes made so far
+        self._done = 0  # writes committed so far
+        self._wake = trio.Event()
+        self._progress = trio.Event()
+        self._closing = False
+        self.failure: BaseException | None = None
+        self._stopped = trio.Event()
+
+    def _reopen_queue(self, start_soon: Callable[..., Any]) -> None:
+        """Make the queue ready again (the same object may be opened again after
+        :meth:`aclose`), and start its writer task."""
+        self._closing = False
+        self.failure = None
+        self._stopped = trio.Event()
+        self._wake = trio.Event()
+        self._progress = trio.Event()
+        start_soon(self._write_loop)
+
+    async def _close_queue(self) -> None:
+        """Commit what was written (a failed store all the same), and end the writer."""
+        with contextlib.suppress(StoreError):
+            await self.flush()
+        self._closing = True
+        self._wake.set()
+        await self._stopped.wait()
+
+    @abc.abstractmethod
+    def _lease_of_new_session(self, op: SessionRow) -> Lease:
+        """What the store remembers of the lease a new session's row takes."""
+
+    @abc.abstractmethod
+    async def _commit_group(self, group: Sequence[Op], payloads: Sequence[Any]) -> None:
+        """Commit the group in one transaction.
+
+        Raises:
+            LeaseLost: A session of the group was taken over: nothing was written.
+            StoreError: The database failed: nothing was written.
+        """
+
+    @abc.abstractmethod
+    async def _let_go(self, held: Mapping[str, Lease]) -> None:
+        """End the leases the store holds, for a failed store: another runtime takes the
+        sessions at once. Raises :class:`StoreError` if the database cannot (they expire
+        by themselves then)."""
+
+    def write(self, op: Op) -> None:
+        self._queue.append(op)
+        if isinstance(op, EventRow):
+            self._payloads.append(self._rows.row(op.session_id, op.seq, op.event))
+        elif isinstance(op, EntryRow):
+            self._payloads.append(self._rows.entry_json(op.entry))
+        elif isinstance(op, SessionRow) and op.lease is not None:
+            self._held[op.session_id] = self._lease_of_new_session(op)
+        self._queued += 1
+        self._wake.set()
+
+    async def flush(self) -> None:
+        target = self._queued
+        while self._done < target:
+            self.check()
+            if self._closing:
+                raise StoreError(f"the store {self.where} is closed; open a new runtime on it")
+            await self._progress.wait()
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                if not self._queue:
+                    if self._closing:
+                        return
+                    continue
+                group, self._queue = self._queue, []
+                payloads, self._payloads = self._payloads, []
+                # A commit under way finishes even when the runtime is cancelled.
+                with trio.CancelScope(shield=True):
+                    try:
+                        await self._commit_group(group, payloads)
+                    except self._commit_errors as error:
+                        # Nothing more is written here: the next runtime to open these
+                        # sessions (in this process or another) takes them at once. Then
+                        # every wait for the store fails, with this cause; the runtime and
+                        # its other tasks go on.
+                        with contextlib.suppress(StoreError):  # they expire by themselves
+                            await self._let_go(dict(self._held))
+                        self.failure = error
+                        self._progress.set()
+                        self.committed(())
+                        return
+                self._done += len(group)
+                self.committed(group)
+                self._progress.set()
+                self._progress = trio.Event()
+                if self._closing and not self._queue:
+                    return
+        except BaseException as error:
+            self.failure = error
+            self._progress.set()
+            raise
+        finally:
+            self._stopped.set()
+
+
+def read_answer(data: Any) -> Any:
+    """A callback's answer as a store keeps it (JSON): an approval's answer as its class."""
+    if isinstance(data, dict) and data.get("type") in ("allow", "deny"):
+        return structure(data, AllowApproval if data["type"] == "allow" else DenyApproval)
+    return data
+
+
+def check_turns_named(
+    turns: Iterable[TurnRow],
+    entries: Iterable[Entry],
+    steers: Mapping[str, Sequence[Entry]],
+    callbacks: Iterable[CallbackRow],
+    keys: Iterable[KeyRow],
+) -> str | None:
+    """Why the rows of a session read back are damaged, if a row names a turn the session
+    does not have (a turn's row that is gone would make a turn with a history, events or a
+    key read as never started); None if each names one of its turns."""
+    turn_ids = {turn.turn_id for turn in turns}
+    for what, turn_id in (
+        *((f"entry {entry.id}", entry.turn_id) for entry in entries),
+        *((f"steered message {m.id}", m.turn_id) for s in steers.values() for m in s),
+        *((f"callback {row.callback.id}", row.callback.turn_id) for row in callbacks),
+        *((f"idempotency key {i}", key.turn_id) for i, key in enumerate(keys, 1)),
+    ):
+        if turn_id is not None and turn_id not in turn_ids:
+            return f"turn {turn_id}, of its {what}, is missing"
+    return None
