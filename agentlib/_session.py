@@ -646,7 +646,9 @@ class Turn:
         # on_event sees the whole turn, whatever ``after`` is.
         delivered = turn.first_seq - 1 if on_event is not None else position
         deadline = math.inf if timeout is None else trio.current_time() + timeout
-        waiter = Waiter(runtime, live, self._session._handler_for, deadline)
+        waiter = Waiter(
+            engine=runtime, live=live, handler_for=self._session._handler_for, deadline=deadline
+        )
         try:
             with waiter.scope, live.reading():
                 record = await self._follow(

@@ -12,7 +12,7 @@ import copy
 import inspect
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import trio
@@ -26,7 +26,9 @@ from ._machine import find_callback, own, without
 if TYPE_CHECKING:
     from ._live import Engine, LiveSession
 
-__all__ = ["Handler", "HandlerRun", "Waiter", "invoke", "own_copy", "unsent"]
+__all__ = ["Handler", "HandlerRun", "RunsWatched", "Waiter", "invoke", "own_copy", "unsent"]
+
+T = TypeVar("T")
 
 #: A handler: a function (sync or async) of a callback.
 Handler = Callable[[Any], Any]
@@ -98,13 +100,12 @@ async def _run(engine: Engine, owner: LiveSession, handler: Handler, run: Handle
         run.done.set()
 
 
-@attrs.define(eq=False)
-class Waiter:
-    """One wait (``turn.result``): the handler runs it watches, and its deadline.
+@attrs.define(eq=False, kw_only=True)
+class RunsWatched:
+    """What a wait (``turn.result``) follows of the handler runs it started or joined, and
+    its deadline: a local wait's, or a deployed session's in its client.
 
     Attributes:
-        engine: The runtime.
-        live: The session waited on; callbacks of its subagents count too.
         handler_for: The waiting reference's handler for a callback, if it has one.
         deadline: When the wait ends; pushed back by the time client tool handlers take.
         scope: The wait's cancel scope, which holds the deadline.
@@ -113,8 +114,6 @@ class Waiter:
             handler runs it follows are over.
     """
 
-    engine: Engine
-    live: LiveSession
     handler_for: Callable[[Callback], Handler | None]
     deadline: float
     scope: trio.CancelScope = attrs.field(init=False)
@@ -126,19 +125,8 @@ class Waiter:
         self.scope = trio.CancelScope(deadline=self.deadline)
 
     def is_open(self, callback: Callback) -> bool:
-        found = find_callback(self.engine.states, self.live.id, callback.id)
-        return found is not None and found.open
-
-    def handle(self, callback: Callback) -> None:
-        """Have ``callback`` answered by the reference's handler, or left to the caller."""
-        if not self.is_open(callback):
-            return
-        handler = self.handler_for(callback)
-        if handler is None:
-            self.blocked = True
-            return
-        owner = self.engine.live(callback.session_id)
-        self.watched[callback.id] = start_run(self.engine, owner, callback, handler)
+        """Whether the callback is still open, as far as the wait knows."""
+        raise NotImplementedError
 
     def settle(self) -> None:
         """Take the outcomes of the handler runs that are over.
@@ -172,20 +160,56 @@ class Waiter:
             self._paused_at = None
             self.scope.deadline = self.deadline
 
-    async def wait(self, log: EventLog, seq: int) -> None:
-        """Return once the log has an event after ``seq``, or a watched run is over."""
+    async def until(self, wait: Callable[[], Awaitable[T]]) -> T | None:
+        """What ``wait()`` returns, or None once a watched run is over first."""
         if not self.watched:
-            await log.wait_beyond(seq)
-            return
+            return await wait()
+        got: T | None = None
         async with trio.open_nursery() as nursery:
 
-            async def first(wait: Callable[[], Awaitable[None]]) -> None:
-                await wait()
+            async def first(wait: Callable[[], Awaitable[Any]], keep: bool) -> None:
+                nonlocal got
+                value = await wait()
+                if keep:
+                    got = value
                 nursery.cancel_scope.cancel()
 
-            nursery.start_soon(first, lambda: log.wait_beyond(seq))
+            nursery.start_soon(first, wait, True)
             for run in self.watched.values():
-                nursery.start_soon(first, run.done.wait)
+                nursery.start_soon(first, run.done.wait, False)
+        return got
+
+
+@attrs.define(eq=False, kw_only=True)
+class Waiter(RunsWatched):
+    """A local wait: the handler runs it watches, and its deadline.
+
+    Attributes:
+        engine: The runtime.
+        live: The session waited on; callbacks of its subagents count too.
+    """
+
+    engine: Engine
+    live: LiveSession
+
+    def is_open(self, callback: Callback) -> bool:
+        found = find_callback(self.engine.states, self.live.id, callback.id)
+        return found is not None and found.open
+
+    def handle(self, callback: Callback) -> None:
+        """Have ``callback`` answered by the reference's handler, or left to the caller."""
+        if not self.is_open(callback):
+            return
+        handler = self.handler_for(callback)
+        if handler is None:
+            self.blocked = True
+            return
+        owner = self.engine.live(callback.session_id)
+        self.watched[callback.id] = start_run(self.engine, owner, callback, handler)
+
+    async def wait(self, log: EventLog, seq: int) -> None:
+        """Return once the log has an event after ``seq``, or a watched run is over."""
+        await self.until(lambda: log.wait_beyond(seq))
 
 
 def own_copy(run: HandlerRun) -> BaseException:

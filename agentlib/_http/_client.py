@@ -508,7 +508,9 @@ class RemoteTurn(Turn):
             if on_event is None and not session._has_handlers:
                 record = await self._wait_on_server(cursor, deadline)
             else:  # events to hand over, or handlers to run: here, as a local wait runs them
-                waiter = RemoteWaiter(self, session._handler_for, deadline)
+                waiter = RemoteWaiter(
+                    turn=self, handler_for=session._handler_for, deadline=deadline
+                )
                 followed = None
                 with waiter.scope:
                     followed = await self._follow_events(waiter, cursor, on_event, wanted)
@@ -547,7 +549,7 @@ class RemoteTurn(Turn):
             if read_from is not None:
                 params["after"] = read_from
             try:
-                page = await waiter.next_page(
+                page = await waiter.until(
                     functools.partial(wire.call, "GET", f"{self._path}/events", params=params)
                 )
             except ObservationLost as lost:

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import math
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
 import attrs
 import trio
 
 from .._callbacks import Callback, KeepCallbackOpen, OpenClientToolCall
-from .._engine._handlers import Handler, invoke, own_copy, unsent
+from .._engine._handlers import Handler, RunsWatched, invoke, unsent
 from .._engine._live import HandlerRun
 from .._errors import ObservationLost, SdkError
 from .._events import CallbackClosed, CallbackOpened, Event, TurnEnded
@@ -202,33 +201,21 @@ async def _end_when_closed(turn: RemoteTurn, run: HandlerRun, opened: str) -> No
                 after = lost.cursor or after
 
 
-@attrs.define(eq=False)
-class RemoteWaiter:
-    """One wait (``turn.result``) on a deployed turn: the handler runs it follows, and its
-    deadline; what a local wait is, with what the turn's events say of its callbacks.
+@attrs.define(eq=False, kw_only=True)
+class RemoteWaiter(RunsWatched):
+    """One wait (``turn.result``) on a deployed turn: what a local wait is, with what the
+    turn's events say of its callbacks.
 
     Attributes:
         turn: The turn waited on.
-        handler_for: The waiting reference's handler for a callback, if it has one.
-        deadline: When the wait ends; pushed back by the time client tool handlers take.
-        scope: The wait's cancel scope, which holds the deadline.
-        watched: The handler runs the wait follows, by callback id.
-        blocked: A callback was left to the caller: the wait returns ``Blocked`` once the
-            handler runs it follows are over.
         open: The callbacks the events followed so far show open.
     """
 
     turn: RemoteTurn
-    handler_for: Callable[[Callback], Handler | None]
-    deadline: float
-    scope: trio.CancelScope = attrs.field(init=False)
-    watched: dict[str, HandlerRun] = attrs.field(factory=dict)
-    blocked: bool = False
     open: set[str] = attrs.field(factory=set)
-    _paused_at: float | None = None
 
-    def __attrs_post_init__(self) -> None:
-        self.scope = trio.CancelScope(deadline=self.deadline)
+    def is_open(self, callback: Callback) -> bool:
+        return callback.id in self.open
 
     def saw(self, event: Event, handle: bool) -> None:
         """Take in an event of the turn; with ``handle``, have a callback it opens answered
@@ -246,55 +233,3 @@ class RemoteWaiter:
             self.blocked = True
             return
         self.watched[callback.id] = _start_run(self.turn, callback, handler, opened)
-
-    def settle(self) -> None:
-        """Take the outcomes of the handler runs that are over.
-
-        Raises:
-            Exception: What a handler raised, or an ``SdkError`` for an answer that did not
-                fit; its callback stays open.
-        """
-        for callback_id, run in list(self.watched.items()):
-            if not run.done.is_set():
-                if callback_id not in self.open:
-                    del self.watched[callback_id]  # answered elsewhere: the run is ending
-                continue
-            del self.watched[callback_id]
-            if run.error is not None:
-                raise own_copy(run)
-            if run.kept_open and callback_id in self.open:
-                self.blocked = True
-        self._count_client_time()
-
-    def _count_client_time(self) -> None:
-        # Only a client tool's handler is not counted: while it runs alone, the clock stops.
-        running = [run for run in self.watched.values() if not run.done.is_set()]
-        paused = bool(running) and all(run.for_client_tool for run in running)
-        now = trio.current_time()
-        if paused and self._paused_at is None:
-            self._paused_at = now
-            self.scope.deadline = math.inf
-        elif not paused and self._paused_at is not None:
-            self.deadline += now - self._paused_at
-            self._paused_at = None
-            self.scope.deadline = self.deadline
-
-    async def next_page(self, read: Callable[[], Awaitable[Any]]) -> Any:
-        """What ``read`` returns (the next page of the turn's events), or None once a
-        watched run is over first."""
-        if not self.watched:
-            return await read()
-        page: Any = None
-        async with trio.open_nursery() as nursery:
-
-            async def first(wait: Callable[[], Awaitable[Any]], keep: bool) -> None:
-                nonlocal page
-                value = await wait()
-                if keep:
-                    page = value
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(first, read, True)
-            for run in self.watched.values():
-                nursery.start_soon(first, run.done.wait, False)
-        return page
