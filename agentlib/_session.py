@@ -31,7 +31,7 @@ from ._engine._handlers import Handler, Waiter, invoke
 from ._engine._live import LiveSession
 from ._engine._log import cursor_of
 from ._engine._machine import StopCause, TurnMachine
-from ._engine._restore import not_found
+from ._engine._restore import not_found, read_states
 from ._engine._runtime import Runtime
 from ._errors import (
     InvalidCursorError,
@@ -54,6 +54,7 @@ from ._records import (
     ErrorInfo,
     Failed,
     NotFound,
+    Running,
     TurnConflict,
     TurnState,
 )
@@ -588,9 +589,65 @@ class Turn:
         Raises:
             TurnNotFoundError: The session has no such turn.
         """
-        live, turn = await self._turn()
-        record = self._session._runtime.record(live, turn.id)
+        try:
+            live, turn = await self._turn()
+        except SessionBusyError:
+            if not self._session._runtime.store.shared:
+                raise
+            record = await self._record_elsewhere()  # another runtime holds it
+        else:
+            record = self._session._runtime.record(live, turn.id)
         return _for_reader(record, self._session._agent.output_type)
+
+    async def _result_elsewhere(
+        self, after: TurnState[Any] | str | None, timeout: float | None
+    ) -> TurnState[Any]:
+        """:meth:`result`, for a session another runtime holds on a shared store: its record
+        read again as the store has it each time the session has new events. A callback this
+        reference has a handler for is answered by it (through the store's claim)."""
+        session = self._session
+        cursor = cursor_of(after, session.id)
+        position = 0 if cursor is None else int(cursor.rpartition(":")[2])
+        handled: set[str] = set()
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            while True:
+                states, last = await read_states(session._runtime, session.id, session._agent)
+                turn = states[session.id].turn(self.id)
+                record = machine.record_of(states, turn, last[session.id])
+                if not isinstance(record, (Running, Blocked)):
+                    return record
+                if isinstance(record, Blocked):
+                    opened = [
+                        callback
+                        for seq, callback in states[session.id].shown.values()
+                        if seq > position and callback.id not in handled
+                    ]
+                    kept = False
+                    for callback in opened:
+                        handler = session._handler_for(callback)
+                        if handler is None:
+                            return record
+                        handled.add(callback.id)
+                        answer = await invoke(handler, callback)
+                        if isinstance(answer, KeepCallbackOpen):
+                            kept = True
+                        else:
+                            await self._answer(callback.id, answer, None)
+                    if kept:
+                        return record
+                    if opened:
+                        continue
+                await session._runtime.store.wait_for_events(session.id, last[session.id])
+        return await self._record_elsewhere()  # at the timeout
+
+    async def _record_elsewhere(self) -> TurnState[Any]:
+        """The turn's record as the shared store has it now, for a session another runtime
+        holds: what that runtime's readers see (the same machine reads the same rows and
+        events)."""
+        session = self._session
+        states, last = await read_states(session._runtime, session.id, session._agent)
+        turn = states[session.id].turn(self.id)
+        return machine.record_of(states, turn, last[session.id])
 
     @overload
     async def result(
@@ -636,10 +693,19 @@ class Turn:
             TurnNotFoundError: The session has no such turn.
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        live, turn = await self._turn()
+        wanted = output_type if output_type is not None else self._session._agent.output_type
+        try:
+            live, turn = await self._turn()
+        except SessionBusyError:
+            if not self._session._runtime.store.shared or on_event is not None:
+                raise
+            try:  # another runtime holds it: followed in the shared store
+                return _for_reader(await self._result_elsewhere(after, timeout), wanted)
+            except trio.Cancelled as cancelled:
+                add_note(cancelled, leaving_note(self.id, self._session.id))
+                raise
         runtime = self._session._runtime
         log = live.log
-        wanted = output_type if output_type is not None else self._session._agent.output_type
         position = max(log.seq_of(after), turn.first_seq - 1)
         if on_event is None:  # only callbacks and the end matter: pruned events do not
             position = max(position, log.first_seq - 1)

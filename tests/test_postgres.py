@@ -470,3 +470,59 @@ async def test_a_runtime_on_postgresql_leases_for_10_seconds_unless_told(
                 with pytest.raises(agentlib.LeaseRefused) as refused:
                     await agent.session(session.id).run("hi")
     assert started + 5 < refused.value.until <= started + 10.5
+
+
+async def test_another_runtime_reads_a_turns_record_and_waits_for_its_end(
+    postgres_schema: str,
+) -> None:
+    runs: list[str] = []
+    agent = approval_agent(runs)
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):  # holds the session
+            session = await agent.start_session()
+            blocked = await session.run("clean up")
+            assert isinstance(blocked, agentlib.Blocked)
+            async with agentlib.open_runtime(shared(postgres_schema)):
+                turn = agent.session(session.id).turn(blocked.turn_id)
+                read = await turn.get()
+                waited = await turn.result(timeout=0.2)  # blocked on a callback it knew
+                async with trio.open_nursery() as nursery:
+                    ended: list[agentlib.TurnState[Any]] = []
+
+                    async def wait() -> None:
+                        ended.append(await turn.result(after=blocked))
+
+                    nursery.start_soon(wait)
+                    callback = blocked.callbacks[0]
+                    await session.turn(blocked.turn_id).answer(
+                        callback.id, agentlib.AllowApproval()
+                    )
+                with pytest.raises(agentlib.TurnNotFoundError):
+                    await agent.session(session.id).turn("no-such-turn").get()
+    assert read == blocked
+    assert waited == blocked
+    (final,) = ended
+    assert isinstance(final, Completed)
+    assert runs == ["/tmp/x"]
+
+
+async def test_another_runtimes_wait_runs_its_approval_handler(postgres_schema: str) -> None:
+    runs: list[str] = []
+    agent = approval_agent(runs)
+    seen: list[agentlib.OpenApproval] = []
+
+    def approve(callback: agentlib.OpenApproval) -> agentlib.AllowApproval:
+        seen.append(callback)
+        return agentlib.AllowApproval()
+
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):
+            session = await agent.start_session()
+            turn = await session.start_turn("clean up")
+            assert isinstance(turn, agentlib.Turn)
+            async with agentlib.open_runtime(shared(postgres_schema)):
+                elsewhere = agent.session(session.id, on_approval=approve).turn(turn.id)
+                final = await elsewhere.result()
+    assert isinstance(final, Completed)
+    assert [callback.tool_name for callback in seen] == ["delete"]
+    assert runs == ["/tmp/x"]

@@ -23,7 +23,7 @@ from ._live import Engine
 if TYPE_CHECKING:
     from .._definition import AgentDefinition
 
-__all__ = ["not_found", "read_tree", "restore"]
+__all__ = ["not_found", "read_states", "read_tree", "restore"]
 
 
 def not_found(session_id: str) -> SessionNotFoundError:
@@ -52,15 +52,7 @@ async def restore(engine: Engine, session_id: str, agent: AgentDefinition) -> No
     store = engine.store
     await engine.flush()  # what this runtime wrote of a tree it let go of is read back
     tree, agents = await read_tree(engine, session_id, agent)
-    states: machine.Sessions = {}
-    for node in tree:
-        _fold(store, states, node, agents[node.row.session_id])
-    for node in tree:
-        session = states[node.row.session_id]
-        if session.active is not None:
-            first = session.turns[session.active].first_seq
-            async for event in _events(store, session.id, first, node.last_seq):
-                machine.apply(states, event)
+    states = await _states(store, tree, agents)
     ids = [node.row.session_id for node in tree]
     await store.acquire(ids, engine.owner, engine.lease_seconds)
     try:
@@ -93,6 +85,39 @@ async def restore(engine: Engine, session_id: str, agent: AgentDefinition) -> No
     finally:
         for node in tree:
             engine.live(node.row.session_id).ready = True
+
+
+async def read_states(
+    engine: Engine, session_id: str, agent: AgentDefinition
+) -> tuple[machine.Sessions, dict[str, int]]:
+    """The state of the tree holding ``session_id`` as the store has it now, and each
+    session's last seq, without holding it: what a runtime reads of a session that another
+    runtime runs on a shared store. It reads; it changes nothing.
+
+    Raises:
+        SessionNotFoundError: The store has no such session, or the tree's agents are not
+            ``agent``'s tree.
+        StoreError: The store failed, or is damaged.
+    """
+    tree, agents = await read_tree(engine, session_id, agent)
+    states = await _states(engine.store, tree, agents)
+    return states, {node.row.session_id: node.last_seq for node in tree}
+
+
+async def _states(
+    store: Store, tree: list[StoredSession], agents: dict[str, AgentDefinition]
+) -> machine.Sessions:
+    """The tree's state from its stored rows, then the events of each unended turn."""
+    states: machine.Sessions = {}
+    for node in tree:
+        _fold(store, states, node, agents[node.row.session_id])
+    for node in tree:
+        session = states[node.row.session_id]
+        if session.active is not None:
+            first = session.turns[session.active].first_seq
+            async for event in _events(store, session.id, first, node.last_seq):
+                machine.apply(states, event)
+    return states
 
 
 async def read_tree(
