@@ -4,22 +4,26 @@ reaches it (to start sessions, or refer to one) without importing it."""
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ._agent import history_for
 from ._context import check_trio, current_door, reset_door, set_door
 from ._engine._runtime import Runtime, open_engine
 from ._entries import Entry
+from ._history import new_id
+from ._inputs import stored_inputs
 from ._session import Session
 from ._store._base import Store
 
 if TYPE_CHECKING:
+    from ._agent import Agent
     from ._definition import AgentDefinition
 
-__all__ = ["current_runtime", "enter", "open_runtime"]
+__all__ = ["current_runtime", "enter", "open_runtime", "start_session_soon"]
 
 
 @attrs.define(eq=False)
@@ -42,6 +46,42 @@ class _Door:
 
     def session(self, agent: AgentDefinition, session_id: str, **handlers: Any) -> Session:
         return Session(self.runtime, session_id, agent=agent, **handlers)
+
+
+def start_session_soon(
+    runtime: Runtime | None,
+    agent: Agent,
+    send: Callable[..., None],
+    history: Iterable[Any] | None,
+    inputs: Sequence[Any],
+    idempotency_key: str | None,
+    on_approval: Any,
+    on_sign_in: Any,
+    on_client_tool: Any,
+) -> Session | None:
+    """A new session of ``agent``, from a thread other than the runtime's, without waiting
+    for it, where nothing is to be waited for: an in-memory runtime, no idempotency key.
+    What is given is checked here (as :meth:`Agent.start_session` checks it); ``send``
+    (``TrioToken.run_sync_soon``) has the session made in the runtime's loop before any
+    call sent after it. None where the start must be waited for: start it then.
+
+    Raises:
+        ValidationError: ``history`` or ``inputs`` is malformed; nothing was started.
+    """
+    if runtime is None or runtime.store.durable or idempotency_key is not None:
+        return None
+    entries = history_for(agent.model, history)
+    stored = stored_inputs(inputs)
+    session = Session(
+        runtime,
+        new_id(),
+        agent=agent,
+        on_approval=on_approval,
+        on_sign_in=on_sign_in,
+        on_client_tool=on_client_tool,
+    )
+    send(runtime.make_session, agent, stored, entries, session.id)
+    return session
 
 
 @asynccontextmanager

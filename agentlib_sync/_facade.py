@@ -123,15 +123,10 @@ class Agent:
         on_client_tool: ClientToolHandler | None = None,
     ) -> Session:
         """Start a session; see :meth:`agentlib.Agent.start_session`."""
-        session = portal.call(
-            self.agent.start_session,
-            history=history,
-            inputs=inputs,
-            idempotency_key=idempotency_key,
-            on_approval=off_thread(on_approval),
-            on_sign_in=off_thread(on_sign_in),
-            on_client_tool=off_thread(on_client_tool),
-        )
+        session = portal.start_session(
+            self.agent, history, inputs, idempotency_key, off_thread(on_approval),
+            off_thread(on_sign_in), off_thread(on_client_tool),
+        )  # fmt: skip
         return Session(session)
 
     def session(

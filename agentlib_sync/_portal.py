@@ -26,7 +26,7 @@ import trio
 
 import agentlib
 from agentlib._errors import add_note
-from agentlib._open import enter, open_runtime
+from agentlib._open import enter, open_runtime, start_session_soon
 from agentlib._threads import run_in_thread
 
 __all__ = ["Portal", "off_thread", "portal"]
@@ -116,12 +116,7 @@ class Portal:
         Raises:
             RuntimeError: Called from the engine's own thread, where it would deadlock.
         """
-        if threading.current_thread() is self._thread:
-            raise RuntimeError(
-                "agentlib_sync was called from agentlib's engine thread (from a handler or a "
-                "tool), where it would wait for itself forever; use the async API there: "
-                "`await` the agentlib method"
-            )
+        self._check_thread()
         self._ensure_started()
         assert self._token is not None
         assert self._nursery is not None
@@ -168,6 +163,51 @@ class Portal:
                 raise RuntimeError("agentlib's engine stopped during the call") from None
             raise error
         return result[0]  # type: ignore[no-any-return]
+
+    def _check_thread(self) -> None:
+        """Raises:
+        RuntimeError: Called from the engine's own thread, where it would deadlock.
+        """
+        if threading.current_thread() is self._thread:
+            raise RuntimeError(
+                "agentlib_sync was called from agentlib's engine thread (from a handler or a "
+                "tool), where it would wait for itself forever; use the async API there: "
+                "`await` the agentlib method"
+            )
+
+    def start_session(
+        self,
+        agent: agentlib.Agent,
+        history: Any,
+        inputs: Any,
+        idempotency_key: str | None,
+        on_approval: Any,
+        on_sign_in: Any,
+        on_client_tool: Any,
+    ) -> agentlib.Session:
+        """Start a session of ``agent``: without waiting where there is nothing to wait for
+        (an in-memory engine, no idempotency key: it is made in the loop before any call
+        made after this one), else as :meth:`call` does.
+
+        Raises:
+            ValidationError: ``history`` or ``inputs`` is malformed; nothing was started.
+        """
+        self._check_thread()
+        self._ensure_started()
+        assert self._token is not None
+        handlers = (on_approval, on_sign_in, on_client_tool)
+        session = start_session_soon(
+            self._runtime, agent, self._token.run_sync_soon, history, inputs,
+            idempotency_key, *handlers,
+        )  # fmt: skip
+        if session is not None:
+            return session
+        made: agentlib.Session = self.call(
+            agent.start_session, history=history, inputs=inputs,
+            idempotency_key=idempotency_key, on_approval=on_approval, on_sign_in=on_sign_in,
+            on_client_tool=on_client_tool,
+        )  # fmt: skip
+        return made
 
     def _dispatch(self, call: _Call) -> None:
         """Run ``call`` in a task that waits for one, or in a new one (loop's thread)."""

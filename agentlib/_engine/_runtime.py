@@ -28,7 +28,7 @@ from .._callbacks import (
     SignInAnswer,
 )
 from .._entries import Entry
-from .._errors import SdkError, SessionBusyError, StoreError
+from .._errors import SdkError, SessionBusyError, SessionNotFoundError, StoreError
 from .._events import TurnEnded
 from .._history import new_id
 from .._ops import CallbackRow, EventRow, KeyRow, Op, PruneRow
@@ -89,6 +89,8 @@ class Runtime:
     _written: trio.Event = attrs.field(factory=trio.Event)
     # The callbacks this runtime is claiming in a shared store, while it claims them.
     _claiming: set[str] = attrs.field(factory=set)
+    # Sessions started without waiting that could not be made, and why (make_session).
+    unmade: dict[str, Exception] = attrs.field(factory=dict)
     # With a durable store, the roots of the trees of sessions held, least recently used
     # first.
     _recent: collections.OrderedDict[str, None] = attrs.field(factory=collections.OrderedDict)
@@ -337,10 +339,12 @@ class Runtime:
         *,
         key: str | None = None,
         history: Sequence[Entry] = (),
+        session_id: str | None = None,
     ) -> LiveSession:
-        """A new session, written to the store (leased as it is made)."""
+        """A new session (``session_id``, or a new id), written to the store (leased as it
+        is made)."""
         self.check_open()
-        session_id = new_id()
+        session_id = session_id or new_id()
         lease = (self.owner, self.lease_seconds) if self.store.durable else None
         facts = machine.new_session(
             self.states,
@@ -355,6 +359,21 @@ class Runtime:
         if history:
             self.commit(machine.import_history(self.states, session_id, history))
         return live
+
+    def make_session(
+        self,
+        agent: AgentDefinition,
+        inputs: Mapping[str, Any],
+        history: Sequence[Entry],
+        session_id: str,
+    ) -> None:
+        """Make a session that a thread other than the runtime's started without waiting
+        (:func:`~agentlib._open.start_session_soon`), in the runtime's loop, outside any
+        task; a runtime that closed meanwhile makes none (calls on it say so)."""
+        try:
+            self.new_session(agent, inputs, history=history, session_id=session_id)
+        except Exception as error:  # never out of a loop callback: it would stop the loop
+            self.unmade[session_id] = error
 
     async def start_session(
         self,
@@ -406,6 +425,11 @@ class Runtime:
         if live is not None and live.ready:
             self._used(machine.root_of(self.states, session_id).id)
             return live
+        unmade = self.unmade.get(session_id)
+        if unmade is not None:
+            raise SessionNotFoundError(
+                f"session {session_id} was started but never made ({unmade}); start another"
+            ) from unmade
         self.know(agent)
         # One load at a time: two loads of one tree (by its root and by a subagent) must not
         # both resume its turns. A read of a session being loaded waits here for the load.
