@@ -87,8 +87,9 @@ class Runtime:
     # Events written and not yet durable, oldest first: (session, seq).
     _unseen: list[tuple[LiveSession, int]] = attrs.field(factory=list)
     _written: trio.Event = attrs.field(factory=trio.Event)
-    # The callbacks this runtime is claiming in a shared store, while it claims them.
-    _claiming: set[str] = attrs.field(factory=set)
+    # The callbacks this runtime is claiming in a shared store, while it claims them (with
+    # how many claims of each are under way).
+    _claiming: collections.Counter[str] = attrs.field(factory=collections.Counter)
     # Sessions started without waiting that could not be made, and why (make_session).
     unmade: dict[str, Exception] = attrs.field(factory=dict)
     # With a durable store, the roots of the trees of sessions held, least recently used
@@ -630,18 +631,21 @@ class Runtime:
         if not repeated:
             fitted = machine.fit_answer(state.callback, answer, owner.agent.tools_by_name)
             was_open = state.open
+            lost_to = None
             if self.store.shared and was_open:
                 # Another runtime may answer it too: the store's claim decides which wins.
                 # Meanwhile this claim is this runtime's own, not one to take in from the
                 # store (which keeps no credentials).
-                self._claiming.add(callback_id)
+                self._claiming[callback_id] += 1
                 try:
                     lost_to = await self.store.claim_callback(
                         _answered(owner.id, state.callback, fitted),
                         _key_row(owner.id, state, kept),
                     )
                 finally:
-                    self._claiming.discard(callback_id)
+                    self._claiming[callback_id] -= 1
+                    if not self._claiming[callback_id]:
+                        del self._claiming[callback_id]
                 if lost_to is not None:
                     self._settled_elsewhere(lost_to)
             else:
@@ -649,7 +653,7 @@ class Runtime:
                 # store: an answer that read the callback open may find another answer
                 # took it meanwhile.
                 await trio.lowlevel.checkpoint()
-            if was_open and state.open:
+            if was_open and state.open and lost_to is None:
                 self.close_callback(owner, callback_id, answer=fitted, key=kept)
             if not (was_open and state.phase is CallbackPhase.ANSWERED):
                 return AlreadySettled(session_id=owner.id)
