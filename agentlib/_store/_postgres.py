@@ -355,11 +355,13 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             self._fence(cursor, group, held)
             events: list[Any] = []  # runs of events go in one executemany
             last: dict[str, list[int]] = {}  # session id -> [last seq, last idx] written
+            newest: dict[str, int] = {}  # session id -> its last event of the group
             payload = iter(payloads)
             for op in group:
                 if isinstance(op, EventRow):
                     events.append(next(payload))
                     last.setdefault(op.session_id, [0, -1])[0] = op.seq
+                    newest[op.session_id] = op.seq
                     continue
                 if events:
                     cursor.executemany(self._sql(_INSERT_EVENT), events)
@@ -381,11 +383,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             if events:
                 cursor.executemany(self._sql(_INSERT_EVENT), events)
             # Readers in other runtimes hear of the events once this commits.
-            told = [
-                (self._channel, f"{session_id} {seq}")
-                for session_id, (seq, _) in last.items()
-                if seq
-            ]
+            told = [(self._channel, f"{session_id} {seq}") for session_id, seq in newest.items()]
             told += [
                 (self._channel, f"{op.session_id} 0")
                 for op in group
