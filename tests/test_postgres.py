@@ -526,3 +526,32 @@ async def test_another_runtimes_wait_runs_its_approval_handler(postgres_schema: 
     assert isinstance(final, Completed)
     assert [callback.tool_name for callback in seen] == ["delete"]
     assert runs == ["/tmp/x"]
+
+
+async def test_concurrent_answers_through_the_holder_take_one(postgres_schema: str) -> None:
+    runs: list[str] = []
+    agent = approval_agent(runs)
+    offers = [agentlib.AllowApproval(), agentlib.DenyApproval(reason="no")] * 5
+    told: list[Any] = []
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):
+            session = await agent.start_session()
+            blocked = await session.run("clean up")
+            assert isinstance(blocked, agentlib.Blocked)
+            turn = session.turn(blocked.turn_id)
+
+            async def offer(value: Any) -> None:
+                told.append(await turn.answer(blocked.callbacks[0].id, value))
+
+            async with trio.open_nursery() as nursery:
+                for value in offers:
+                    nursery.start_soon(offer, value)
+            final = await turn.result(after=blocked)
+            events = [e async for e in turn.iter_events() if isinstance(e, agentlib.CallbackClosed)]
+    (closed,) = events
+    taken = [value for value in told if isinstance(value, agentlib.Answered)]
+    assert taken
+    assert all(value.answer == closed.answer for value in taken)
+    assert len(taken) + sum(isinstance(v, agentlib.AlreadySettled) for v in told) == len(offers)
+    assert isinstance(final, Completed)
+    assert runs == (["/tmp/x"] if closed.answer == agentlib.AllowApproval() else [])
