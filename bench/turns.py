@@ -21,12 +21,12 @@ Modes:
   and mode, then a line per mode (``async_vs_peers``, ``sync_vs_peers``) with agentlib's
   µs per turn, each peer's, and ``speedup``: the best peer's µs per turn over agentlib's.
   The ``sync_one_cpu`` runs are the sync runs again, each process kept on one CPU: a blocking
-  turn crosses threads six times, and waking a thread on another CPU costs what this shows.
+  turn crosses threads four times, and waking a thread on another CPU costs what this shows.
 - ``round_trip``: the median of N (5,000) calls of an async no-op through agentlib_sync's
   portal and through anyio's ``BlockingPortal.call`` (``start_blocking_portal(backend=
   "trio")``), in alternating blocks in one process; ``ratio`` is agentlib's over anyio's.
   Then ``handoffs``: the mean µs of a turn's thread crossings with no engine work, async (the
-  sync tool's worker thread and back) and sync (the same inside the two portal calls of a
+  sync tool's worker thread and back) and sync (the same inside the portal call of a
   blocking turn): what the blocking facade's shape costs a turn on this machine.
 - ``long`` and ``long_sqlite``: one session runs N turns (10,000) after 50 warm-up turns in
   another session. Each turn is timed; the median per-turn µs of turns 1-100 and of the last
@@ -155,13 +155,11 @@ def bench_round_trip(n: int) -> dict[str, float]:
 def bench_handoffs(n: int) -> dict[str, float]:
     """The mean seconds of a turn's thread crossings alone, with no engine work: in the
     engine, the sync tool's (to a worker thread and back); from a blocking caller, the same
-    inside two portal calls, as a blocking turn crosses (start the session, run the turn)."""
+    inside the portal call that runs the turn (a new in-memory session is started without
+    waiting for the engine)."""
 
     async def tool() -> int:
         return await run_in_thread(add, 1, 2)
-
-    async def nothing() -> None:
-        return None
 
     async def in_engine(count: int) -> float:
         start = time.perf_counter()
@@ -172,7 +170,6 @@ def bench_handoffs(n: int) -> dict[str, float]:
     def blocking(count: int) -> float:
         start = time.perf_counter()
         for _ in range(count):
-            portal.call(nothing)
             portal.call(tool)
         return (time.perf_counter() - start) / count
 
