@@ -41,10 +41,8 @@ import trio
 
 from .._callbacks import Callback
 from .._convert import structure, unstructure
-from .._entries import Entry
 from .._errors import StoreSchemaError
 from .._events import Event
-from .._records import TurnState
 from .._threads import run_in_thread
 from ._base import (
     CallbackRow,
@@ -64,7 +62,16 @@ from ._base import (
     TurnRow,
 )
 from ._holder import Holder, gone, this_process
-from ._queued import UNREADABLE, Place, QueuedStore, check_turns_named, dump, read_answer
+from ._queued import (
+    UNREADABLE,
+    Place,
+    QueuedStore,
+    Reads,
+    check_none_left,
+    dump,
+    read_answer,
+    read_session,
+)
 from ._rows import EventRows
 
 if TYPE_CHECKING:
@@ -167,6 +174,22 @@ _RECORD_LAST = (
     " last_idx = greatest(last_idx, %s) WHERE session_id = %s"
 )
 _SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM {schema}.events WHERE session_id = %s"
+#: The reads of one session (see :class:`~agentlib._store._queued.Reads`).
+_READS = {
+    "session": "SELECT agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,"
+    " first_seq, last_seq, last_idx FROM {schema}.sessions WHERE session_id = %s",
+    "has": "SELECT 1 FROM {schema}.{table} WHERE session_id = %s LIMIT 1",
+    "first_event": "SELECT min(seq) FROM {schema}.events WHERE session_id = %s",
+    "last_event": "SELECT max(seq) FROM {schema}.events WHERE session_id = %s",
+    "entries": "SELECT idx, data FROM {schema}.entries WHERE session_id = %s ORDER BY idx",
+    "turns": "SELECT turn_id, first_seq, output_type, record, step FROM {schema}.turns"
+    " WHERE session_id = %s ORDER BY first_seq",
+    "steers": "SELECT turn_id, data FROM {schema}.steers WHERE session_id = %s ORDER BY n",
+    "callbacks": "SELECT callback, state, answer, error FROM {schema}.callbacks"
+    " WHERE session_id = %s ORDER BY n",
+    "keys": "SELECT key, turn_id, fingerprint FROM {schema}.keys WHERE session_id = %s",
+    "children": "SELECT session_id FROM {schema}.sessions WHERE parent_id = %s ORDER BY made",
+}
 
 
 def shown(conninfo: str) -> str:
@@ -221,6 +244,10 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         self._limiter = trio.CapacityLimiter(pool_size)
         self._start_queue()  # the leases it took: session id -> (owner, epoch)
         self._channel = f"agentlib_{schema}"[:63]
+        self._reads = Reads(
+            **{name: statement.replace("{schema}", schema) for name, statement in _READS.items()},
+            kept_in="database",
+        )
         # The readers waiting for other runtimes' events, by session; the listening thread.
         self._waiting: dict[str, trio.Event] = {}
         self._claims = trio.Event()  # set when a claim is heard of
@@ -554,163 +581,8 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         return await self._in_thread(self._load, session_id)
 
     def _load(self, session_id: str) -> StoredSession | None:
-        sql = self._sql
         with self._reading(f"session {session_id}") as (db, at):
-            row = db.execute(
-                sql(
-                    "SELECT agent, parent_id, parent_turn_id, idempotency_key, inputs,"
-                    " terminated, first_seq, last_seq, last_idx FROM {schema}.sessions"
-                    " WHERE session_id = %s"
-                ),
-                (session_id,),
-            ).fetchone()
-            if row is None:
-                self._check_none_left(db, at, session_id)
-                return None
-            agent, parent_id, parent_turn_id, key, inputs, terminated, *numbers = row
-            first_seq, last_seq, last_idx = numbers
-            inputs = json.loads(inputs)
-            if parent_id is not None and not self._has(db, "sessions", parent_id):
-                raise self._damaged(at, f"the row of its parent session {parent_id} is missing")
-            at.table = "events"
-            self._check_events(db, at, session_id, first_seq, last_seq)
-            at.table = "entries"
-            read_entry = EventRows().entry
-            entries: list[Entry] = []
-            for index, data in db.execute(
-                sql("SELECT idx, data FROM {schema}.entries WHERE session_id = %s ORDER BY idx"),
-                (session_id,),
-            ):
-                if index != len(entries):
-                    break
-                entries.append(read_entry(data))
-            if len(entries) != last_idx + 1:
-                kept = f"the first {len(entries)} only" if entries else "none"
-                raise self._damaged(
-                    at,
-                    f"entries are missing: its history has {last_idx + 1}, the table holds {kept}",
-                )
-            at.table = "turns"
-            turns = []
-            steps = {}
-            for turn_id, turn_first, output_type, record, step in db.execute(
-                sql(
-                    "SELECT turn_id, first_seq, output_type, record, step FROM {schema}.turns"
-                    " WHERE session_id = %s ORDER BY first_seq"
-                ),
-                (session_id,),
-            ):
-                turns.append(
-                    TurnRow(
-                        session_id,
-                        turn_id,
-                        turn_first,
-                        output_type,
-                        None if record is None else structure(json.loads(record), TurnState),
-                    )
-                )
-                if step is not None:
-                    steps[turn_id] = json.loads(step)
-            at.table = "steers"
-            steers: dict[str, list[Entry]] = {}
-            for turn_id, data in db.execute(
-                sql("SELECT turn_id, data FROM {schema}.steers WHERE session_id = %s ORDER BY n"),
-                (session_id,),
-            ):
-                steers.setdefault(turn_id, []).append(read_entry(data))
-            at.table = "callbacks"
-            callbacks = [
-                CallbackRow(
-                    session_id,
-                    structure(json.loads(callback), Callback),
-                    state,
-                    read_answer(json.loads(answer)) if answer is not None else None,
-                    error,
-                )
-                for callback, state, answer, error in db.execute(
-                    sql(
-                        "SELECT callback, state, answer, error FROM {schema}.callbacks"
-                        " WHERE session_id = %s ORDER BY n"
-                    ),
-                    (session_id,),
-                )
-            ]
-            at.table = "keys"
-            keys = [
-                KeyRow(session_id, key, turn_id, fingerprint)
-                for key, turn_id, fingerprint in db.execute(
-                    sql(
-                        "SELECT key, turn_id, fingerprint FROM {schema}.keys WHERE session_id = %s"
-                    ),
-                    (session_id,),
-                )
-            ]
-            at.table = "turns"
-            wrong = check_turns_named(turns, entries, steers, callbacks, keys)
-            if wrong is not None:
-                raise self._damaged(at, wrong)
-            at.table = "sessions"
-            children = [
-                child
-                for (child,) in db.execute(
-                    sql(
-                        "SELECT session_id FROM {schema}.sessions WHERE parent_id = %s"
-                        " ORDER BY made"
-                    ),
-                    (session_id,),
-                )
-            ]
-        return StoredSession(
-            row=SessionRow(
-                session_id, agent, parent_id, parent_turn_id, key, inputs, bool(terminated)
-            ),
-            first_seq=first_seq,
-            last_seq=last_seq,
-            entries=entries,
-            turns=turns,
-            steps=steps,
-            steers=steers,
-            callbacks=callbacks,
-            keys=keys,
-            children=children,
-        )
-
-    def _has(self, db: psycopg.Connection[Any], table: str, session_id: str) -> bool:
-        found = db.execute(
-            self._sql(f"SELECT 1 FROM {{schema}}.{table} WHERE session_id = %s LIMIT 1"),
-            (session_id,),
-        )
-        return found.fetchone() is not None
-
-    def _check_none_left(self, db: psycopg.Connection[Any], at: Place, session_id: str) -> None:
-        """Raises:
-        StoreError: The session has no row, yet rows of it are left in other tables.
-        """
-        for table in ("events", "entries", "turns"):
-            if self._has(db, table, session_id):
-                raise self._damaged(at, f"its row is missing, and table {table} has rows of it")
-
-    def _check_events(
-        self,
-        db: psycopg.Connection[Any],
-        at: Place,
-        session_id: str,
-        first_seq: int,
-        last_seq: int,
-    ) -> None:
-        """Raises:
-        StoreError: The first or last of the session's events, as recorded, is missing.
-        """
-        low, high = db.execute(
-            self._sql("SELECT min(seq), max(seq) FROM {schema}.events WHERE session_id = %s"),
-            (session_id,),
-        ).fetchone() or (None, None)
-        recorded = "none" if last_seq < first_seq else f"{first_seq} to {last_seq}"
-        found = "none" if low is None else f"{low} to {high}"
-        if recorded != found:
-            raise self._damaged(
-                at, f"events are missing: {recorded} were written, and the table holds {found}"
-            )
+            return read_session(db.execute, self._reads, session_id, at, self._damaged)
 
     async def session_for_key(self, key: str) -> str | None:
         def read() -> str | None:
@@ -735,7 +607,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
                     (session_id,),
                 ).fetchone()
                 if recorded is None:
-                    self._check_none_left(db, at, session_id)
+                    check_none_left(db.execute, self._reads, session_id, at, self._damaged)
                     return []
                 first_seq, last_seq = recorded
                 start = max(after + 1, first_seq)

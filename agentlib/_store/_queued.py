@@ -13,9 +13,10 @@ import attrs
 import cattrs
 import trio
 
-from .._callbacks import AllowApproval, DenyApproval
+from .._callbacks import AllowApproval, Callback, DenyApproval
 from .._convert import structure, unstructure
 from .._entries import Entry
+from .._records import TurnState
 from ._base import (
     CallbackRow,
     EntryRow,
@@ -25,12 +26,23 @@ from ._base import (
     Op,
     SessionRow,
     Store,
+    StoredSession,
     StoreError,
     TurnRow,
 )
 from ._rows import EventRows
 
-__all__ = ["UNREADABLE", "Place", "QueuedStore", "check_turns_named", "dump", "read_answer"]
+__all__ = [
+    "UNREADABLE",
+    "Place",
+    "QueuedStore",
+    "Reads",
+    "check_none_left",
+    "check_turns_named",
+    "dump",
+    "read_answer",
+    "read_session",
+]
 
 #: What reading rows a store did not write as they are raises: the decoders' errors (a row
 #: that is not JSON, or not JSON of the shape written).
@@ -213,3 +225,161 @@ def check_turns_named(
         if turn_id is not None and turn_id not in turn_ids:
             return f"turn {turn_id}, of its {what}, is missing"
     return None
+
+
+@attrs.frozen
+class Reads:
+    """The SQL of a store's reads of one session, each with one parameter, the session's id,
+    in its driver's placeholder style; ``has`` names its table ``{table}``. Rows come in the
+    order each names."""
+
+    session: str  # agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,
+    # first_seq, last_seq, last_idx
+    has: str  # 1, for a session that has a row in {table}
+    first_event: str  # min(seq)
+    last_event: str  # max(seq)
+    entries: str  # idx, data: by idx
+    turns: str  # turn_id, first_seq, output_type, record, step: by first_seq
+    steers: str  # turn_id, data: as written
+    callbacks: str  # callback, state, answer, error: as opened
+    keys: str  # key, turn_id, fingerprint
+    children: str  # session_id: as written
+    #: What the store's processes share, as its messages name it ("file", "database").
+    kept_in: str = "store"
+
+
+Execute = Callable[[str, tuple[Any, ...]], Iterable[Any]]
+Damaged = Callable[[Place, str], StoreError]
+
+
+def read_session(
+    execute: Execute, reads: Reads, session_id: str, at: Place, damaged: Damaged
+) -> StoredSession | None:
+    """The session as its rows give it back, each table read with ``execute`` in one read
+    transaction; None if it has no row (and no other).
+
+    Raises:
+        StoreError: Rows are missing (``damaged`` says which, at ``at``), or do not read.
+    """
+    row = _first(execute(reads.session, (session_id,)))
+    if row is None:
+        check_none_left(execute, reads, session_id, at, damaged)
+        return None
+    agent, parent_id, parent_turn_id, key, inputs, terminated, *numbers = row
+    first_seq, last_seq, last_idx = numbers
+    inputs = json.loads(inputs)
+    if parent_id is not None and not _has(execute, reads, "sessions", parent_id):
+        raise damaged(at, f"the row of its parent session {parent_id} is missing")
+    at.table = "events"
+    _check_events(execute, reads, session_id, first_seq, last_seq, at, damaged)
+    at.table = "entries"
+    read_entry = EventRows().entry
+    entries: list[Entry] = []
+    for index, data in execute(reads.entries, (session_id,)):
+        if index != len(entries):
+            break
+        entries.append(read_entry(data))
+    if len(entries) != last_idx + 1:
+        held = f"the first {len(entries)} only" if entries else "none"
+        raise damaged(
+            at, f"entries are missing: its history has {last_idx + 1}, the table holds {held}"
+        )
+    at.table = "turns"
+    turns = []
+    steps = {}
+    for turn_id, turn_first, output_type, record, step in execute(reads.turns, (session_id,)):
+        recorded = None if record is None else structure(json.loads(record), TurnState)
+        turns.append(TurnRow(session_id, turn_id, turn_first, output_type, recorded))
+        if step is not None:
+            steps[turn_id] = json.loads(step)
+    at.table = "steers"
+    steers: dict[str, list[Entry]] = {}
+    for turn_id, data in execute(reads.steers, (session_id,)):
+        steers.setdefault(turn_id, []).append(read_entry(data))
+    at.table = "callbacks"
+    callbacks = [
+        CallbackRow(
+            session_id,
+            structure(json.loads(callback), Callback),
+            state,
+            read_answer(json.loads(answer)) if answer is not None else None,
+            error,
+        )
+        for callback, state, answer, error in execute(reads.callbacks, (session_id,))
+    ]
+    at.table = "keys"
+    keys = [
+        KeyRow(session_id, key, turn_id, fingerprint)
+        for key, turn_id, fingerprint in execute(reads.keys, (session_id,))
+    ]
+    at.table = "turns"
+    wrong = check_turns_named(turns, entries, steers, callbacks, keys)
+    if wrong is not None:
+        raise damaged(at, wrong)
+    at.table = "sessions"
+    children = [child for (child,) in execute(reads.children, (session_id,))]
+    return StoredSession(
+        row=SessionRow(session_id, agent, parent_id, parent_turn_id, key, inputs, bool(terminated)),
+        first_seq=first_seq,
+        last_seq=last_seq,
+        entries=entries,
+        turns=turns,
+        steps=steps,
+        steers=steers,
+        callbacks=callbacks,
+        keys=keys,
+        children=children,
+    )
+
+
+def _first(rows: Iterable[Any]) -> Any:
+    return next(iter(rows), None)
+
+
+def _has(execute: Execute, reads: Reads, table: str, session_id: str) -> bool:
+    return _first(execute(reads.has.replace("{table}", table), (session_id,))) is not None
+
+
+def check_none_left(
+    execute: Execute, reads: Reads, session_id: str, at: Place, damaged: Damaged
+) -> None:
+    """Raises:
+    StoreError: The session has no row, yet rows of it are left in other tables: its row is
+        missing, not the session.
+    """
+    for table in ("events", "entries", "turns"):
+        if _has(execute, reads, table, session_id):
+            at.table = "sessions"
+            raise damaged(at, f"its row is missing, and table {table} has rows of it")
+
+
+def _check_events(
+    execute: Execute,
+    reads: Reads,
+    session_id: str,
+    first_seq: int,
+    last_seq: int,
+    at: Place,
+    damaged: Damaged,
+) -> None:
+    """Raises:
+    StoreError: The first or last of the session's events, as recorded, is missing, or the
+        table holds events after the last one recorded.
+    """
+    # Each is one step down the table's index; a gap between them shows once read.
+    (low,) = _first(execute(reads.first_event, (session_id,)))
+    (high,) = _first(execute(reads.last_event, (session_id,)))
+    recorded = "none" if last_seq < first_seq else f"{first_seq} to {last_seq}"
+    found = "none" if low is None else f"{low} to {high}"
+    if high is not None and high > last_seq:
+        raise damaged(
+            at,
+            f"the table holds events after the last one recorded ({found}, against "
+            f"{recorded}): a process of an older agentlib may still write to this "
+            f"{reads.kept_in}. Stop it: every process on a {reads.kept_in} must run the same "
+            "agentlib",
+        )
+    if recorded != found:
+        raise damaged(
+            at, f"events are missing: {recorded} were written, and the table holds {found}"
+        )

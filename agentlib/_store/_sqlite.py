@@ -24,12 +24,9 @@ from typing import Any, TypeVar
 
 import trio
 
-from .._callbacks import Callback
 from .._convert import structure, unstructure
-from .._entries import Entry
 from .._errors import StoreSchemaError
 from .._events import Event
-from .._records import TurnState
 from .._threads import run_in_thread
 from ._base import (
     CallbackRow,
@@ -48,7 +45,15 @@ from ._base import (
     TurnRow,
 )
 from ._holder import Holder, gone, this_process
-from ._queued import UNREADABLE, Place, QueuedStore, check_turns_named, dump, read_answer
+from ._queued import (
+    UNREADABLE,
+    Place,
+    QueuedStore,
+    Reads,
+    check_none_left,
+    dump,
+    read_session,
+)
 from ._rows import EventRows
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -141,6 +146,22 @@ _RECORD_LAST = (
     " WHERE session_id = ?"
 )
 _SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM events WHERE session_id = ?"
+_READS = Reads(
+    session="SELECT agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,"
+    " first_seq, last_seq, last_idx FROM sessions WHERE session_id = ?",
+    has="SELECT 1 FROM {table} WHERE session_id = ? LIMIT 1",
+    first_event="SELECT min(seq) FROM events WHERE session_id = ?",
+    last_event="SELECT max(seq) FROM events WHERE session_id = ?",
+    entries="SELECT idx, data FROM entries WHERE session_id = ? ORDER BY idx",
+    turns="SELECT turn_id, first_seq, output_type, record, step FROM turns"
+    " WHERE session_id = ? ORDER BY first_seq",
+    steers="SELECT turn_id, data FROM steers WHERE session_id = ? ORDER BY rowid",
+    callbacks="SELECT callback, state, answer, error FROM callbacks WHERE session_id = ?"
+    " ORDER BY rowid",
+    keys="SELECT key, turn_id, fingerprint FROM keys WHERE session_id = ?",
+    children="SELECT session_id FROM sessions WHERE parent_id = ? ORDER BY rowid",
+    kept_in="file",
+)
 
 
 #: What reading rows this store did not write as they are raises: SQLite's errors (a damaged
@@ -452,157 +473,7 @@ class SQLiteStore(QueuedStore[str]):
 
     def _load(self, session_id: str) -> StoredSession | None:
         with self._reading(f"session {session_id}") as (db, at):
-            row = db.execute(
-                "SELECT agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,"
-                " first_seq, last_seq, last_idx FROM sessions WHERE session_id = ?",
-                (session_id,),
-            ).fetchone()
-            if row is None:
-                self._check_none_left(db, at, session_id)
-                return None
-            agent, parent_id, parent_turn_id, key, inputs, terminated, *numbers = row
-            first_seq, last_seq, last_idx = numbers
-            inputs = json.loads(inputs)
-            if parent_id is not None and not _has(db, "sessions", parent_id):
-                raise self._damaged(at, f"the row of its parent session {parent_id} is missing")
-            at.table = "events"
-            self._check_events(db, at, session_id, first_seq, last_seq)
-            at.table = "entries"
-            read_entry = EventRows().entry
-            entries: list[Entry] = []
-            for index, data in db.execute(
-                "SELECT idx, data FROM entries WHERE session_id = ? ORDER BY idx", (session_id,)
-            ):
-                if index != len(entries):
-                    break
-                entries.append(read_entry(data))
-            if len(entries) != last_idx + 1:
-                held = f"the first {len(entries)} only" if entries else "none"
-                raise self._damaged(
-                    at,
-                    f"entries are missing: its history has {last_idx + 1}, the table holds {held}",
-                )
-            at.table = "turns"
-            turns = []
-            steps = {}
-            for turn_id, turn_first, output_type, record, step in db.execute(
-                "SELECT turn_id, first_seq, output_type, record, step FROM turns"
-                " WHERE session_id = ? ORDER BY first_seq",
-                (session_id,),
-            ):
-                turns.append(
-                    TurnRow(
-                        session_id,
-                        turn_id,
-                        turn_first,
-                        output_type,
-                        None if record is None else structure(json.loads(record), TurnState),
-                    )
-                )
-                if step is not None:
-                    steps[turn_id] = json.loads(step)
-            at.table = "steers"
-            steers: dict[str, list[Entry]] = {}
-            for turn_id, data in db.execute(
-                "SELECT turn_id, data FROM steers WHERE session_id = ? ORDER BY rowid",
-                (session_id,),
-            ):
-                steers.setdefault(turn_id, []).append(read_entry(data))
-            at.table = "callbacks"
-            callbacks = [
-                CallbackRow(
-                    session_id,
-                    structure(json.loads(callback), Callback),
-                    state,
-                    read_answer(json.loads(answer)) if answer is not None else None,
-                    error,
-                )
-                for callback, state, answer, error in db.execute(
-                    "SELECT callback, state, answer, error FROM callbacks WHERE session_id = ?"
-                    " ORDER BY rowid",
-                    (session_id,),
-                )
-            ]
-            at.table = "keys"
-            keys = [
-                KeyRow(session_id, key, turn_id, fingerprint)
-                for key, turn_id, fingerprint in db.execute(
-                    "SELECT key, turn_id, fingerprint FROM keys WHERE session_id = ?",
-                    (session_id,),
-                )
-            ]
-            # Every row that names a turn names one of the session's: a turn's row that is
-            # gone would make a turn with a history, events or a key read as never started.
-            at.table = "turns"
-            wrong = check_turns_named(turns, entries, steers, callbacks, keys)
-            if wrong is not None:
-                raise self._damaged(at, wrong)
-            at.table = "sessions"
-            children = [
-                child
-                for (child,) in db.execute(
-                    "SELECT session_id FROM sessions WHERE parent_id = ? ORDER BY rowid",
-                    (session_id,),
-                )
-            ]
-        return StoredSession(
-            row=SessionRow(
-                session_id,
-                agent,
-                parent_id,
-                parent_turn_id,
-                key,
-                inputs,
-                bool(terminated),
-            ),
-            first_seq=first_seq,
-            last_seq=last_seq,
-            entries=entries,
-            turns=turns,
-            steps=steps,
-            steers=steers,
-            callbacks=callbacks,
-            keys=keys,
-            children=children,
-        )
-
-    def _check_none_left(self, db: sqlite3.Connection, at: Place, session_id: str) -> None:
-        """Raises:
-        StoreError: The session has no row, yet rows of it are left in other tables: its
-            row is missing, not the session.
-        """
-        for table in ("events", "entries", "turns"):
-            at.table = table
-            if _has(db, table, session_id):
-                at.table = "sessions"
-                raise self._damaged(at, f"its row is missing, and table {table} has rows of it")
-
-    def _check_events(
-        self, db: sqlite3.Connection, at: Place, session_id: str, first_seq: int, last_seq: int
-    ) -> None:
-        """Raises:
-        StoreError: The first or last of the session's events, as recorded, is missing.
-        """
-        # Each is one step down the table's b-tree; a gap between them shows once read.
-        (low,) = db.execute(
-            "SELECT min(seq) FROM events WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        (high,) = db.execute(
-            "SELECT max(seq) FROM events WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        recorded = "none" if last_seq < first_seq else f"{first_seq} to {last_seq}"
-        found = "none" if low is None else f"{low} to {high}"
-        if high is not None and high > last_seq:
-            raise self._damaged(
-                at,
-                f"the table holds events after the last one recorded ({found}, against "
-                f"{recorded}): a process of an older agentlib may still write to this file. "
-                "Stop it: every process on a file must run the same agentlib",
-            )
-        if recorded != found:
-            raise self._damaged(
-                at, f"events are missing: {recorded} were written, and the table holds {found}"
-            )
+            return read_session(db.execute, _READS, session_id, at, self._damaged)
 
     async def session_for_key(self, key: str) -> str | None:
         def read() -> str | None:
@@ -622,7 +493,7 @@ class SQLiteStore(QueuedStore[str]):
                     (session_id,),
                 ).fetchone()
                 if recorded is None:
-                    self._check_none_left(db, at, session_id)
+                    check_none_left(db.execute, _READS, session_id, at, self._damaged)
                     return []
                 first_seq, last_seq = recorded
                 # Pruned events are gone; every later one up to the last is there.
@@ -788,12 +659,6 @@ def _record_last(db: sqlite3.Connection, last: dict[str, list[int]]) -> None:
 def _lease(owner: str, until: float, holder: Holder) -> tuple[Any, ...]:
     """The lease columns, from lease_owner to lease_started."""
     return (owner, until, holder.host, holder.pid, holder.started)
-
-
-def _has(db: sqlite3.Connection, table: str, session_id: str) -> bool:
-    """Whether ``table`` has a row of the session."""
-    found = db.execute(f"SELECT 1 FROM {table} WHERE session_id = ? LIMIT 1", (session_id,))
-    return found.fetchone() is not None
 
 
 def _naming(session_ids: Sequence[str]) -> str:
