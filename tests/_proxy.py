@@ -44,7 +44,9 @@ class CuttingProxy:
             async def down() -> None:
                 passed = 0
                 while data := await server.receive_some():
-                    if offset is not None and passed + len(data) > offset:
+                    # A cut is counted when it is made: two connections may have drawn an
+                    # offset while one cut was left.
+                    if offset is not None and self.left > 0 and passed + len(data) > offset:
                         await client.send_all(data[: offset - passed])
                         self.left -= 1
                         self.cut += 1
