@@ -358,38 +358,21 @@ async def test_concurrent_answers_through_two_runtimes_take_one(
     assert runs == (["/tmp/x"] if taken[0].answer == allow else [])
 
 
-#: A runtime process taking commands, one a line: ``start`` (a session of the approval
-#: agent, run until it is blocked: prints the session's, turn's and callback's ids),
+#: A runtime process taking commands, one a line: ``start`` (a session of SERVED's janitor,
+#: run until it is blocked: prints the session's, turn's and callback's ids),
 #: ``answer S T C`` (allow it, through this runtime: prints what it was told), ``read S T``
 #: (the session's events until the turn ended: prints their types), ``quit``.
-COMMANDED = textwrap.dedent(
+COMMANDED = SERVED + textwrap.dedent(
     """
     import contextlib
     import sys
 
     import trio
 
-    import agentlib
     from agentlib.store import PostgresStore
 
     url, schema = sys.argv[1], sys.argv[2]
-
-
-    @agentlib.tool(requires_approval=True)
-    def delete(path: str) -> str:
-        \'\'\'Delete a file.\'\'\'
-        return f"deleted {path}"
-
-
-    CALL = agentlib.ToolCallRequest(name="delete", arguments={"path": "a.txt"})
-    agent = agentlib.Agent(
-        "janitor",
-        model=agentlib.FunctionModel(
-            lambda request: "Done." if request.entries[-1].type == "tool_result"
-            else agentlib.ModelReply(tool_calls=[CALL])
-        ),
-        tools=[delete],
-    )
+    agent = janitor
 
 
     async def main():
@@ -462,14 +445,15 @@ async def test_a_runtime_on_postgresql_leases_for_10_seconds_unless_told(
     postgres_schema: str,
 ) -> None:
     agent = agentlib.Agent("echo", model=ScriptedModel(["one"]))
+    stopped = shared(postgres_schema, clock=lambda: 1000.0)  # leases measured on a still clock
     with trio.fail_after(30):  # only catches a hang
-        async with agentlib.open_runtime(shared(postgres_schema)):
+        async with agentlib.open_runtime(stopped):
             session = await agent.start_session()
-            started = time.time()
-            async with agentlib.open_runtime(shared(postgres_schema)):
+            other = shared(postgres_schema, clock=lambda: 1000.0)
+            async with agentlib.open_runtime(other):
                 with pytest.raises(agentlib.LeaseRefused) as refused:
                     await agent.session(session.id).run("hi")
-    assert started + 5 < refused.value.until <= started + 10.5
+    assert refused.value.until == 1010.0
 
 
 async def test_another_runtime_reads_a_turns_record_and_waits_for_its_end(
