@@ -52,18 +52,20 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+def calls_then(call: agentlib.ToolCallRequest, answer: str) -> agentlib.FunctionModel:
+    """A model that calls ``call``, then, given its result, answers ``answer``."""
+    return agentlib.FunctionModel(
+        lambda request: (
+            answer
+            if request.entries[-1].type == "tool_result"
+            else agentlib.ModelReply(tool_calls=[call])
+        )
+    )
+
+
 _CALL = agentlib.ToolCallRequest(name="add", arguments={"a": 1, "b": 2})
 calculator = agentlib.Agent(
-    "calc",
-    "You add numbers.",
-    agentlib.FunctionModel(
-        lambda request: (
-            "The answer is 3."
-            if request.entries[-1].type == "tool_result"
-            else agentlib.ModelReply(tool_calls=[_CALL])
-        )
-    ),
-    [add],
+    "calc", "You add numbers.", calls_then(_CALL, "The answer is 3."), [add]
 )
 
 
@@ -73,18 +75,7 @@ async def stamp() -> float:
 
 
 _STAMP = agentlib.ToolCallRequest(name="stamp", arguments={})
-stamper = agentlib.Agent(
-    "stamp",
-    "You read the clock.",
-    agentlib.FunctionModel(
-        lambda request: (
-            "Read."
-            if request.entries[-1].type == "tool_result"
-            else agentlib.ModelReply(tool_calls=[_STAMP])
-        )
-    ),
-    [stamp],
-)
+stamper = agentlib.Agent("stamp", "You read the clock.", calls_then(_STAMP, "Read."), [stamp])
 agents = [calculator, stamper]
 
 
