@@ -27,6 +27,7 @@ from ._store._base import KeyRow as KeyRow
 from ._store._base import Op as Op
 from ._store._base import Progress as Progress
 from ._store._base import PruneRow as PruneRow
+from ._store._base import Request as Request
 from ._store._base import SessionRow as SessionRow
 from ._store._base import SteerRow as SteerRow
 from ._store._base import StepRow as StepRow
@@ -50,6 +51,7 @@ __all__ = [
     "PostgresStore",
     "Progress",
     "PruneRow",
+    "Request",
     "SQLiteStore",
     "SessionRow",
     "SteerRow",

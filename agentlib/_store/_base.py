@@ -19,7 +19,7 @@ does not have is damaged, and says so.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -50,6 +50,7 @@ __all__ = [
     "Op",
     "Progress",
     "PruneRow",
+    "Request",
     "SessionRow",
     "SteerRow",
     "StepRow",
@@ -75,6 +76,22 @@ class Progress:
     last_seq: int
     terminated: bool
     subagent: bool
+
+
+@attrs.frozen
+class Request:
+    """A request of a runtime that does not hold a session to the one that does, in a
+    shared store (:meth:`Store.send_request`): a change only the holder may make.
+
+    Attributes:
+        id: The request's id in the store.
+        session_id: The session it is for.
+        body: What to do, as JSON (the runtime's own form: a store only keeps it).
+    """
+
+    id: int
+    session_id: str
+    body: dict[str, Any]
 
 
 @attrs.frozen
@@ -389,6 +406,56 @@ class Store(abc.ABC):
             StoreError: The store failed.
         """
         raise NotImplementedError(f"{type(self).__name__} is not shared: nothing to claim")
+
+    async def send_request(self, session_id: str, body: Mapping[str, Any]) -> int:
+        """Keep a request (``body``, JSON) for the runtime that holds the session, in a
+        shared store: it hears of it through :meth:`wait_for_requests`, and replies with
+        :meth:`reply_request`.
+
+        Returns:
+            The request's id.
+
+        Raises:
+            StoreError: The store failed.
+        """
+        raise NotImplementedError(f"{type(self).__name__} is not shared: no request to send")
+
+    async def wait_for_requests(self, owner: str, skip: Collection[int]) -> list[Request]:
+        """The requests not yet replied to, nor in ``skip``, for the sessions ``owner``
+        leases, oldest first; waits for one (or a while, as a request's notice may be lost)
+        while there is none.
+
+        Raises:
+            StoreError: The store failed.
+        """
+        raise NotImplementedError(f"{type(self).__name__} is not shared: no request to wait for")
+
+    async def reply_request(self, request_id: int, reply: Mapping[str, Any]) -> None:
+        """Reply to a request (``reply``, JSON), unless it was withdrawn; its sender hears
+        of it through :meth:`wait_for_reply`.
+
+        Raises:
+            StoreError: The store failed.
+        """
+        raise NotImplementedError(f"{type(self).__name__} is not shared: no request to reply to")
+
+    async def wait_for_reply(self, request_id: int) -> dict[str, Any] | None:
+        """The reply to a request, once there (the request is then forgotten); or None
+        after a while with no reply (the sender then asks again).
+
+        Raises:
+            StoreError: The store failed.
+        """
+        raise NotImplementedError(f"{type(self).__name__} is not shared: no reply to wait for")
+
+    async def withdraw_request(self, request_id: int) -> bool:
+        """Withdraw a request no one replied to yet: True if it was withdrawn (its reply
+        will never come); False if it has a reply (:meth:`wait_for_reply` gives it).
+
+        Raises:
+            StoreError: The store failed.
+        """
+        raise NotImplementedError(f"{type(self).__name__} is not shared: no request to withdraw")
 
     @abc.abstractmethod
     async def release(self, session_ids: Sequence[str], owner: str) -> None:

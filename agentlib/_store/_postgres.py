@@ -34,7 +34,7 @@ import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
@@ -54,6 +54,7 @@ from ._base import (
     Op,
     Progress,
     PruneRow,
+    Request,
     SessionRow,
     SteerRow,
     StepRow,
@@ -160,7 +161,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (session_id, key)
         )""",
     ),
+    (  # 2: requests to the runtime that holds a session
+        """CREATE TABLE {schema}.requests (
+            request_id BIGSERIAL PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            body TEXT NOT NULL,
+            reply TEXT,
+            made DOUBLE PRECISION NOT NULL
+        )""",
+        "CREATE INDEX requests_waiting ON {schema}.requests (session_id) WHERE reply IS NULL",
+    ),
 )
+
+#: How long a reply no one read is kept, in seconds (its sender went away).
+_UNREAD_REPLIES = 3600.0
 
 #: The key of the advisory lock under which a store migrates its schema.
 _MIGRATING = 0x6167656E746C6962  # "agentlib"
@@ -251,6 +265,8 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         # The readers waiting for other runtimes' events, by session; the listening thread.
         self._waiting: dict[str, trio.Event] = {}
         self._claims = trio.Event()  # set when a claim is heard of
+        self._requests = trio.Event()  # set when a request is heard of
+        self._replies: dict[int, trio.Event] = {}  # the senders waiting, by request
         self._listener: threading.Thread | None = None
         self._stop_listening = threading.Event()
 
@@ -725,6 +741,112 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
                 if (session_id, callback_id) in wanted
             ]
 
+    async def send_request(self, session_id: str, body: Mapping[str, Any]) -> int:
+        def send() -> int:
+            with self._connection() as db, db.transaction():
+                row = db.execute(
+                    self._sql(
+                        "INSERT INTO {schema}.requests (session_id, body, made)"
+                        " VALUES (%s, %s, %s) RETURNING request_id"
+                    ),
+                    (session_id, json.dumps(body), self._clock()),
+                ).fetchone()
+                assert row is not None
+                db.execute(
+                    "SELECT pg_notify(%s, %s)", (self._channel, f"{session_id} request {row[0]}")
+                )
+                return int(row[0])
+
+        self._listen()  # before the reply can come
+        return await self._in_thread(send)
+
+    async def wait_for_requests(self, owner: str, skip: Collection[int]) -> list[Request]:
+        self._listen()
+        heard = self._requests = trio.Event() if self._requests.is_set() else self._requests
+        skipped = list(skip)
+
+        def waiting() -> list[Request]:
+            with self._connection() as db, db.transaction():
+                db.execute(
+                    self._sql(
+                        "DELETE FROM {schema}.requests WHERE reply IS NOT NULL AND made < %s"
+                    ),
+                    (self._clock() - _UNREAD_REPLIES,),
+                )
+                rows = db.execute(
+                    self._sql(
+                        "SELECT r.request_id, r.session_id, r.body FROM {schema}.requests r"
+                        " JOIN {schema}.sessions s ON s.session_id = r.session_id"
+                        " WHERE r.reply IS NULL AND s.lease_owner = %s"
+                        " AND NOT r.request_id = ANY(%s) ORDER BY r.request_id"
+                    ),
+                    (owner, skipped),
+                ).fetchall()
+            return [Request(int(n), session_id, json.loads(body)) for n, session_id, body in rows]
+
+        found = await self._in_thread(waiting)
+        if not found:
+            with trio.move_on_after(POLL_SECONDS):
+                await heard.wait()
+        return found
+
+    async def reply_request(self, request_id: int, reply: Mapping[str, Any]) -> None:
+        def answer() -> None:
+            with self._connection() as db, db.transaction():
+                row = db.execute(
+                    self._sql(
+                        "UPDATE {schema}.requests SET reply = %s"
+                        " WHERE request_id = %s AND reply IS NULL RETURNING session_id"
+                    ),
+                    (json.dumps(reply), request_id),
+                ).fetchone()
+                if row is not None:
+                    db.execute(
+                        "SELECT pg_notify(%s, %s)",
+                        (self._channel, f"{row[0]} reply {request_id}"),
+                    )
+
+        await self._in_thread(answer)
+
+    async def wait_for_reply(self, request_id: int) -> dict[str, Any] | None:
+        self._listen()
+        replied = self._replies.setdefault(request_id, trio.Event())  # before the read
+
+        def read() -> dict[str, Any] | None:
+            with self._connection() as db, db.transaction():
+                row = db.execute(
+                    self._sql(
+                        "DELETE FROM {schema}.requests WHERE request_id = %s"
+                        " AND reply IS NOT NULL RETURNING reply"
+                    ),
+                    (request_id,),
+                ).fetchone()
+            return None if row is None else dict(json.loads(row[0]))
+
+        try:
+            reply = await self._in_thread(read)
+            if reply is None:
+                with trio.move_on_after(POLL_SECONDS):
+                    await replied.wait()
+                reply = await self._in_thread(read)
+        finally:
+            if self._replies.get(request_id) is replied:
+                del self._replies[request_id]
+        return reply
+
+    async def withdraw_request(self, request_id: int) -> bool:
+        def withdraw() -> bool:
+            with self._connection() as db, db.transaction():
+                gone = db.execute(
+                    self._sql(
+                        "DELETE FROM {schema}.requests WHERE request_id = %s AND reply IS NULL"
+                    ),
+                    (request_id,),
+                )
+                return gone.rowcount == 1
+
+        return await self._in_thread(withdraw)
+
     def _progress_of(self, session_id: str) -> Progress | None:
         with self._reading(f"session {session_id}") as (db, _):
             row = db.execute(
@@ -772,12 +894,24 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         id> <seq>"``); None: anything may have changed."""
         if payload is None:
             waiting, self._waiting = self._waiting, {}
+            waiting_replies = list(self._replies.values())
             for changed in waiting.values():
                 changed.set()
             self._claims.set()
+            self._requests.set()
+            for reply_heard in waiting_replies:
+                reply_heard.set()
             return
         if " claim " in payload:
             self._claims.set()
+            return
+        if " request " in payload:
+            self._requests.set()
+            return
+        if " reply " in payload:
+            replied = self._replies.get(int(payload.rpartition(" ")[2]))
+            if replied is not None:
+                replied.set()
             return
         session_id = payload.partition(" ")[0]
         if session_id in self._waiting:
