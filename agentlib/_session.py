@@ -30,14 +30,20 @@ from ._engine import _machine as machine
 from ._engine._handlers import Handler, Waiter, invoke
 from ._engine._live import LiveSession
 from ._engine._log import cursor_of
-from ._engine._machine import StopCause, TurnMachine
-from ._engine._restore import not_found, read_states
+from ._engine._machine import TurnMachine
+from ._engine._requests import (
+    ask,
+    decode_told,
+    encode_content,
+    raise_failure,
+    request_key,
+)
+from ._engine._restore import not_found, read_states, read_tree
 from ._engine._runtime import Runtime
 from ._errors import (
     InvalidCursorError,
     ObservationLost,
     SessionBusyError,
-    UnsupportedSessionProcedureError,
     ValidationError,
     add_note,
 )
@@ -58,6 +64,7 @@ from ._records import (
     TurnConflict,
     TurnState,
 )
+from ._store._base import Progress
 
 if TYPE_CHECKING:
     from ._definition import AgentDefinition
@@ -83,7 +90,6 @@ SignInHandler = Callable[
 ]
 ClientToolHandler = Callable[[OpenClientToolCall], Any]
 
-_SEND_TRIES = 3
 
 OutputT = TypeVar("OutputT")
 
@@ -237,25 +243,23 @@ class Session:
             UnsupportedSessionProcedureError: The session is a subagent's: its references
                 only read, and interrupt its turns.
         """
-        live = await self._writable("send_message")
-        runtime = self._runtime
+        key = idempotency_key
+        try:
+            live = await self._writable("send_message")
+        except SessionBusyError:
+            if not self._runtime.store.shared:
+                raise
+            key = request_key(key)  # a message the holder took before it died is found
+            blocks = message_content(content, self._agent.model)
+            reply = await self._ask("send_message", content=encode_content(blocks), key=key)
+            if reply is not None:
+                return Turn(self, reply["turn_id"], started=reply["started"])
+            live = await self._writable("send_message")  # this runtime holds it now
         blocks = message_content(content, self._agent.model)
-        for _ in range(_SEND_TRIES):
-            started = runtime.start_turn(
-                live, blocks, idempotency_key, self._agent.output_type, None
-            )
-            if isinstance(started, machine.Started):
-                await runtime.flush()
-                return Turn(self, started.turn_id, started=started.new)
-            if runtime.steer(live, started.turn_id, blocks, idempotency_key):
-                await runtime.flush()
-                return Turn(self, started.turn_id, started=False)
-            # The active turn is ending: let it finish, then start a new one.
-            await runtime.turn_done(live, started.turn_id).wait()
-        raise SessionBusyError(
-            f"session {self.id} could not take the message after {_SEND_TRIES} tries; "
-            "nothing changed: send it again"
+        turn_id, started = await self._runtime.send_message(
+            live, blocks, key, self._agent.output_type
         )
+        return Turn(self, turn_id, started=started)
 
     async def start_turn(
         self,
@@ -296,7 +300,21 @@ class Session:
         """Start a turn; and whether it is new (not one an idempotency key started)."""
         if max_steps is not None:
             check_max_steps(max_steps)
-        live = await self._writable(procedure)
+        try:
+            live = await self._writable(procedure)
+        except SessionBusyError:
+            if not self._runtime.store.shared:
+                raise
+            key = request_key(key)  # a turn the holder started before it died is found
+            blocks = message_content(content, self._agent.model)
+            reply = await self._ask(
+                procedure, content=encode_content(blocks), key=key, max_steps=max_steps
+            )
+            if reply is not None:
+                if "busy" in reply:
+                    return Busy(turn=Turn(self, reply["busy"], started=None)), False
+                return Turn(self, reply["turn_id"], started=True), reply["new"]
+            live = await self._writable(procedure)  # this runtime holds it now
         blocks = message_content(content, self._agent.model)
         started = self._runtime.start_turn(live, blocks, key, output_type, max_steps)
         if isinstance(started, machine.Started):
@@ -459,7 +477,12 @@ class Session:
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
             TurnNotFoundError: The session has no such turn.
         """
-        live = await self._load()
+        try:
+            live = await self._load()
+        except SessionBusyError:
+            if not self._runtime.store.shared:
+                raise
+            return await self._event_page_elsewhere(after, limit, wait, turn_id)
         log = live.log
         position = log.seq_of(after)
         turn = None if turn_id is None else live.state.turn(turn_id)
@@ -487,6 +510,57 @@ class Session:
         cursor = machine.format_cursor(self.id, position) if position else after
         return events, cursor, ended()
 
+    async def _event_page_elsewhere(
+        self, after: str | None, limit: int, wait: float, turn_id: str | None
+    ) -> tuple[list[Event], str | None, bool]:
+        """:meth:`_event_page`, for a session another runtime holds on a shared store: read
+        from the store as that runtime commits the events."""
+        store = self._runtime.store
+        cursor = cursor_of(after, self.id)
+        position = 0 if cursor is None else int(cursor.rpartition(":")[2])
+        end_seq = None
+        if turn_id is not None:
+            states, _ = await read_states(self._runtime, self.id, self._agent)
+            turn = states[self.id].turn(turn_id)
+            position, end_seq = max(position, turn.first_seq - 1), turn.end_seq
+        first = await store.wait_for_events(self.id, -1)
+        if first is None:
+            raise not_found(self.id)
+        progress: Progress = first
+        if position > progress.last_seq:
+            raise InvalidCursorError(
+                f"session {self.id} never had this cursor (it has {progress.last_seq} "
+                "events); pass a cursor it gave you"
+            )
+        output_type = self._agent.output_type
+
+        def ended() -> bool:
+            if end_seq is not None and position >= end_seq:
+                return True
+            return progress.terminated and position >= progress.last_seq
+
+        events: list[Event] = []
+        with trio.move_on_after(wait):
+            while progress.last_seq <= position and not ended():
+                found = await store.wait_for_events(self.id, position)
+                if found is None:
+                    raise not_found(self.id)
+                progress = found
+        while len(events) < limit and not ended():
+            page = await store.read_events(self.id, position, min(limit, _FOLLOWED_PAGE))
+            if not page:
+                break
+            for event in page:
+                position = int(event.id.rpartition(":")[2])
+                if turn_id is None or event.turn_id == turn_id:
+                    events.append(_event_for_reader(event, output_type))
+                    if isinstance(event, TurnEnded):
+                        end_seq = position
+                if len(events) >= limit or ended():
+                    break
+        cursor_now = machine.format_cursor(self.id, position) if position else after
+        return events, cursor_now, ended()
+
     async def cancel(self) -> None:
         """End the session and its subagents: interrupt the running turns; later sends
         raise ``SessionTerminatedError``. Its history stays readable. Idempotent.
@@ -495,7 +569,14 @@ class Session:
             UnsupportedSessionProcedureError: The session is a subagent's: its references
                 only read, and interrupt its turns.
         """
-        live = await self._writable("cancel")
+        try:
+            live = await self._writable("cancel")
+        except SessionBusyError:
+            if not self._runtime.store.shared:
+                raise
+            if await self._ask("cancel") is not None:
+                return
+            live = await self._writable("cancel")  # this runtime holds it now
         await self._runtime.cancel(live)
         await self._runtime.flush()
 
@@ -505,17 +586,27 @@ class Session:
         They read (records, events, entries) and interrupt their turns, and answer callbacks
         with this reference's handlers; the rest is refused: send to this session instead.
         """
-        live = await self._load()
+        try:
+            live = await self._load()
+        except SessionBusyError:
+            if not self._runtime.store.shared:
+                raise
+            # Another runtime holds it: its children as the shared store has them.
+            tree, agents = await read_tree(self._runtime, self.id, self._agent)
+            children = [node.row.session_id for node in tree if node.row.parent_id == self.id]
+        else:
+            children = list(live.state.children)
+            agents = {child_id: self._runtime.live(child_id).agent for child_id in children}
         return [
             Session(
                 self._runtime,
                 child_id,
-                agent=self._runtime.live(child_id).agent,
+                agent=agents[child_id],
                 on_approval=self._on_approval,
                 on_sign_in=self._on_sign_in,
                 on_client_tool=self._on_client_tool,
             )
-            for child_id in reversed(live.state.children)
+            for child_id in reversed(children)
         ]
 
     async def _writable(self, procedure: str) -> LiveSession:
@@ -526,14 +617,21 @@ class Session:
         """
         live = await self._load()
         self._runtime.check_open()
-        if live.state.parent_id is not None:
-            root = machine.root_of(self._runtime.states, live.id)
-            raise UnsupportedSessionProcedureError(
-                f"session {self.id} is a subagent's, whose references only read and interrupt "
-                f"its turns, so {procedure} is refused; send to its root session "
-                f"{root.id} instead, or cancel that one to stop it"
-            )
+        self._runtime.check_writable(live, procedure)
         return live
+
+    async def _ask(self, procedure: str, **body: Any) -> dict[str, Any] | None:
+        """Ask the runtime that holds this session, on a shared store, to do ``procedure``:
+        its reply; or None if this runtime holds the session now (the caller does it here).
+
+        Raises:
+            SdkError: What the procedure raised there.
+        """
+        self._runtime.check_open()
+        reply = await ask(self._runtime, self.id, self._agent, {"procedure": procedure, **body})
+        if reply is not None:
+            raise_failure(reply)
+        return reply
 
 
 def leaving_note(turn_id: str, session_id: str) -> str:
@@ -600,20 +698,30 @@ class Turn:
         return _for_reader(record, self._session._agent.output_type)
 
     async def _result_elsewhere(
-        self, after: TurnState[Any] | str | None, timeout: float | None
+        self,
+        after: TurnState[Any] | str | None,
+        timeout: float | None,
+        on_event: EventHandler | None,
+        wanted: Any,
     ) -> TurnState[Any]:
         """:meth:`result`, for a session another runtime holds on a shared store: its record
         read again as the store has it each time the session has new events. A callback this
-        reference has a handler for is answered by it (through the store's claim)."""
+        reference has a handler for is answered by it (through the store's claim);
+        ``on_event`` is called with each of the turn's events up to the record's."""
         session = self._session
         cursor = cursor_of(after, session.id)
         position = 0 if cursor is None else int(cursor.rpartition(":")[2])
         handled: set[str] = set()
+        delivered: int | None = None  # the seq up to which on_event saw the session's events
         with trio.move_on_after(math.inf if timeout is None else timeout):
             while True:
                 states, last = await read_states(session._runtime, session.id, session._agent)
                 turn = states[session.id].turn(self.id)
                 record = machine.record_of(states, turn, last[session.id])
+                if on_event is not None:
+                    if delivered is None:
+                        delivered = turn.first_seq - 1  # it sees the whole turn
+                    delivered = await self._deliver(on_event, delivered, last[session.id], wanted)
                 if not isinstance(record, (Running, Blocked)):
                     return record
                 if isinstance(record, Blocked):
@@ -639,6 +747,24 @@ class Turn:
                         continue
                 await session._runtime.store.wait_for_events(session.id, last[session.id])
         return await self._record_elsewhere()  # at the timeout
+
+    async def _deliver(
+        self, on_event: EventHandler, delivered: int, last_seq: int, wanted: Any
+    ) -> int:
+        """Call ``on_event`` with this turn's stored events after seq ``delivered`` up to
+        ``last_seq``; the seq delivered up to."""
+        store = self._session._runtime.store
+        while delivered < last_seq:
+            page = await store.read_events(
+                self.session_id, delivered, min(_FOLLOWED_PAGE, last_seq - delivered)
+            )
+            if not page:
+                return last_seq  # pruned meanwhile
+            for event in page:
+                delivered = int(event.id.rpartition(":")[2])
+                if event.turn_id == self.id:
+                    await invoke(on_event, _event_for_reader(event, wanted))
+        return delivered
 
     async def _record_elsewhere(self) -> TurnState[Any]:
         """The turn's record as the shared store has it now, for a session another runtime
@@ -697,10 +823,11 @@ class Turn:
         try:
             live, turn = await self._turn()
         except SessionBusyError:
-            if not self._session._runtime.store.shared or on_event is not None:
+            if not self._session._runtime.store.shared:
                 raise
             try:  # another runtime holds it: followed in the shared store
-                return _for_reader(await self._result_elsewhere(after, timeout), wanted)
+                record = await self._result_elsewhere(after, timeout, on_event, wanted)
+                return _for_reader(record, wanted)
             except trio.Cancelled as cancelled:
                 add_note(cancelled, leaving_note(self.id, self._session.id))
                 raise
@@ -717,11 +844,11 @@ class Turn:
         )
         try:
             with waiter.scope, live.reading():
-                record = await self._follow(
+                followed = await self._follow(
                     live, turn, waiter, position, delivered, wanted, on_event
                 )
-                if record is not None:
-                    return record
+                if followed is not None:
+                    return followed
         except trio.Cancelled as cancelled:
             add_note(cancelled, leaving_note(turn.id, turn.session_id))
             raise
@@ -824,8 +951,17 @@ class Turn:
         """Tell the model that the handler of client tool call ``callback_id``, which ran
         elsewhere, failed with ``failure``, if the agent reports tool errors (None if it
         raises them). The deployed sessions' handlers."""
-        live = await self._session._load()
-        runtime = self._session._runtime
+        session = self._session
+        try:
+            live = await session._load()
+        except SessionBusyError:
+            if not session._runtime.store.shared:
+                raise
+            reply = await session._ask("report", callback_id=callback_id, failure=failure)
+            if reply is not None:
+                return decode_told(reply["told"])
+            live = await session._load()  # this runtime holds it now
+        runtime = session._runtime
         runtime.check_open()
         told = await runtime.report(live, callback_id, failure)
         await runtime.flush()
@@ -842,7 +978,16 @@ class Turn:
             TurnNotFoundError: The session has no such turn (on first iteration).
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        live, turn = await self._turn()
+        try:
+            live, turn = await self._turn()
+        except SessionBusyError:
+            if not self._session._runtime.store.shared:
+                raise
+            # Another runtime holds it: its events, as it commits them.
+            async with contextlib.aclosing(self._events_elsewhere(after)) as events:
+                async for event in events:
+                    yield event
+            return
         log = live.log
         position = max(log.seq_of(after), turn.first_seq - 1)
         output_type = self._session._agent.output_type
@@ -863,6 +1008,26 @@ class Turn:
                 await log.wait_beyond(position)
                 self._session._runtime.store.check()
 
+    async def _events_elsewhere(
+        self, after: TurnState[Any] | str | None
+    ) -> AsyncGenerator[Event, None]:
+        """:meth:`iter_events`, for a session another runtime holds on a shared store."""
+        session = self._session
+        states, _ = await read_states(session._runtime, session.id, session._agent)
+        turn = states[session.id].turn(self.id)
+        cursor = cursor_of(after, session.id)
+        position = 0 if cursor is None else int(cursor.rpartition(":")[2])
+        if turn.end_seq is not None and position >= turn.end_seq:
+            return  # the position was at or past its end
+        start = machine.format_cursor(session.id, max(position, turn.first_seq - 1))
+        async with contextlib.aclosing(session._events_elsewhere(start)) as events:
+            async for event in events:
+                if event.turn_id != self.id:
+                    continue
+                yield event
+                if isinstance(event, TurnEnded):
+                    return
+
     async def steer(self, content: Content) -> Turn | TurnConflict:
         """Add a message to this running turn: the model sees it at its next step.
 
@@ -873,11 +1038,25 @@ class Turn:
             ValidationError: ``content`` is malformed.
             UnsupportedSessionProcedureError: The turn is a subagent's: steer its parent's.
         """
-        await self._session._writable("steer")
-        blocks = message_content(content, self._session._agent.model)
+        session = self._session
+        key = None
+        try:
+            await session._writable("steer")
+        except SessionBusyError:
+            if not session._runtime.store.shared:
+                raise
+            key = request_key(key)  # a steer the holder took before it died is found
+            blocks = message_content(content, session._agent.model)
+            reply = await session._ask(
+                "steer", turn_id=self.id, content=encode_content(blocks), key=key
+            )
+            if reply is not None:
+                return self if reply["steered"] else TurnConflict(turn_id=self.id)
+            await session._writable("steer")  # this runtime holds it now
+        blocks = message_content(content, session._agent.model)
         live, turn = await self._turn()
-        runtime = self._session._runtime
-        if runtime.steer(live, turn.id, blocks):
+        runtime = session._runtime
+        if runtime.steer(live, turn.id, blocks, key):
             await runtime.flush()  # acknowledged once durable
             return self
         return TurnConflict(turn_id=self.id)
@@ -888,11 +1067,16 @@ class Turn:
         Returns once the turn has ended: this turn, or ``TurnConflict`` if it was not the
         active turn.
         """
-        live, turn = await self._turn()
-        runtime = self._session._runtime
-        if live.state.active != turn.id:
-            return TurnConflict(turn_id=self.id)
-        runtime.stop_turn(live, turn.id, StopCause.INTERRUPTED)
-        await runtime.turn_done(live, turn.id).wait()
-        await runtime.flush()  # acknowledged once its end is durable
-        return self
+        session = self._session
+        try:
+            live = await session._load()
+        except SessionBusyError:
+            if not session._runtime.store.shared:
+                raise
+            reply = await session._ask("interrupt", turn_id=self.id)
+            if reply is not None:
+                return self if reply["interrupted"] else TurnConflict(turn_id=self.id)
+            live = await session._load()  # this runtime holds it now
+        if await session._runtime.interrupt(live, self.id):  # acknowledged once durable
+            return self
+        return TurnConflict(turn_id=self.id)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import trio
-from _support import Gate, approval_agent, held_agent, held_turn
+from _support import Gate, approval_agent, held_agent, held_turn, turn_events
 from conftest import POSTGRES
 
 import agentlib
@@ -452,7 +452,7 @@ async def test_a_runtime_on_postgresql_leases_for_10_seconds_unless_told(
             other = shared(postgres_schema, clock=lambda: 1000.0)
             async with agentlib.open_runtime(other):
                 with pytest.raises(agentlib.LeaseRefused) as refused:
-                    await agent.session(session.id).run("hi")
+                    await other.acquire([session.id], "another owner", 10.0)
     assert refused.value.until == 1010.0
 
 
@@ -539,3 +539,130 @@ async def test_concurrent_answers_through_the_holder_take_one(postgres_schema: s
     assert len(taken) + sum(isinstance(v, agentlib.AlreadySettled) for v in told) == len(offers)
     assert isinstance(final, Completed)
     assert runs == (["/tmp/x"] if closed.answer == agentlib.AllowApproval() else [])
+
+
+async def test_another_runtime_changes_a_session_through_the_runtime_that_holds_it(
+    postgres_schema: str,
+) -> None:
+    gate = Gate()
+    agent = held_agent(gate, "answer")
+    seen: list[agentlib.Event] = []
+    with trio.fail_after(60):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):  # holds the session
+            session = await agent.start_session()
+            async with agentlib.open_runtime(shared(postgres_schema)):  # another runtime
+                elsewhere = agent.session(session.id)
+                turn = await elsewhere.start_turn("go")
+                assert isinstance(turn, agentlib.Turn)
+                await gate.reached.wait()  # it runs in the runtime that holds the session
+                busy = await elsewhere.start_turn("another")
+                steered = await elsewhere.turn(turn.id).steer("and this")
+                sent = await elsewhere.send_message("and that")
+                interrupted = await elsewhere.turn(turn.id).interrupt()
+                again = await elsewhere.turn(turn.id).interrupt()
+                record = await elsewhere.run("once more", on_event=seen.append)
+                await elsewhere.cancel()
+                with pytest.raises(agentlib.SessionTerminatedError):
+                    await elsewhere.send_message("too late")
+            held = [await session.turn(t).get() for t in (turn.id, record.turn_id)]
+            held_events = await turn_events(session.turn(record.turn_id))
+    assert busy == agentlib.Busy(turn=elsewhere.turn(turn.id))
+    assert steered == elsewhere.turn(turn.id)
+    assert (sent.id, sent.started) == (turn.id, False)
+    assert interrupted == elsewhere.turn(turn.id)
+    assert again == agentlib.TurnConflict(turn_id=turn.id)
+    assert isinstance(held[0], agentlib.Interrupted)
+    assert held[0].cause == "interrupted"
+    assert isinstance(record, Completed)
+    assert record.output == "answer"
+    assert held[1] == record
+    assert seen == held_events
+    steers = [e.entry.text for e in held_events if isinstance(e, agentlib.EntryCompleted)]
+    assert steers[0] == "once more"
+
+
+async def test_a_turns_events_and_pages_are_read_through_another_runtime(
+    postgres_schema: str,
+) -> None:
+    agent = agentlib.Agent("echo", model=ScriptedModel(["one", "two"]))
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):
+            session = await agent.start_session()
+            first = await session.run("a")
+            second = await session.run("b")
+            async with agentlib.open_runtime(shared(postgres_schema)):
+                elsewhere = agent.session(session.id)
+                read = await turn_events(elsewhere.turn(second.turn_id))
+                after_first = await turn_events(elsewhere.turn(first.turn_id), first)
+                children = await elsewhere.subagents()
+            here = await turn_events(session.turn(second.turn_id))
+    assert read == here
+    assert after_first == []
+    assert children == []
+
+
+async def test_a_client_of_another_server_runs_turns_of_a_session_the_first_holds(
+    postgres_schema: str, tmp_path: Path
+) -> None:
+    store = f"{POSTGRES}?schema={postgres_schema}"
+    seen: list[agentlib.Event] = []
+    with served(tmp_path, store) as (_, one), served(tmp_path, store) as (_, other):
+        with trio.fail_after(60):  # only catches a hang
+            session = await agentlib.Agent.load_from(one, "janitor").start_session()
+            elsewhere = agentlib.Agent.load_from(other, "janitor").session(session.id)
+            blocked = await elsewhere.run("Clean up.")  # the first server runs it
+            assert isinstance(blocked, agentlib.Blocked)
+            turn = elsewhere.turn(blocked.turn_id)
+            await turn.answer(blocked.callbacks[0].id, agentlib.AllowApproval())
+            final = await turn.result(on_event=seen.append)
+            streamed = await turn_events(turn)
+            held = await turn_events(session.turn(blocked.turn_id))
+    assert isinstance(final, Completed)
+    assert final.output == "Done."
+    assert seen == streamed == held
+
+
+class Ahead(PostgresStore):
+    """A store whose clock jumps a minute ahead once it has sent a request: from then on,
+    the leases of a holder that stalled have expired, for it, without waiting for them."""
+
+    ahead = 0.0
+
+    def __init__(self, schema: str) -> None:
+        super().__init__(POSTGRES, schema=schema, clock=lambda: time.time() + self.ahead)
+
+    async def send_request(self, session_id: str, body: Any) -> int:
+        sent = await super().send_request(session_id, body)
+        self.ahead = 60.0
+        return sent
+
+
+async def test_a_request_to_a_holder_that_stalled_is_withdrawn_and_done_by_the_sender(
+    postgres_schema: str,
+) -> None:
+    with runtime_process(postgres_schema, lease=30.0) as process:
+        assert process.stdout is not None
+        assert process.stdin is not None
+        session_id, turn_id = process.stdout.readline().split()
+        process.send_signal(signal.SIGSTOP)  # it holds the session, and replies to nothing
+        with trio.fail_after(30):  # only catches a hang
+            async with agentlib.open_runtime(Ahead(postgres_schema)):
+                session = worker().session(session_id)
+                record = await session.run("again")  # asked, then taken over
+                stalled = await session.turn(turn_id).get()
+                process.send_signal(signal.SIGCONT)
+                process.stdin.write("answer now\n")
+                process.stdin.flush()
+                said = [process.stdout.readline().strip() for _ in range(2)]
+                started = []
+                async with contextlib.aclosing(session.iter_events()) as events:
+                    async for event in events:
+                        if isinstance(event, agentlib.TurnStarted):
+                            started.append(event)
+                        if isinstance(event, TurnEnded) and event.turn_id == record.turn_id:
+                            break
+    assert isinstance(record, Completed)
+    assert record.output == "after"
+    assert isinstance(stalled, agentlib.UnknownOutcome)
+    assert said == ["raised LeaseLost", "closed"]
+    assert [event.turn_id for event in started] == [turn_id, record.turn_id]

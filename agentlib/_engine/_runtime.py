@@ -28,7 +28,13 @@ from .._callbacks import (
     SignInAnswer,
 )
 from .._entries import Entry
-from .._errors import SdkError, SessionBusyError, SessionNotFoundError, StoreError
+from .._errors import (
+    SdkError,
+    SessionBusyError,
+    SessionNotFoundError,
+    StoreError,
+    UnsupportedSessionProcedureError,
+)
 from .._events import TurnEnded
 from .._history import new_id
 from .._ops import CallbackRow, EventRow, KeyRow, Op, PruneRow
@@ -39,6 +45,7 @@ from . import _machine as machine
 from ._live import LiveSession, LiveTurn, check_callback_id
 from ._log import EventLog
 from ._machine import CallbackPhase, CallState, SessionMachine, StopCause, own, without
+from ._requests import serve as serve_requests
 from ._restore import not_found, read_tree, restore
 from ._turns import run_turn
 
@@ -54,6 +61,10 @@ IDLE_KEPT = 1_000
 
 #: The inputs of every session started without any: one dict, never changed.
 _NO_INPUTS: dict[str, Any] = {}
+
+
+#: How many times a message that found the active turn ending tries again.
+_SEND_TRIES = 3
 
 
 @attrs.define(eq=False)
@@ -459,6 +470,18 @@ class Runtime:
                 "runtime (on the same store, to go on with its sessions)"
             )
 
+    def check_writable(self, live: LiveSession, procedure: str) -> None:
+        """Raises:
+        UnsupportedSessionProcedureError: The session is a subagent's, whose references
+            only read (and interrupt its turns): ``procedure`` would change it."""
+        if live.state.parent_id is not None:
+            root = machine.root_of(self.states, live.id)
+            raise UnsupportedSessionProcedureError(
+                f"session {live.id} is a subagent's, whose references only read and interrupt "
+                f"its turns, so {procedure} is refused; send to its root session "
+                f"{root.id} instead, or cancel that one to stop it"
+            )
+
     # -- turns ------------------------------------------------------------------------------
 
     def start_turn(
@@ -492,6 +515,47 @@ class Runtime:
         steered, facts = machine.steer(self.states, live.id, turn_id, content, key)
         self.commit(facts)
         return steered
+
+    async def send_message(
+        self, live: LiveSession, content: tuple[Any, ...], key: str | None, output_type: Any
+    ) -> tuple[str, bool]:
+        """Start a turn with the message, or add it to the running turn; acknowledged once
+        durable. The turn's id, and whether it started.
+
+        Raises:
+            SessionIdempotencyConflictError: The key was used for another message.
+            SessionTerminatedError: The session was cancelled.
+            SessionBusyError: It still could not take the message after several tries.
+        """
+        for _ in range(_SEND_TRIES):
+            started = self.start_turn(live, content, key, output_type, None)
+            if isinstance(started, machine.Started):
+                await self.flush()
+                return started.turn_id, started.new
+            if self.steer(live, started.turn_id, content, key):
+                await self.flush()
+                return started.turn_id, False
+            # The active turn is ending: let it finish, then start a new one.
+            await self.turn_done(live, started.turn_id).wait()
+        raise SessionBusyError(
+            f"session {live.id} could not take the message after {_SEND_TRIES} tries; "
+            "nothing changed: send it again"
+        )
+
+    async def interrupt(self, live: LiveSession, turn_id: str) -> bool:
+        """Stop the session's active turn ``turn_id`` (``Interrupted(cause="interrupted")``)
+        and wait for its end to be durable; False if it is not the active turn.
+
+        Raises:
+            TurnNotFoundError: The session has no such turn.
+        """
+        live.state.turn(turn_id)
+        if live.state.active != turn_id:
+            return False
+        self.stop_turn(live, turn_id, StopCause.INTERRUPTED)
+        await self.turn_done(live, turn_id).wait()
+        await self.flush()
+        return True
 
     def turn_done(self, live: LiveSession, turn_id: str) -> trio.Event:
         """Set once the turn's task has ended (at once for a turn that runs no task here)."""
@@ -891,6 +955,7 @@ async def open_engine(
                 nursery.start_soon(runtime._renew_leases)
             if backend.shared:
                 nursery.start_soon(runtime._apply_claims)
+                nursery.start_soon(serve_requests, runtime)
             try:
                 yield runtime
             except Exception as error:

@@ -34,9 +34,9 @@ from .._callbacks import (
     SignInAnswer,
 )
 from .._convert import structure, unstructure
-from .._engine._restore import not_found
+from .._engine._restore import not_found, read_states
 from .._engine._runtime import Runtime
-from .._errors import SdkError
+from .._errors import SdkError, SessionBusyError
 from .._events import Event
 from .._json import NotJson, read_json
 from .._open import enter, open_runtime
@@ -199,13 +199,21 @@ class Server:
         the request's token may reach it: another principal's is missing, as is every
         session but its own for a session-scoped token."""
         session_id = request.path_params["session_id"]
-        session = self._agent(request).session(session_id)
-        live = await session._load()
+        agent = self._agent(request)
+        session = agent.session(session_id)
+        try:
+            inputs = (await session._load()).state.inputs
+        except SessionBusyError:
+            if not self._runtime.store.shared:
+                raise
+            # Another runtime on the shared store holds it: read as the store has it.
+            states, _ = await read_states(self._runtime, session_id, agent)
+            inputs = states[session_id].inputs
         access: Access = request.state.access
         if access.session_id is not None:
             allowed = access.session_id == session_id
         else:
-            owner = live.state.inputs.get(Principal.input_id, {}).get("name")
+            owner = inputs.get(Principal.input_id, {}).get("name")
             allowed = owner == access.principal
         if not allowed:
             raise not_found(session_id)
