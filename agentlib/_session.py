@@ -35,6 +35,7 @@ from ._engine._requests import (
     ask,
     decode_told,
     encode_content,
+    holds,
     raise_failure,
     request_key,
 )
@@ -700,20 +701,27 @@ class Turn:
     async def _result_elsewhere(
         self,
         after: TurnState[Any] | str | None,
-        timeout: float | None,
         on_event: EventHandler | None,
         wanted: Any,
-    ) -> TurnState[Any]:
+        deadline: float,
+    ) -> TurnState[Any] | int | None:
         """:meth:`result`, for a session another runtime holds on a shared store: its record
         read again as the store has it each time the session has new events. A callback this
         reference has a handler for is answered by it (through the store's claim);
-        ``on_event`` is called with each of the turn's events up to the record's."""
+        ``on_event`` is called with each of the turn's events up to the record's.
+
+        Every third of a lease, it tries to take the session: a holder that died or stalled
+        leaves it to this runtime once its lease has expired, and its turns go on here.
+        Then it returns the seq up to which ``on_event`` saw the events (None without one),
+        for the wait to go on here."""
         session = self._session
+        runtime = session._runtime
         cursor = cursor_of(after, session.id)
         position = 0 if cursor is None else int(cursor.rpartition(":")[2])
         handled: set[str] = set()
         delivered: int | None = None  # the seq up to which on_event saw the session's events
-        with trio.move_on_after(math.inf if timeout is None else timeout):
+        next_try = trio.current_time() + runtime.lease_seconds / 3
+        with trio.move_on_at(deadline):
             while True:
                 states, last = await read_states(session._runtime, session.id, session._agent)
                 turn = states[session.id].turn(self.id)
@@ -745,7 +753,11 @@ class Turn:
                         return record
                     if opened:
                         continue
-                await session._runtime.store.wait_for_events(session.id, last[session.id])
+                await runtime.store.wait_for_events(session.id, last[session.id])
+                if trio.current_time() >= next_try:
+                    next_try = trio.current_time() + runtime.lease_seconds / 3
+                    if await holds(runtime, session.id, session._agent):
+                        return delivered
         return await self._record_elsewhere()  # at the timeout
 
     async def _deliver(
@@ -820,17 +832,22 @@ class Turn:
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
         wanted = output_type if output_type is not None else self._session._agent.output_type
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        seen = None  # the seq up to which on_event saw the events elsewhere
         try:
             live, turn = await self._turn()
         except SessionBusyError:
             if not self._session._runtime.store.shared:
                 raise
             try:  # another runtime holds it: followed in the shared store
-                record = await self._result_elsewhere(after, timeout, on_event, wanted)
-                return _for_reader(record, wanted)
+                record = await self._result_elsewhere(after, on_event, wanted, deadline)
             except trio.Cancelled as cancelled:
                 add_note(cancelled, leaving_note(self.id, self._session.id))
                 raise
+            if not isinstance(record, int | None):
+                return _for_reader(record, wanted)
+            seen = record  # this runtime holds it now: the wait goes on here
+            live, turn = await self._turn()
         runtime = self._session._runtime
         log = live.log
         position = max(log.seq_of(after), turn.first_seq - 1)
@@ -838,7 +855,8 @@ class Turn:
             position = max(position, log.first_seq - 1)
         # on_event sees the whole turn, whatever ``after`` is.
         delivered = turn.first_seq - 1 if on_event is not None else position
-        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        if seen is not None:
+            delivered = seen
         waiter = Waiter(
             engine=runtime, live=live, handler_for=self._session._handler_for, deadline=deadline
         )

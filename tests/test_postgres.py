@@ -623,18 +623,29 @@ async def test_a_client_of_another_server_runs_turns_of_a_session_the_first_hold
 
 
 class Ahead(PostgresStore):
-    """A store whose clock jumps a minute ahead once it has sent a request: from then on,
-    the leases of a holder that stalled have expired, for it, without waiting for them."""
+    """A store whose clock jumps a minute ahead once it has done ``after`` (a method's
+    name): from then on, the leases of a holder that stalled have expired, for it, without
+    waiting for them."""
 
     ahead = 0.0
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, after: str) -> None:
         super().__init__(POSTGRES, schema=schema, clock=lambda: time.time() + self.ahead)
+        self.after = after
+
+    def done(self, name: str) -> None:
+        if name == self.after:
+            self.ahead = 60.0
 
     async def send_request(self, session_id: str, body: Any) -> int:
         sent = await super().send_request(session_id, body)
-        self.ahead = 60.0
+        self.done("send_request")
         return sent
+
+    async def wait_for_events(self, session_id: str, after: int) -> Any:
+        progress = await super().wait_for_events(session_id, after)
+        self.done("wait_for_events")
+        return progress
 
 
 async def test_a_request_to_a_holder_that_stalled_is_withdrawn_and_done_by_the_sender(
@@ -646,7 +657,7 @@ async def test_a_request_to_a_holder_that_stalled_is_withdrawn_and_done_by_the_s
         session_id, turn_id = process.stdout.readline().split()
         process.send_signal(signal.SIGSTOP)  # it holds the session, and replies to nothing
         with trio.fail_after(30):  # only catches a hang
-            async with agentlib.open_runtime(Ahead(postgres_schema)):
+            async with agentlib.open_runtime(Ahead(postgres_schema, after="send_request")):
                 session = worker().session(session_id)
                 record = await session.run("again")  # asked, then taken over
                 stalled = await session.turn(turn_id).get()
@@ -666,3 +677,27 @@ async def test_a_request_to_a_holder_that_stalled_is_withdrawn_and_done_by_the_s
     assert isinstance(stalled, agentlib.UnknownOutcome)
     assert said == ["raised LeaseLost", "closed"]
     assert [event.turn_id for event in started] == [turn_id, record.turn_id]
+
+
+async def test_a_wait_elsewhere_takes_over_a_stalled_holders_blocked_turn_and_ends_it(
+    postgres_schema: str, tmp_path: Path
+) -> None:
+    served_module: dict[str, Any] = {}
+    exec(SERVED, served_module)  # the served janitor, here too
+    store = f"{POSTGRES}?schema={postgres_schema}"
+    with served(tmp_path, store) as (server, url):
+        with trio.fail_after(60):  # only catches a hang
+            remote = await agentlib.Agent.load_from(url, "janitor").start_session()
+            blocked = await remote.run("Clean up.")
+            assert isinstance(blocked, agentlib.Blocked)
+            server.send_signal(signal.SIGSTOP)  # it holds the session, and does nothing
+            ahead = Ahead(postgres_schema, after="wait_for_events")
+            async with agentlib.open_runtime(ahead, lease_seconds=1.0):
+                turn = served_module["janitor"].session(remote.id).turn(blocked.turn_id)
+                await turn.answer(blocked.callbacks[0].id, agentlib.AllowApproval())
+                waiting = await turn.get()  # the answer is taken: the holder is to go on
+                final = await turn.result()  # taken over once the holder's lease is out
+            server.send_signal(signal.SIGCONT)
+    assert isinstance(waiting, agentlib.Running)
+    assert isinstance(final, Completed)
+    assert final.output == "Done."

@@ -93,6 +93,7 @@ __all__ = [
     "decode_told",
     "encode_content",
     "encode_told",
+    "holds",
     "raise_failure",
     "request_key",
     "serve",
@@ -181,7 +182,7 @@ async def ask(
         while True:
             reply = await store.wait_for_reply(request_id)
             if reply is None:  # no reply yet: the holder may be gone
-                if not await _taken(runtime, session_id, agent):
+                if not await holds(runtime, session_id, agent):
                     continue
                 if await store.withdraw_request(request_id):
                     request_id = -1
@@ -191,7 +192,7 @@ async def ask(
             if reply.get("released"):
                 return (
                     None
-                    if await _taken(runtime, session_id, agent)
+                    if await holds(runtime, session_id, agent)
                     else await ask(runtime, session_id, agent, body)
                 )
             return reply
@@ -207,7 +208,7 @@ async def ask(
                 await store.withdraw_request(request_id)
 
 
-async def _taken(runtime: Runtime, session_id: str, agent: AgentDefinition) -> bool:
+async def holds(runtime: Runtime, session_id: str, agent: AgentDefinition) -> bool:
     """Whether this runtime holds the session now, taking it if no other runtime does."""
     try:
         await runtime.session(session_id, agent)

@@ -101,6 +101,9 @@ async def read_states(
     """
     tree, agents = await read_tree(engine, session_id, agent)
     states = await _states(engine.store, tree, agents)
+    # A callback settled in the store whose holder has not gone on yet reads as closed, as
+    # the holder will show it (only in these states, which no one writes).
+    machine.show_settled(states, tree[0].row.session_id)
     return states, {node.row.session_id: node.last_seq for node in tree}
 
 
