@@ -30,6 +30,11 @@ and replay figures, and:
   in this process follows the session (another runtime holds it) and reads each tool
   result's event: from the tool's return (its event committed, give or take the append) to
   the read, p50/p99 in ms;
+- ``failover``: a runtime process holds a turn blocked on an approval and stalls (SIGSTOP:
+  its process lives on, as one on another host would, for all this one knows); a runtime in
+  this process answers the approval and waits for the turn: the seconds from the stall to
+  the turn's end, which another runtime can bring about only once the stalled one's lease
+  (10 s) has run out, three times;
 - ``turns``: 1, 2 and 3 runtime processes on the database, each running 20 sessions at once
   for 10 s: turns per second, all processes together.
 
@@ -277,15 +282,28 @@ def add(a: int, b: int) -> int:
 
 
 def model(name):
-    call = agentlib.ToolCallRequest(name=name, arguments={"a": 1, "b": 2} if name == "add" else {})
+    arguments = {"add": {"a": 1, "b": 2}, "delete": {"path": "a.txt"}}.get(name, {})
+    call = agentlib.ToolCallRequest(name=name, arguments=arguments)
     return agentlib.FunctionModel(
         lambda request: "done" if request.entries[-1].type == "tool_result"
         else agentlib.ModelReply(tool_calls=[call])
     )
 
 
+@agentlib.tool(requires_approval=True)
+def delete(path: str) -> str:
+    \"\"\"Delete a file.\"\"\"
+    return f"deleted {path}"
+
+
 async def main():
     async with agentlib.open_runtime(PostgresStore(url, schema=schema)):
+        if mode == "hold":
+            agent = agentlib.Agent("janitor", model=model("delete"), tools=[delete])
+            session = await agent.start_session()
+            record = await session.run("clean up")
+            print(session.id, record.turn_id, record.callbacks[0].id, flush=True)
+            await trio.sleep_forever()
         if mode == "deliver":
             agent = agentlib.Agent("stamp", model=model("stamp"), tools=[stamp])
             session = await agent.start_session()
@@ -350,6 +368,40 @@ async def delivery(url: str, schema: str) -> list[float]:
     return lags
 
 
+async def failover(url: str, schema: str) -> float:
+    """Seconds from the moment the runtime holding a blocked turn stalls (SIGSTOP: its
+    process lives on, as one on another host would for all this one knows) to the turn's
+    end in a runtime of this process, which answered its approval and waited for it."""
+    import signal
+
+    from agentlib.store import PostgresStore
+
+    process = runtime(url, schema, "hold")
+    assert process.stdout is not None
+    session_id, turn_id, callback_id = process.stdout.readline().split()
+    answers = agentlib.FunctionModel(lambda request: "done")  # after the tool: as the holder's
+    agent = agentlib.Agent("janitor", model=answers, tools=[delete])
+    try:
+        async with agentlib.open_runtime(PostgresStore(url, schema=schema)):
+            turn = agent.session(session_id).turn(turn_id)
+            process.send_signal(signal.SIGSTOP)
+            start = time.perf_counter()
+            await turn.answer(callback_id, agentlib.AllowApproval())
+            record = await turn.result()
+            elapsed = time.perf_counter() - start
+            assert isinstance(record, agentlib.Completed), record
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+    return elapsed
+
+
+@agentlib.tool(requires_approval=True)
+def delete(path: str) -> str:
+    """Delete a file."""
+    return f"deleted {path}"
+
+
 def turns_per_second(url: str, schema: str, processes: int, seconds: float = 10.0) -> float:
     started = [runtime(url, schema, "turns", seconds) for _ in range(processes)]
     time.sleep(2.0)  # each opens its runtime before they all start
@@ -390,6 +442,14 @@ def postgres(url: str, n: int) -> int:
             p50_ms=round(lags[len(lags) // 2] * 1000, 2),
             p99_ms=round(lags[min(len(lags) - 1, int(len(lags) * 0.99))] * 1000, 2),
             goal_ms="10 / 50",
+        )
+        waits = [trio.run(failover, url, schema) for _ in range(3)]
+        emit(
+            mode="failover",
+            store="postgresql",
+            lease_s=10,
+            seconds=[round(wait, 2) for wait in waits],
+            goal_s="lease + 5 = 15",
         )
         for processes in (1, 2, 3):
             emit(mode="turns", store="postgresql", runtimes=processes,
