@@ -43,6 +43,7 @@ from agentlib import (
     ToolResultEntry,
 )
 from agentlib._store._base import Op, SessionRow, StoredSession, TurnRow
+from agentlib.store import open_store
 
 #: Set in the worker process only: there, ``hold`` says "ready" and never returns.
 _IN_WORKER = False
@@ -443,7 +444,8 @@ SCENARIOS = {
 def main() -> None:
     """Run until killed.
 
-    CONFIG holds ``path`` (the SQLite file) and either ``scenario`` (a name in
+    CONFIG holds ``path`` (the SQLite file, beside which tools note their runs), ``store``
+    (the URL of the store: that file, or a PostgreSQL schema) and either ``scenario`` (a name in
     :data:`SCENARIOS`) or, for random work: ``seed``, ``round``, ``resume`` (session ids to
     go on with), ``retry_turns`` ([session id, key] pairs to retry first),
     ``retry_sessions`` (session keys to retry) and ``new_sessions`` (how many to start).
@@ -454,7 +456,7 @@ def main() -> None:
     if "scenario" in config:
         trio.run(SCENARIOS[config["scenario"]], config["path"])
         return
-    trio.run(random_work, config, agentlib.SQLiteStore(config["path"]))
+    trio.run(random_work, config, open_store(config["store"]))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """Crash safety (SPEC 11, issue 6 item 5): a worker process is killed with SIGKILL in the
-middle of turns, many times at random points, on one SQLite file; whatever it was told
-survives.
+middle of turns, many times at random points, on one SQLite file or one PostgreSQL schema;
+whatever it was told survives.
 
 The worker (``_crash_worker.py``) prints a line for every operation acknowledged to it: a
 started session, a started turn, an event a reader saw, a turn's record. After each kill the
-file is read as the worker left it; at the end a runtime in this process reopens every
-session. Leases need no waiting: each process (this one included) takes the leases of the
-killed one at once, as they are held by a process of this host that no longer exists.
+store's tables are read as the worker left them; at the end a runtime in this process
+reopens every session. Leases need no waiting: each process (this one included) takes the
+leases of the killed one at once, as they are held by a process of this host that no longer
+exists.
 
 ``CRASH_SEED=<n>`` replays the kill points of a run (each run prints its seed).
 """
@@ -33,9 +34,11 @@ import attrs
 import pytest
 import trio
 from _crash_worker import AGENTS, message_for
+from conftest import POSTGRES
 
 import agentlib
 from agentlib import Completed, Turn, TurnEnded, TurnNotFoundError, UnknownOutcome
+from agentlib.store import PostgresStore
 
 WORKER = Path(__file__).with_name("_crash_worker.py")
 ROUNDS = 15
@@ -51,6 +54,66 @@ def runs_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tools that note their runs (``_crash_worker.RUNS``) note them, in this process,
     beside the test's SQLite file, where its workers note theirs."""
     monkeypatch.setattr(_crash_worker, "RUNS", f"{tmp_path / 'sessions.db'}.runs")
+
+
+#: A connection to a store's tables: sqlite3's, or one that takes its ``?`` parameters.
+Db = Any
+
+
+@attrs.frozen
+class Where:
+    """Where the sessions of a crash test live: the SQLite file ``path``, or the PostgreSQL
+    schema ``schema``. The tools note their runs beside ``path`` in either case."""
+
+    path: Path
+    schema: str | None = None
+
+    @property
+    def url(self) -> str:
+        if self.schema is not None:
+            return f"{POSTGRES}?schema={self.schema}"
+        return f"sqlite:///{self.path}"
+
+    def store(self) -> agentlib.Store:
+        if self.schema is not None:
+            return PostgresStore(POSTGRES, schema=self.schema)
+        return agentlib.SQLiteStore(str(self.path))
+
+    def exists(self) -> bool:
+        """Whether a worker made the tables (it may have been killed before)."""
+        if self.schema is None:
+            return self.path.exists()
+        with self.connect() as db:
+            return db.execute("SELECT to_regclass(?)", (f"{self.schema}.keys",)).fetchone()[0]
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[Db]:
+        if self.schema is None:
+            with contextlib.closing(sqlite3.connect(self.path)) as db:
+                assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+                yield db
+            return
+        import psycopg
+
+        with psycopg.connect(POSTGRES, autocommit=True) as connection:
+            connection.execute(f"SET search_path TO {self.schema}")
+            yield _Postgres(connection)
+
+
+@attrs.frozen
+class _Postgres:
+    connection: Any
+
+    def execute(self, query: str, parameters: tuple[Any, ...] = ()) -> Any:
+        return self.connection.execute(query.replace("?", "%s"), parameters)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
+    """The store of the test: a SQLite file, or a schema of the tests' PostgreSQL database."""
+    if request.param == "postgres":
+        return Where(tmp_path / "sessions.db", request.getfixturevalue("postgres_schema"))
+    return Where(tmp_path / "sessions.db")
 
 
 def cursor(session_id: str, seq: int) -> str:
@@ -236,12 +299,15 @@ def crash_worker(
 # -- the file as the killed worker left it -----------------------------------------------------
 
 
-def check_file(path: Path, acks: Acks, *, all_ended: bool = False) -> dict[tuple[str, str], str]:
-    """Check the file as it is; return its unended turns, each with what it must read once
-    reopened: ``"unknown"`` (UnknownOutcome) or ``"resumable"``."""
+def check_file(
+    where: Path | Where, acks: Acks, *, all_ended: bool = False
+) -> dict[tuple[str, str], str]:
+    """Check the store's tables as they are; return its unended turns, each with what it
+    must read once reopened: ``"unknown"`` (UnknownOutcome) or ``"resumable"``."""
+    if isinstance(where, Path):
+        where = Where(where)
     steps: dict[tuple[str, str], str | None] = {}
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    with where.connect() as db:
         callbacks = {
             callback_id: (state, json.loads(callback), answer)
             for callback_id, state, callback, answer in db.execute(
@@ -295,7 +361,7 @@ def check_file(path: Path, acks: Acks, *, all_ended: bool = False) -> dict[tuple
     expected = {turn: _expected_after_crash(turn, steps, waiting) for turn in steps}
     for callback_id in acks.answers:
         assert callbacks[callback_id][0] == "answered", f"acknowledged answer {callback_id} lost"
-    _check_runs(path, callbacks)
+    _check_runs(where.path, callbacks)
     for turn, record in acks.blocked.items():
         if all_ended or not acks.untouched(*turn):
             # It ended since, as acknowledged, or an answer may have been taken (the last
@@ -453,7 +519,7 @@ def _waits(
 # -- the sessions reopened in a new runtime ----------------------------------------------------
 
 
-def _count(db: sqlite3.Connection, query: str, *parameters: str) -> int:
+def _count(db: Db, query: str, *parameters: str) -> int:
     return int(db.execute(query, parameters).fetchone()[0])
 
 
@@ -465,12 +531,16 @@ async def _tree(session: agentlib.Session) -> dict[str, agentlib.Session]:
     return tree
 
 
-async def reopen_and_check(path: Path, acks: Acks, crashed: dict[tuple[str, str], str]) -> int:
+async def reopen_and_check(
+    where: Path | Where, acks: Acks, crashed: dict[tuple[str, str], str]
+) -> int:
     """Reopen every session in a new runtime and check it; return how many of the turns cut
     by a crash read UnknownOutcome."""
+    if isinstance(where, Path):
+        where = Where(where)
     unknown = 0
-    store = agentlib.SQLiteStore(str(path))
-    with contextlib.closing(sqlite3.connect(path)) as db:
+    store = where.store()
+    with where.connect() as db:
         roots = db.execute(
             "SELECT session_id, agent FROM sessions WHERE parent_id IS NULL"
         ).fetchall()
@@ -501,7 +571,7 @@ async def allow_all(
 
 
 async def _check_session(
-    db: sqlite3.Connection,
+    db: Db,
     session: agentlib.Session,
     acks: Acks,
     crashed: dict[tuple[str, str], str],
@@ -582,13 +652,14 @@ async def _check_session(
 # -- random crashes ----------------------------------------------------------------------------
 
 
-def _round_config(number: int, rng: random.Random, acks: Acks, path: Path) -> dict[str, Any]:
+def _round_config(number: int, rng: random.Random, acks: Acks, where: Where) -> dict[str, Any]:
     pending = acks.pending_turns()
     resume = {session_id for session_id, _ in pending}  # the keys are retried there
     known = sorted(acks.sessions)
     resume.update(rng.sample(known, min(len(known), rng.randint(0, 3))))
     return {
-        "path": str(path),
+        "path": str(where.path),
+        "store": where.url,
         "seed": rng.randrange(2**32),
         "round": number,
         "resume": sorted(resume),
@@ -614,19 +685,18 @@ def _kill_point(number: int, rng: random.Random) -> tuple[Callable[[str], bool] 
     return enough, rng.choice([0.0, rng.uniform(0.0, 0.03)])
 
 
-def test_acknowledged_work_survives_sigkill_at_random_points(tmp_path: Path) -> None:
+def test_acknowledged_work_survives_sigkill_at_random_points(tmp_path: Path, where: Where) -> None:
     seed = int(os.environ.get("CRASH_SEED", random.randrange(2**32)))
     print(f"CRASH_SEED={seed}")
     rng = random.Random(seed)
-    path = tmp_path / "sessions.db"
     acks = Acks()
     crashed: dict[tuple[str, str], str] = {}
     for number in range(ROUNDS):
-        config = _round_config(number, rng, acks, path)
+        config = _round_config(number, rng, acks, where)
         until, delay = _kill_point(number, rng)
         crash_worker(config, acks, tmp_path / f"worker-{number}.err", until=until, delay=delay)
-        if path.exists():
-            crashed.update(check_file(path, acks))
+        if where.exists():
+            crashed.update(check_file(where, acks))
         print(
             f"round {number}: {acks.count} acknowledgements, {len(acks.sessions)} sessions, "
             f"{len(acks.turns)} turns, {len(crashed)} cut by a crash "
@@ -636,9 +706,9 @@ def test_acknowledged_work_survives_sigkill_at_random_points(tmp_path: Path) -> 
         )
     assert acks.turns, "no worker acknowledged a turn"
     assert "unknown" in crashed.values(), "no turn was running when a worker was killed"
-    unknown = trio.run(reopen_and_check, path, acks, crashed)
+    unknown = trio.run(reopen_and_check, where, acks, crashed)
     assert unknown >= 1
-    check_file(path, acks, all_ended=True)
+    check_file(where, acks, all_ended=True)
 
 
 # -- one crash at a chosen point ---------------------------------------------------------------
