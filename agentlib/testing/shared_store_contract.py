@@ -17,7 +17,8 @@ The tests run under pytest-trio, as the store contract's do.
 
 import pytest
 
-pytest.register_assert_rewrite("agentlib._store._shared_contract")
+# The suite builds on the store contract's helpers: both have their asserts rewritten.
+pytest.register_assert_rewrite("agentlib._store._contract", "agentlib._store._shared_contract")
 
 from .._store._shared_contract import (  # noqa: E402  (registered for rewriting first)
     ManualClock,
