@@ -37,6 +37,7 @@ import urllib.parse
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import attrs
 import trio
 
 from .._callbacks import Callback
@@ -206,6 +207,15 @@ _READS = {
 }
 
 
+@attrs.define
+class _Wait:
+    """The readers waiting for a session's next commit: set when one is heard of, with the
+    last seq it told (-1 when none was told: anything may have changed)."""
+
+    heard: trio.Event = attrs.field(factory=trio.Event)
+    seq: int = -1
+
+
 def shown(conninfo: str) -> str:
     """The database ``conninfo`` names, as messages show it: without its password."""
     parts = urllib.parse.urlsplit(conninfo)
@@ -263,7 +273,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             kept_in="database",
         )
         # The readers waiting for other runtimes' events, by session; the listening thread.
-        self._waiting: dict[str, trio.Event] = {}
+        self._waiting: dict[str, _Wait] = {}
         self._claims = trio.Event()  # set when a claim is heard of
         self._requests = trio.Event()  # set when a request is heard of
         self._replies: dict[int, trio.Event] = {}  # the senders waiting, by request
@@ -651,12 +661,14 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
 
     async def wait_for_events(self, session_id: str, after: int) -> Progress | None:
         self._listen()
-        changed = self._waiting.setdefault(session_id, trio.Event())  # before the read
+        changed = self._waiting.setdefault(session_id, _Wait())  # before the read
         progress = await self._in_thread(self._progress_of, session_id)
         if progress is None or progress.last_seq > after or progress.terminated:
             return progress
         with trio.move_on_after(POLL_SECONDS):
-            await changed.wait()
+            await changed.heard.wait()
+        if changed.seq > after:  # a commit told its last seq: no need to read it
+            return attrs.evolve(progress, last_seq=changed.seq)
         return await self._in_thread(self._progress_of, session_id)
 
     async def claim_callback(self, row: CallbackRow, key: KeyRow | None) -> CallbackRow | None:
@@ -895,8 +907,8 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         if payload is None:
             waiting, self._waiting = self._waiting, {}
             waiting_replies = list(self._replies.values())
-            for changed in waiting.values():
-                changed.set()
+            for wait in waiting.values():
+                wait.heard.set()
             self._claims.set()
             self._requests.set()
             for reply_heard in waiting_replies:
@@ -914,8 +926,10 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
                 replied.set()
             return
         session_id = payload.partition(" ")[0]
-        if session_id in self._waiting:
-            self._waiting.pop(session_id).set()
+        readers = self._waiting.pop(session_id, None)
+        if readers is not None:
+            readers.seq = int(payload.rpartition(" ")[2])
+            readers.heard.set()
 
     # -- leases ----------------------------------------------------------------------------
 
