@@ -753,7 +753,8 @@ class Turn:
                         return record
                     if opened:
                         continue
-                await runtime.store.wait_for_events(session.id, last[session.id])
+                with trio.move_on_at(next_try):
+                    await runtime.store.wait_for_events(session.id, last[session.id])
                 if trio.current_time() >= next_try:
                     next_try = trio.current_time() + runtime.lease_seconds / 3
                     if await holds(runtime, session.id, session._agent):
