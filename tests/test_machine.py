@@ -196,6 +196,17 @@ def test_a_steered_message_joins_the_history_at_the_next_model_step() -> None:
     assert run.sessions[ROOT].entries[-1].text == "also this"
 
 
+def test_a_steer_with_a_key_it_has_seen_is_not_queued_again() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    first, facts = machine.steer(run.sessions, ROOT, turn_id, text("also this"), "k")
+    run.keep(facts)
+    again, more = machine.steer(run.sessions, ROOT, turn_id, text("also this"), "k")
+    assert (first, again, list(more)) == (True, True, [])
+    assert [m.text for m in run.sessions[ROOT].turns[turn_id].steered] == ["also this"]
+
+
 def test_an_open_callback_shows_in_every_log_above_and_the_record_reads_blocked() -> None:
     run = Run()
     run.session()

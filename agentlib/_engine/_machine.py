@@ -879,10 +879,13 @@ def steer(
     key: str | None = None,
 ) -> tuple[bool, Facts]:
     """Queue a message for the active turn's next model step; False if it is not active
-    (or is being stopped)."""
+    (or is being stopped). A ``key`` the session has seen was that steer: it is not queued
+    again (True if it steered this turn)."""
     facts = Facts(sessions)
     session = sessions[session_id]
     turn = session.turns[turn_id]
+    if key is not None and key in session.keys:
+        return session.keys[key][0] == turn_id, facts
     if session.active != turn_id or turn.stop_cause is not None:
         return False, facts
     message = MessageEntry(id=new_id(), turn_id=turn_id, role="user", content=content)
