@@ -87,11 +87,14 @@ class Request:
         id: The request's id in the store.
         session_id: The session it is for.
         body: What to do, as JSON (the runtime's own form: a store only keeps it).
+        age: The seconds since it was sent, on the store's clock (the database's, for one
+            shared by several hosts).
     """
 
     id: int
     session_id: str
     body: dict[str, Any]
+    age: float = 0.0
 
 
 @attrs.frozen
@@ -441,7 +444,9 @@ class Store(abc.ABC):
 
     async def wait_for_reply(self, request_id: int) -> dict[str, Any] | None:
         """The reply to a request, once there (the request is then forgotten); or None
-        after a while with no reply (the sender then asks again).
+        after a while with no reply (the sender then asks again), or when the store no
+        longer has the request (a reply no one read is forgotten after a while, an hour on
+        PostgreSQL).
 
         Raises:
             StoreError: The store failed.
@@ -450,7 +455,8 @@ class Store(abc.ABC):
 
     async def withdraw_request(self, request_id: int) -> bool:
         """Withdraw a request no one replied to yet: True if it was withdrawn (its reply
-        will never come); False if it has a reply (:meth:`wait_for_reply` gives it).
+        will never come); False if it has a reply (:meth:`wait_for_reply` gives it) or the
+        store no longer has it.
 
         Raises:
             StoreError: The store failed.

@@ -162,20 +162,21 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (session_id, key)
         )""",
     ),
-    (  # 2: requests to the runtime that holds a session
+    (  # 2: requests to the runtime that holds a session (times on the database's clock)
         """CREATE TABLE {schema}.requests (
             request_id BIGSERIAL PRIMARY KEY,
             session_id TEXT NOT NULL,
             body TEXT NOT NULL,
             reply TEXT,
-            made DOUBLE PRECISION NOT NULL
+            made TIMESTAMPTZ NOT NULL DEFAULT now(),
+            replied TIMESTAMPTZ
         )""",
         "CREATE INDEX requests_waiting ON {schema}.requests (session_id) WHERE reply IS NULL",
     ),
 )
 
-#: How long a reply no one read is kept, in seconds (its sender went away).
-_UNREAD_REPLIES = 3600.0
+#: How long a reply no one read is kept (its sender went away), on the database's clock.
+_UNREAD_REPLIES = "1 hour"
 
 #: The key of the advisory lock under which a store migrates its schema.
 _MIGRATING = 0x6167656E746C6962  # "agentlib"
@@ -758,10 +759,10 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             with self._connection() as db, db.transaction():
                 row = db.execute(
                     self._sql(
-                        "INSERT INTO {schema}.requests (session_id, body, made)"
-                        " VALUES (%s, %s, %s) RETURNING request_id"
+                        "INSERT INTO {schema}.requests (session_id, body)"
+                        " VALUES (%s, %s) RETURNING request_id"
                     ),
-                    (session_id, json.dumps(body), self._clock()),
+                    (session_id, json.dumps(body)),
                 ).fetchone()
                 assert row is not None
                 db.execute(
@@ -780,21 +781,23 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         def waiting() -> list[Request]:
             with self._connection() as db, db.transaction():
                 db.execute(
-                    self._sql(
-                        "DELETE FROM {schema}.requests WHERE reply IS NOT NULL AND made < %s"
-                    ),
-                    (self._clock() - _UNREAD_REPLIES,),
+                    self._sql("DELETE FROM {schema}.requests WHERE replied < now() - %s::interval"),
+                    (_UNREAD_REPLIES,),
                 )
                 rows = db.execute(
                     self._sql(
-                        "SELECT r.request_id, r.session_id, r.body FROM {schema}.requests r"
+                        "SELECT r.request_id, r.session_id, r.body,"
+                        " extract(epoch FROM now() - r.made)::float8 FROM {schema}.requests r"
                         " JOIN {schema}.sessions s ON s.session_id = r.session_id"
                         " WHERE r.reply IS NULL AND s.lease_owner = %s"
                         " AND NOT r.request_id = ANY(%s) ORDER BY r.request_id"
                     ),
                     (owner, skipped),
                 ).fetchall()
-            return [Request(int(n), session_id, json.loads(body)) for n, session_id, body in rows]
+            return [
+                Request(int(n), session_id, json.loads(body), age=max(0.0, float(age)))
+                for n, session_id, body, age in rows
+            ]
 
         found = await self._in_thread(waiting)
         if not found:
@@ -807,7 +810,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             with self._connection() as db, db.transaction():
                 row = db.execute(
                     self._sql(
-                        "UPDATE {schema}.requests SET reply = %s"
+                        "UPDATE {schema}.requests SET reply = %s, replied = now()"
                         " WHERE request_id = %s AND reply IS NULL RETURNING session_id"
                     ),
                     (json.dumps(reply), request_id),

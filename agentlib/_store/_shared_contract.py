@@ -139,7 +139,9 @@ async def test_a_request_is_served_by_the_holder_and_its_reply_read_once(
             requests = await store.wait_for_requests("holder", ())
             while not requests:
                 requests = await store.wait_for_requests("holder", ())
-            assert requests == [Request(sent, session_id, {"do": ["this", 1]})]
+            (request,) = requests
+            assert request == Request(sent, session_id, {"do": ["this", 1]}, age=request.age)
+            assert 0 <= request.age < WAIT  # seconds since it was sent
             assert await store.wait_for_requests("holder", {sent}) == []  # under way
             assert await store.wait_for_requests("someone else", ()) == []
             await store.reply_request(sent, {"done": True})
