@@ -28,7 +28,7 @@ from ._convert import CONVERTER, validation_error
 from ._definition import check_max_steps
 from ._engine import _machine as machine
 from ._engine._handlers import Handler, Waiter, invoke
-from ._engine._live import LiveSession
+from ._engine._live import LiveSession, check_callback_id
 from ._engine._log import cursor_of
 from ._engine._machine import TurnMachine
 from ._engine._requests import (
@@ -303,9 +303,15 @@ class Session:
             check_max_steps(max_steps)
         try:
             live = await self._writable(procedure)
-        except SessionBusyError:
+        except SessionBusyError as busy:
             if not self._runtime.store.shared:
                 raise
+            if output_type is not self._agent.output_type:
+                raise SessionBusyError(
+                    f"session {self.id} is run by another runtime, which runs its turns with "
+                    "its agent's output type: a turn with another output type starts only "
+                    "in the runtime that holds the session (or once it has let it go)"
+                ) from busy
             key = request_key(key)  # a turn the holder started before it died is found
             blocks = message_content(content, self._agent.model)
             reply = await self._ask(
@@ -520,14 +526,18 @@ class Session:
         cursor = cursor_of(after, self.id)
         position = 0 if cursor is None else int(cursor.rpartition(":")[2])
         end_seq = None
-        if turn_id is not None:
-            states, _ = await read_states(self._runtime, self.id, self._agent)
-            turn = states[self.id].turn(turn_id)
-            position, end_seq = max(position, turn.first_seq - 1), turn.end_seq
         first = await store.wait_for_events(self.id, -1)
         if first is None:
             raise not_found(self.id)
         progress: Progress = first
+        if turn_id is not None or progress.subagent:  # a subagent's log ends with its turn
+            states, _ = await read_states(self._runtime, self.id, self._agent)
+            session = states[self.id]
+            turn = session.turn(turn_id) if turn_id is not None else None
+            if turn is not None:
+                position, end_seq = max(position, turn.first_seq - 1), turn.end_seq
+            else:
+                end_seq = next((t.end_seq for t in session.turns.values()), None)
         if position > progress.last_seq:
             raise InvalidCursorError(
                 f"session {self.id} never had this cursor (it has {progress.last_seq} "
@@ -555,7 +565,7 @@ class Session:
                 position = int(event.id.rpartition(":")[2])
                 if turn_id is None or event.turn_id == turn_id:
                     events.append(_event_for_reader(event, output_type))
-                    if isinstance(event, TurnEnded):
+                    if isinstance(event, TurnEnded) and (turn_id or progress.subagent):
                         end_seq = position
                 if len(events) >= limit or ended():
                     break
@@ -976,6 +986,7 @@ class Turn:
         except SessionBusyError:
             if not session._runtime.store.shared:
                 raise
+            check_callback_id(callback_id)  # refused here, as the holder would refuse it
             reply = await session._ask("report", callback_id=callback_id, failure=failure)
             if reply is not None:
                 return decode_told(reply["told"])

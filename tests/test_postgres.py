@@ -701,3 +701,43 @@ async def test_a_wait_elsewhere_takes_over_a_stalled_holders_blocked_turn_and_en
     assert isinstance(waiting, agentlib.Running)
     assert isinstance(final, Completed)
     assert final.output == "Done."
+
+
+async def test_a_turn_with_another_output_type_is_refused_through_another_runtime(
+    postgres_schema: str,
+) -> None:
+    agent = agentlib.Agent("echo", model=ScriptedModel(["one"]))
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):
+            session = await agent.start_session()
+            async with agentlib.open_runtime(shared(postgres_schema)):
+                with pytest.raises(agentlib.SessionBusyError, match="another output type"):
+                    await agent.session(session.id).run("a", output_type=int)
+            record = await session.run("a")
+    assert isinstance(record, Completed)  # nothing was started elsewhere
+    assert record.output == "one"
+
+
+async def test_a_request_that_waited_too_long_is_refused_not_done(postgres_schema: str) -> None:
+    import psycopg
+
+    agent = agentlib.Agent("echo", model=ScriptedModel(["one"]))
+    sender = shared(postgres_schema)
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):  # holds the session
+            session = await agent.start_session()
+            async with agentlib.open_runtime(sender):
+                sent = await sender.send_request(session.id, {"procedure": "cancel"})
+                with psycopg.connect(POSTGRES, autocommit=True) as db:  # sent 11 minutes ago
+                    db.execute(
+                        f"UPDATE {postgres_schema}.requests"
+                        " SET made = made - interval '11 minutes' WHERE request_id = %s",
+                        (sent,),
+                    )
+                reply = await sender.wait_for_reply(sent)
+                while reply is None:
+                    reply = await sender.wait_for_reply(sent)
+            record = await session.run("a")
+    assert reply["error"]["type"] == "SessionBusyError"
+    assert "nothing was done" in reply["error"]["message"]
+    assert isinstance(record, Completed)  # not cancelled

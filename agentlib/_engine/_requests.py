@@ -88,6 +88,7 @@ class Runtime(Protocol):
 
 
 __all__ = [
+    "STALE_SECONDS",
     "ask",
     "decode_content",
     "decode_told",
@@ -114,6 +115,10 @@ _ERRORS: dict[str, type[SdkError]] = {
         SdkError,
     )
 }
+
+#: How long a request may wait for the runtime that holds its session, in seconds: one
+#: older is refused, as its sender may long have gone (it was killed, say).
+STALE_SECONDS = 600.0
 
 #: A reply that says: this runtime does not hold the session (any more); take it, or ask
 #: again.
@@ -159,15 +164,23 @@ def decode_told(data: Any) -> Answered | AlreadySettled | NotFound | None:
 def raise_failure(reply: Mapping[str, Any]) -> None:
     """Raise the error a reply carries, if any: as the holder raised it."""
     failure = reply.get("error")
-    if failure is not None:
-        error = _ERRORS.get(failure["type"], SdkError)
-        raise error(str(failure["message"]))
+    if failure is None:
+        return
+    message = str(failure["message"])
+    if failure["type"] == "ValueError":
+        raise ValueError(message)
+    if failure["type"] == "ValidationError":
+        raise ValidationError(message, tuple(failure.get("errors", ())))
+    raise _ERRORS.get(failure["type"], SdkError)(message)
 
 
 async def ask(
     runtime: Runtime, session_id: str, agent: AgentDefinition, body: Mapping[str, Any]
 ) -> dict[str, Any] | None:
     """Send a request to the runtime that holds ``session_id`` and wait for its reply.
+
+    While it waits, every third of a lease, it tries to take the session: a holder that
+    died or stalled leaves it once its lease has expired. Then it withdraws the request.
 
     Returns:
         The reply; or None once this runtime holds the session itself (its holder let it
@@ -177,35 +190,50 @@ async def ask(
         StoreError: The store failed.
     """
     store = runtime.store
-    request_id = await store.send_request(session_id, body)
-    try:
-        while True:
-            reply = await store.wait_for_reply(request_id)
-            if reply is None:  # no reply yet: the holder may be gone
-                if not await holds(runtime, session_id, agent):
-                    continue
-                if await store.withdraw_request(request_id):
-                    request_id = -1
-                    return None
-                continue  # it replied meanwhile
-            request_id = -1
-            if reply.get("released"):
-                return (
-                    None
-                    if await holds(runtime, session_id, agent)
-                    else await ask(runtime, session_id, agent, body)
-                )
+    while True:
+        sent = await store.send_request(session_id, body)
+        request_id: int | None = sent
+        try:
+            reply = await _reply_to(runtime, session_id, agent, sent)
+            request_id = None  # replied to, withdrawn or forgotten
+        finally:
+            if request_id is not None:  # left before the reply: it is not wanted any more
+                # If it cannot be withdrawn, the holder replies to no one: the reply is
+                # forgotten later.
+                with (
+                    trio.CancelScope(shield=True),
+                    trio.move_on_after(5),
+                    contextlib.suppress(StoreError),
+                ):
+                    await store.withdraw_request(request_id)
+        if reply is None or not reply.get("released"):
             return reply
-    finally:
-        if request_id != -1:  # left before the reply: it is not wanted any more
-            # If it cannot be withdrawn, the holder replies to no one: the reply is forgotten
-            # later.
-            with (
-                trio.CancelScope(shield=True),
-                trio.move_on_after(5),
-                contextlib.suppress(StoreError),
-            ):
-                await store.withdraw_request(request_id)
+        # The runtime that held it is letting it go (it is closing, say).
+        if await holds(runtime, session_id, agent):
+            return None
+        await trio.sleep(runtime.lease_seconds / 3)  # then ask whoever holds it now
+
+
+async def _reply_to(
+    runtime: Runtime, session_id: str, agent: AgentDefinition, request_id: int
+) -> dict[str, Any] | None:
+    """The reply to the request; None once this runtime holds the session and the request
+    was withdrawn before any reply (or the store forgot it)."""
+    store = runtime.store
+    next_try = trio.current_time() + runtime.lease_seconds / 3
+    while True:
+        with trio.move_on_at(next_try):
+            reply = await store.wait_for_reply(request_id)
+            if reply is not None:
+                return reply
+        if trio.current_time() < next_try:
+            continue
+        next_try = trio.current_time() + runtime.lease_seconds / 3
+        if not await holds(runtime, session_id, agent):
+            continue  # its holder is at work: wait on
+        if await store.withdraw_request(request_id):
+            return None
+        return await store.wait_for_reply(request_id)  # it replied meanwhile (or is gone)
 
 
 async def holds(runtime: Runtime, session_id: str, agent: AgentDefinition) -> bool:
@@ -219,24 +247,32 @@ async def holds(runtime: Runtime, session_id: str, agent: AgentDefinition) -> bo
 
 async def serve(runtime: Runtime) -> None:
     """While the runtime is open, on a shared store: take the requests other runtimes send
-    for the sessions it holds, each in a task of its own, and reply to each."""
+    for the sessions it holds, each in a task of its own, and reply to each. A reply the
+    store failed to take is kept, and given again when the request comes back: a request
+    is done once."""
     under_way: set[int] = set()
+    unsent: dict[int, dict[str, Any]] = {}  # replies the store failed to take, by request
 
     async def answer(request: Request) -> None:
         try:
-            try:
-                reply = await perform(runtime, request)
-            except StoreError:
-                raise
-            except Exception as error:  # a request this runtime cannot read: said, not run
-                reply = _failure(
-                    SdkError(
-                        f"the runtime that holds session {request.session_id} could not do "
-                        f"the request ({type(error).__name__}); check that every runtime on "
-                        "the store runs the same agentlib"
+            reply = unsent.pop(request.id, None)
+            if reply is None:
+                try:
+                    reply = await perform(runtime, request)
+                except StoreError:
+                    raise
+                except Exception as error:  # a request this runtime cannot read: said, not run
+                    reply = _failure(
+                        SdkError(
+                            f"the runtime that holds session {request.session_id} could not "
+                            f"do the request ({type(error).__name__}); check that every "
+                            "runtime on the store runs the same agentlib"
+                        )
                     )
-                )
-            await runtime.store.reply_request(request.id, reply)
+            try:
+                await runtime.store.reply_request(request.id, reply)
+            except StoreError:
+                unsent[request.id] = reply  # replied at the next wait
         except StoreError:
             pass  # asked again at the next wait; the store's failure is said elsewhere
         finally:
@@ -256,14 +292,27 @@ async def serve(runtime: Runtime) -> None:
 
 async def perform(runtime: Runtime, request: Request) -> dict[str, Any]:
     """Do what ``request`` asks of a session this runtime holds, as the local call does;
-    the reply: what it returned, or the error it raised."""
+    the reply: what it returned, or the error it raised. A request that waited longer than
+    :data:`STALE_SECONDS` is refused: its sender may long have gone."""
     live = runtime.sessions.get(request.session_id)
     if live is None or not live.ready:
         return _RELEASED
+    if request.age > STALE_SECONDS:
+        return _failure(
+            SessionBusyError(
+                f"the request to session {request.session_id} waited {request.age:.0f} s for "
+                "the runtime that holds it, longer than a request may: nothing was done; "
+                "send it again"
+            )
+        )
     body = request.body
     procedure = body["procedure"]
     try:
         runtime.check_open()
+        try:
+            live = await runtime.session(request.session_id, live.agent)  # noted as used
+        except SessionBusyError:  # let go meanwhile
+            return _RELEASED
         if procedure == "interrupt":
             return {"interrupted": await runtime.interrupt(live, body["turn_id"])}
         if procedure == "report":
@@ -297,6 +346,8 @@ async def perform(runtime: Runtime, request: Request) -> dict[str, Any]:
         if isinstance(error, StoreError):
             raise
         return _failure(error)
+    except ValueError as error:  # a callback id that is not one, say
+        return {"error": {"type": "ValueError", "message": str(error)}}
     except RuntimeError:  # closing meanwhile
         return _RELEASED
 
@@ -305,4 +356,7 @@ def _failure(error: SdkError) -> dict[str, Any]:
     """The reply that carries ``error``: its message, and the nearest class of it that the
     sender can raise."""
     name = next(cls.__name__ for cls in type(error).__mro__ if cls.__name__ in _ERRORS)
-    return {"error": {"type": name, "message": str(error)}}
+    failure: dict[str, Any] = {"type": name, "message": str(error)}
+    if isinstance(error, ValidationError):
+        failure["errors"] = list(error.errors)
+    return {"error": failure}
