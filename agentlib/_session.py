@@ -245,11 +245,8 @@ class Session:
                 only read, and interrupt its turns.
         """
         key = idempotency_key
-        try:
-            live = await self._writable("send_message")
-        except SessionBusyError:
-            if not self._runtime.store.shared:
-                raise
+        live = await self._held("send_message")
+        if live is None:
             key = request_key(key)  # a message the holder took before it died is found
             blocks = message_content(content, self._agent.model)
             reply = await self._ask("send_message", content=encode_content(blocks), key=key)
@@ -301,17 +298,14 @@ class Session:
         """Start a turn; and whether it is new (not one an idempotency key started)."""
         if max_steps is not None:
             check_max_steps(max_steps)
-        try:
-            live = await self._writable(procedure)
-        except SessionBusyError as busy:
-            if not self._runtime.store.shared:
-                raise
+        live = await self._held(procedure)
+        if live is None:
             if output_type is not self._agent.output_type:
                 raise SessionBusyError(
                     f"session {self.id} is run by another runtime, which runs its turns with "
                     "its agent's output type: a turn with another output type starts only "
                     "in the runtime that holds the session (or once it has let it go)"
-                ) from busy
+                )
             key = request_key(key)  # a turn the holder started before it died is found
             blocks = message_content(content, self._agent.model)
             reply = await self._ask(
@@ -408,11 +402,8 @@ class Session:
         Raises:
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        try:
-            live = await self._load()
-        except SessionBusyError:
-            if not self._runtime.store.shared:
-                raise
+        live = await self._held()
+        if live is None:
             # Another runtime on the shared store holds it: its events, as it commits them.
             async with contextlib.aclosing(self._events_elsewhere(after)) as events:
                 async for event in events:
@@ -484,11 +475,8 @@ class Session:
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
             TurnNotFoundError: The session has no such turn.
         """
-        try:
-            live = await self._load()
-        except SessionBusyError:
-            if not self._runtime.store.shared:
-                raise
+        live = await self._held()
+        if live is None:
             return await self._event_page_elsewhere(after, limit, wait, turn_id)
         log = live.log
         position = log.seq_of(after)
@@ -580,11 +568,8 @@ class Session:
             UnsupportedSessionProcedureError: The session is a subagent's: its references
                 only read, and interrupt its turns.
         """
-        try:
-            live = await self._writable("cancel")
-        except SessionBusyError:
-            if not self._runtime.store.shared:
-                raise
+        live = await self._held("cancel")
+        if live is None:
             if await self._ask("cancel") is not None:
                 return
             live = await self._writable("cancel")  # this runtime holds it now
@@ -597,11 +582,8 @@ class Session:
         They read (records, events, entries) and interrupt their turns, and answer callbacks
         with this reference's handlers; the rest is refused: send to this session instead.
         """
-        try:
-            live = await self._load()
-        except SessionBusyError:
-            if not self._runtime.store.shared:
-                raise
+        live = await self._held()
+        if live is None:
             # Another runtime holds it: its children as the shared store has them.
             tree, agents = await read_tree(self._runtime, self.id, self._agent)
             children = [node.row.session_id for node in tree if node.row.parent_id == self.id]
@@ -630,6 +612,22 @@ class Session:
         self._runtime.check_open()
         self._runtime.check_writable(live, procedure)
         return live
+
+    async def _held(self, procedure: str | None = None) -> LiveSession | None:
+        """The session if this runtime holds it (or can take it), as :meth:`_load` reads
+        it, checked as :meth:`_writable` checks it for ``procedure``; None if another
+        runtime holds it on a shared store (the caller then reads the store, or asks that
+        runtime).
+
+        Raises:
+            SessionBusyError: Another runtime holds it, and the store is not shared.
+        """
+        try:
+            return await (self._load() if procedure is None else self._writable(procedure))
+        except SessionBusyError:
+            if not self._runtime.store.shared:
+                raise
+            return None
 
     async def _ask(self, procedure: str, **body: Any) -> dict[str, Any] | None:
         """Ask the runtime that holds this session, on a shared store, to do ``procedure``:
@@ -981,11 +979,8 @@ class Turn:
         elsewhere, failed with ``failure``, if the agent reports tool errors (None if it
         raises them). The deployed sessions' handlers."""
         session = self._session
-        try:
-            live = await session._load()
-        except SessionBusyError:
-            if not session._runtime.store.shared:
-                raise
+        live = await session._held()
+        if live is None:
             check_callback_id(callback_id)  # refused here, as the holder would refuse it
             reply = await session._ask("report", callback_id=callback_id, failure=failure)
             if reply is not None:
@@ -1070,11 +1065,7 @@ class Turn:
         """
         session = self._session
         key = None
-        try:
-            await session._writable("steer")
-        except SessionBusyError:
-            if not session._runtime.store.shared:
-                raise
+        if await session._held("steer") is None:
             key = request_key(key)  # a steer the holder took before it died is found
             blocks = message_content(content, session._agent.model)
             reply = await session._ask(
@@ -1098,11 +1089,8 @@ class Turn:
         active turn.
         """
         session = self._session
-        try:
-            live = await session._load()
-        except SessionBusyError:
-            if not session._runtime.store.shared:
-                raise
+        live = await session._held()
+        if live is None:
             reply = await session._ask("interrupt", turn_id=self.id)
             if reply is not None:
                 return self if reply["interrupted"] else TurnConflict(turn_id=self.id)
