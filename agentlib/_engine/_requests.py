@@ -9,8 +9,8 @@ returned, or the error it raised. The sender gives that back to its caller as it
 
 If the holder dies or stalls before it replies, its lease runs out: the sender then takes
 the session over, withdraws the request, and does the change itself. A change the holder
-made but had not replied to is found by its idempotency key: a request to start a turn or
-add a message always carries one (the caller's, or the request's own).
+made but had not replied to is found by its idempotency key: a request to start a turn, add
+a message or steer always carries one (the caller's, or the request's own).
 """
 
 from __future__ import annotations

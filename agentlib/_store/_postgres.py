@@ -25,6 +25,11 @@ another runtime holds follows its events as they are committed there. Each commi
 (``NOTIFY``, in its transaction) the sessions it appended events to; one thread per store
 object listens, on a connection of its own, from the first wait on; and a wait reads the
 session's progress every :data:`POLL_SECONDS` too, since a notification may be lost.
+
+**Requests.** A runtime asked to change a session another holds keeps a request in the
+``requests`` table (and notifies it); the holder finds the requests for the sessions it
+leases, and writes its reply there (notified too), which the sender reads and deletes.
+Times are the database's (``now()``), so that hosts whose clocks differ agree on them.
 """
 
 from __future__ import annotations
@@ -905,8 +910,10 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
                 return
 
     def _heard(self, payload: str | None) -> None:
-        """A commit of another runtime (or this one) notified ``payload`` (``"<session
-        id> <seq>"``); None: anything may have changed."""
+        """A commit of another runtime (or this one) notified ``payload``: ``"<session id>
+        <seq>"`` (its events), ``"<session id> claim <callback id>"``, ``"<session id>
+        request <id>"`` or ``"<session id> reply <request id>"``; None: anything may have
+        changed (the listener connected again)."""
         if payload is None:
             waiting, self._waiting = self._waiting, {}
             waiting_replies = list(self._replies.values())
