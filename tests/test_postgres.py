@@ -727,13 +727,14 @@ async def test_a_request_that_waited_too_long_is_refused_not_done(postgres_schem
         async with agentlib.open_runtime(shared(postgres_schema)):  # holds the session
             session = await agent.start_session()
             async with agentlib.open_runtime(sender):
-                sent = await sender.send_request(session.id, {"procedure": "cancel"})
                 with psycopg.connect(POSTGRES, autocommit=True) as db:  # sent 11 minutes ago
-                    db.execute(
-                        f"UPDATE {postgres_schema}.requests"
-                        " SET made = made - interval '11 minutes' WHERE request_id = %s",
-                        (sent,),
-                    )
+                    row = db.execute(
+                        f"INSERT INTO {postgres_schema}.requests (session_id, body, made)"
+                        " VALUES (%s, %s, now() - interval '11 minutes') RETURNING request_id",
+                        (session.id, '{"procedure": "cancel"}'),
+                    ).fetchone()
+                    assert row is not None
+                    sent = int(row[0])
                 reply = await sender.wait_for_reply(sent)
                 while reply is None:
                     reply = await sender.wait_for_reply(sent)
