@@ -74,12 +74,11 @@ from ._queued import (
     Place,
     QueuedStore,
     Reads,
-    check_none_left,
     dump,
     read_answer,
+    read_event_page,
     read_session,
 )
-from ._rows import EventRows
 
 if TYPE_CHECKING:
     import psycopg
@@ -199,6 +198,8 @@ _SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM {schema}.events WHERE
 _READS = {
     "session": "SELECT agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,"
     " first_seq, last_seq, last_idx FROM {schema}.sessions WHERE session_id = %s",
+    "bounds": "SELECT first_seq, last_seq FROM {schema}.sessions WHERE session_id = %s",
+    "event_page": _SELECT_EVENTS + " AND seq >= %s AND seq < %s ORDER BY seq",
     "has": "SELECT 1 FROM {schema}.{table} WHERE session_id = %s LIMIT 1",
     "first_event": "SELECT min(seq) FROM {schema}.events WHERE session_id = %s",
     "last_event": "SELECT max(seq) FROM {schema}.events WHERE session_id = %s",
@@ -632,34 +633,9 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
     async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
         def read() -> list[Event]:
             with self._reading(f"session {session_id}") as (db, at):
-                recorded = db.execute(
-                    self._sql(
-                        "SELECT first_seq, last_seq FROM {schema}.sessions WHERE session_id = %s"
-                    ),
-                    (session_id,),
-                ).fetchone()
-                if recorded is None:
-                    check_none_left(db.execute, self._reads, session_id, at, self._damaged)
-                    return []
-                first_seq, last_seq = recorded
-                start = max(after + 1, first_seq)
-                end = min(start + limit, last_seq + 1)  # the seq after the page's last
-                if end <= start:
-                    return []
-                at.table = "events"
-                found = db.execute(
-                    self._sql(_SELECT_EVENTS + " AND seq >= %s AND seq < %s ORDER BY seq"),
-                    (session_id, start, end),
-                ).fetchall()
-                if len(found) != end - start:
-                    missing = next(
-                        (seq for seq, event in enumerate(found, start) if event[0] != seq),
-                        start + len(found),
-                    )
-                    raise self._damaged(
-                        at, f"event {missing} is missing, and events up to {last_seq} were written"
-                    )
-                return EventRows().events(session_id, found)
+                return read_event_page(
+                    db.execute, self._reads, session_id, after, limit, at, self._damaged
+                )
 
         return await self._in_thread(read)
 

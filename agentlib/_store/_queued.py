@@ -16,6 +16,7 @@ import trio
 from .._callbacks import AllowApproval, Callback, DenyApproval
 from .._convert import structure, unstructure
 from .._entries import Entry
+from .._events import Event
 from .._records import TurnState
 from ._base import (
     CallbackRow,
@@ -229,12 +230,14 @@ def check_turns_named(
 
 @attrs.frozen
 class Reads:
-    """The SQL of a store's reads of one session, each with one parameter, the session's id,
-    in its driver's placeholder style; ``has`` names its table ``{table}``. Rows come in the
-    order each names."""
+    """The SQL of a store's reads of one session, each with one parameter, the session's id
+    (``event_page`` has three), in its driver's placeholder style; ``has`` names its table
+    ``{table}``. Rows come in the order each names."""
 
     session: str  # agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,
     # first_seq, last_seq, last_idx
+    bounds: str  # first_seq, last_seq
+    event_page: str  # seq, type, turn_id, id, data: from a seq to one before another, by seq
     has: str  # 1, for a session that has a row in {table}
     first_event: str  # min(seq)
     last_event: str  # max(seq)
@@ -330,6 +333,42 @@ def read_session(
         keys=keys,
         children=children,
     )
+
+
+def read_event_page(
+    execute: Execute,
+    reads: Reads,
+    session_id: str,
+    after: int,
+    limit: int,
+    at: Place,
+    damaged: Damaged,
+) -> list[Event]:
+    """Up to ``limit`` of the session's events after seq ``after``, read with ``execute``
+    in one read transaction (see :meth:`Store.read_events`).
+
+    Raises:
+        StoreError: Events are missing (``damaged`` says which, at ``at``), or do not read.
+    """
+    recorded = _first(execute(reads.bounds, (session_id,)))
+    if recorded is None:
+        check_none_left(execute, reads, session_id, at, damaged)
+        return []
+    first_seq, last_seq = recorded
+    # Pruned events are gone; every later one up to the last is there.
+    start = max(after + 1, first_seq)
+    end = min(start + limit, last_seq + 1)  # the seq after the page's last
+    if end <= start:
+        return []
+    at.table = "events"
+    found = list(execute(reads.event_page, (session_id, start, end)))
+    if len(found) != end - start:  # seqs are unique: none is missing, or some
+        missing = next(
+            (seq for seq, event in enumerate(found, start) if event[0] != seq),
+            start + len(found),
+        )
+        raise damaged(at, f"event {missing} is missing, and events up to {last_seq} were written")
+    return EventRows().events(session_id, found)
 
 
 def _first(rows: Iterable[Any]) -> Any:

@@ -50,8 +50,8 @@ from ._queued import (
     Place,
     QueuedStore,
     Reads,
-    check_none_left,
     dump,
+    read_event_page,
     read_session,
 )
 from ._rows import EventRows
@@ -149,6 +149,8 @@ _SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM events WHERE session_
 _READS = Reads(
     session="SELECT agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,"
     " first_seq, last_seq, last_idx FROM sessions WHERE session_id = ?",
+    bounds="SELECT first_seq, last_seq FROM sessions WHERE session_id = ?",
+    event_page=_SELECT_EVENTS + " AND seq >= ? AND seq < ? ORDER BY seq",
     has="SELECT 1 FROM {table} WHERE session_id = ? LIMIT 1",
     first_event="SELECT min(seq) FROM events WHERE session_id = ?",
     last_event="SELECT max(seq) FROM events WHERE session_id = ?",
@@ -488,33 +490,9 @@ class SQLiteStore(QueuedStore[str]):
     async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
         def read() -> list[Event]:
             with self._reading(f"session {session_id}") as (db, at):
-                recorded = db.execute(
-                    "SELECT first_seq, last_seq FROM sessions WHERE session_id = ?",
-                    (session_id,),
-                ).fetchone()
-                if recorded is None:
-                    check_none_left(db.execute, _READS, session_id, at, self._damaged)
-                    return []
-                first_seq, last_seq = recorded
-                # Pruned events are gone; every later one up to the last is there.
-                start = max(after + 1, first_seq)
-                end = min(start + limit, last_seq + 1)  # the seq after the page's last
-                if end <= start:
-                    return []
-                at.table = "events"
-                found = db.execute(
-                    _SELECT_EVENTS + " AND seq >= ? AND seq < ? ORDER BY seq",
-                    (session_id, start, end),
-                ).fetchall()
-                if len(found) != end - start:  # seqs are unique: none is missing, or some
-                    missing = next(
-                        (seq for seq, event in enumerate(found, start) if event[0] != seq),
-                        start + len(found),
-                    )
-                    raise self._damaged(
-                        at, f"event {missing} is missing, and events up to {last_seq} were written"
-                    )
-                return EventRows().events(session_id, found)
+                return read_event_page(
+                    db.execute, _READS, session_id, after, limit, at, self._damaged
+                )
 
         return await self._in_thread(read)
 
