@@ -430,8 +430,7 @@ class Session:
         commits them: replayed from ``after``, then followed until the session ends."""
         store = self._runtime.store
         output_type = self._agent.output_type
-        cursor = cursor_of(after, self.id)
-        position = 0 if cursor is None else int(cursor.rpartition(":")[2])
+        position = _position(after, self.id)
         progress = await store.wait_for_events(self.id, -1)
         if progress is None:
             raise not_found(self.id)
@@ -443,7 +442,7 @@ class Session:
         while True:
             page = await store.read_events(self.id, position, _FOLLOWED_PAGE)
             if page and page[0].id != machine.format_cursor(self.id, position + 1):
-                first = int(page[0].id.rpartition(":")[2])
+                first = _seq(page[0])
                 resume = machine.format_cursor(self.id, first - 1)
                 raise ObservationLost(
                     f"event {position + 1} of session {self.id} was pruned (only events "
@@ -511,8 +510,7 @@ class Session:
         """:meth:`_event_page`, for a session another runtime holds on a shared store: read
         from the store as that runtime commits the events."""
         store = self._runtime.store
-        cursor = cursor_of(after, self.id)
-        position = 0 if cursor is None else int(cursor.rpartition(":")[2])
+        position = _position(after, self.id)
         end_seq = None
         first = await store.wait_for_events(self.id, -1)
         if first is None:
@@ -550,7 +548,7 @@ class Session:
             if not page:
                 break
             for event in page:
-                position = int(event.id.rpartition(":")[2])
+                position = _seq(event)
                 if turn_id is None or event.turn_id == turn_id:
                     events.append(_event_for_reader(event, output_type))
                     if isinstance(event, TurnEnded) and (turn_id or progress.subagent):
@@ -643,6 +641,20 @@ class Session:
         return reply
 
 
+def _position(after: TurnState[Any] | str | None, session_id: str) -> int:
+    """The seq ``after`` (a record or a cursor of the session) names: 0 for None.
+
+    Raises:
+        InvalidCursorError: ``after`` is of another session, or malformed.
+    """
+    return machine.seq_of_cursor(cursor_of(after, session_id)) or 0
+
+
+def _seq(event: Event) -> int:
+    """An event's seq in its session's log, which its id (its cursor) names."""
+    return machine.seq_of_cursor(event.id) or 0
+
+
 def leaving_note(turn_id: str, session_id: str) -> str:
     """What a wait on a turn that was cancelled notes: the turn goes on."""
     return (
@@ -724,8 +736,7 @@ class Turn:
         for the wait to go on here."""
         session = self._session
         runtime = session._runtime
-        cursor = cursor_of(after, session.id)
-        position = 0 if cursor is None else int(cursor.rpartition(":")[2])
+        position = _position(after, session.id)
         handled: set[str] = set()
         delivered: int | None = None  # the seq up to which on_event saw the session's events
         next_try = trio.current_time() + runtime.lease_seconds / 3
@@ -782,7 +793,7 @@ class Turn:
             if not page:
                 return last_seq  # pruned meanwhile
             for event in page:
-                delivered = int(event.id.rpartition(":")[2])
+                delivered = _seq(event)
                 if event.turn_id == self.id:
                     await invoke(on_event, _event_for_reader(event, wanted))
         return delivered
@@ -1040,8 +1051,7 @@ class Turn:
         session = self._session
         states, _ = await read_states(session._runtime, session.id, session._agent)
         turn = states[session.id].turn(self.id)
-        cursor = cursor_of(after, session.id)
-        position = 0 if cursor is None else int(cursor.rpartition(":")[2])
+        position = _position(after, session.id)
         if turn.end_seq is not None and position >= turn.end_seq:
             return  # the position was at or past its end
         start = machine.format_cursor(session.id, max(position, turn.first_seq - 1))
