@@ -680,12 +680,7 @@ class Runtime:
             ValueError: ``callback_id`` is not a UUID.
             SdkError: ``answer`` does not fit the callback.
         """
-        callback_id = check_callback_id(callback_id)
-        if isinstance(answer, KeepCallbackOpen):
-            raise SdkError(
-                "KeepCallbackOpen() is a handler's return value, never an answer: to leave "
-                "a callback open, do not answer it"
-            )
+        callback_id = _check_answer(callback_id, answer)
         state = machine.find_callback(self.states, live.id, callback_id)
         if state is None:
             return NotFound()
@@ -780,12 +775,7 @@ class Runtime:
             SessionBusyError: It is a sign-in's: credentials never reach the store, so only
                 the runtime that holds the session takes them.
         """
-        callback_id = check_callback_id(callback_id)
-        if isinstance(answer, KeepCallbackOpen):
-            raise SdkError(
-                "KeepCallbackOpen() is a handler's return value, never an answer: to leave "
-                "a callback open, do not answer it"
-            )
+        callback_id = _check_answer(callback_id, answer)
         tree, agents = await read_tree(self, session_id, agent)
         found = [
             (node, row)
@@ -967,6 +957,22 @@ async def open_engine(
                 nursery.cancel_scope.cancel()
     if failure is not None:
         raise failure
+
+
+def _check_answer(callback_id: str, answer: object) -> str:
+    """The callback's id, checked, if ``answer`` may be an answer.
+
+    Raises:
+        ValueError: ``callback_id`` is not a UUID.
+        SdkError: ``answer`` is ``KeepCallbackOpen()``.
+    """
+    callback_id = check_callback_id(callback_id)
+    if isinstance(answer, KeepCallbackOpen):
+        raise SdkError(
+            "KeepCallbackOpen() is a handler's return value, never an answer: to leave "
+            "a callback open, do not answer it"
+        )
+    return callback_id
 
 
 def _answered(session_id: str, callback: Callback, answer: Any) -> CallbackRow:
