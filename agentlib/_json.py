@@ -130,8 +130,8 @@ def _walk(value: object, *, strict: bool) -> Problem | None:
     :func:`agentlib.unstructure` takes it: sets count as arrays, and attrs classes and
     dataclasses as objects, except agentlib's own, which checked their data when built.
     """
-    if value is None or type(value) in JSON_SCALARS:
-        return None  # the common case, without building a stack
+    if value is None or type(value) in JSON_SCALARS or _flat(value):
+        return None  # the common cases, without building a stack
     stack: list[tuple[object, int, _Link]] = [(value, 0, None)]
     while stack:
         item, depth, link = stack.pop()
@@ -170,6 +170,20 @@ def _walk(value: object, *, strict: bool) -> Problem | None:
             return Problem(TOO_DEEP, _path(link), too_deep=True)
         stack.extend((child, depth + 1, (link, key)) for child, key in reversed(children))
     return None
+
+
+def _flat(value: object) -> bool:
+    """Whether ``value`` is an empty object, or a dict of string keys, or a list, whose
+    values are all None, strings, integers or booleans: JSON at any nesting limit."""
+    if type(value) is dict:
+        return set(map(type, value)) <= _STR and set(map(type, value.values())) <= _FLAT_TYPES
+    if type(value) is list:
+        return set(map(type, value)) <= _FLAT_TYPES
+    return type(value) is _EmptyObject
+
+
+_STR = frozenset((str,))
+_FLAT_TYPES = frozenset((str, int, bool, type(None)))
 
 
 def json_problem(value: object) -> Problem | None:
