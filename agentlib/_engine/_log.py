@@ -181,7 +181,9 @@ class EventLog:
         """The store made the events up to ``seq`` durable: readers may see them."""
         if seq > self.visible:
             self.visible = seq
-            self._wake()
+            if self._changed is not None:  # a reader waits on it
+                self._changed.set()
+                self._changed = None
             if self._read is not None and len(self._events) > _HELD_MAX:
                 # The oldest are durable: readers that want them read them back.
                 drop = min(len(self._events) - _HELD_KEEP, self.visible - self.held_from + 1)

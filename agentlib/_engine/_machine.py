@@ -101,6 +101,7 @@ __all__ = [
 K = TypeVar("K")
 V = TypeVar("V")
 T = TypeVar("T")
+A = TypeVar("A", bound=attrs.AttrsInstance)
 
 #: The empty mapping sessions share until they have something of the kind (``own``): the
 #: one empty object data classes share too.
@@ -120,6 +121,24 @@ def seq_of_cursor(cursor: str | None) -> int | None:
 
 
 # -- the state ------------------------------------------------------------------------------
+
+
+#: The name and the ``__init__`` argument of each field an attrs class takes in ``__init__``.
+_INIT_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def evolve(instance: A, **changes: Any) -> A:
+    """A copy of attrs instance ``instance`` with ``changes``, as ``attrs.evolve`` makes
+    it (through ``__init__``), with its fields looked up once per class."""
+    cls = type(instance)
+    names = _INIT_FIELDS.get(cls)
+    if names is None:
+        fields = attrs.fields(cls)
+        names = _INIT_FIELDS[cls] = tuple((f.name, f.alias) for f in fields if f.init)
+    for name, alias in names:
+        if alias not in changes:
+            changes[alias] = getattr(instance, name)
+    return cls(**changes)
 
 
 class CallState(enum.Enum):
@@ -173,8 +192,8 @@ class ToolStep:
 
     def with_call(self, index: int, **changes: Any) -> ToolStep:
         calls = list(self.calls)
-        calls[index] = attrs.evolve(calls[index], **changes)
-        return attrs.evolve(self, calls=tuple(calls))
+        calls[index] = evolve(calls[index], **changes)
+        return ToolStep(calls=tuple(calls), steps=self.steps, max_steps=self.max_steps)
 
 
 class StopCause(enum.Enum):
@@ -403,13 +422,7 @@ def apply(sessions: Sessions, fact: Op) -> None:
         return
     session = sessions[fact.session_id]
     if isinstance(fact, EventRow):
-        session.last_seq = max(session.last_seq, fact.seq)
-        event = fact.event
-        if isinstance(event, CallbackOpened):
-            shown = session.shown = own(session.shown)
-            shown[event.callback.id] = (fact.seq, event.callback)
-        elif isinstance(event, CallbackClosed) and event.callback_id in session.shown:
-            session.shown = without(session.shown, event.callback_id)
+        _apply_event(session, fact)
     elif isinstance(fact, EntryRow):
         entry = fact.entry
         session.entries.append(entry)
@@ -442,6 +455,17 @@ def apply(sessions: Sessions, fact: Op) -> None:
         keys[fact.key] = (fact.turn_id, fact.fingerprint)
     else:
         assert isinstance(fact, PruneRow)  # the log's: the state keeps no events
+
+
+def _apply_event(session: SessionMachine, row: EventRow) -> None:
+    if row.seq > session.last_seq:
+        session.last_seq = row.seq
+    event = row.event
+    if isinstance(event, CallbackOpened):
+        shown = session.shown = own(session.shown)
+        shown[event.callback.id] = (row.seq, event.callback)
+    elif isinstance(event, CallbackClosed) and event.callback_id in session.shown:
+        session.shown = without(session.shown, event.callback_id)
 
 
 def _apply_session(sessions: Sessions, row: SessionRow) -> None:
@@ -659,6 +683,8 @@ class HistoryView(Sequence[Entry]):
 class Facts(list[Op]):
     """The facts a transition brings, in order; each is applied as it is added."""
 
+    __slots__ = ("sessions",)
+
     def __init__(self, sessions: Sessions) -> None:
         super().__init__()
         self.sessions = sessions
@@ -679,7 +705,9 @@ class Facts(list[Op]):
             turn_id=turn_id,
             **fields,
         )
-        self.add(EventRow(session.id, seq, event))
+        row = EventRow(session_id, seq, event)
+        _apply_event(session, row)  # what apply does with it, without finding its session
+        self.append(row)
         return event
 
     def entry(self, session: SessionMachine, entry: Entry, *, added: bool = False) -> None:
@@ -1042,7 +1070,7 @@ def begin_tool_step(
 
 def _step_row(turn: TurnMachine, step: ToolStep | None) -> StepRow:
     if step is not None:
-        step = attrs.evolve(step, steps=turn.model_steps, max_steps=turn.max_steps)
+        step = ToolStep(calls=step.calls, steps=turn.model_steps, max_steps=turn.max_steps)
     return StepRow(turn.session_id, turn.id, step)
 
 
@@ -1241,7 +1269,7 @@ def end_turn(
     if turn.step is not None:
         facts.add(_step_row(turn, None))
     end = session.last_seq + 1
-    record = attrs.evolve(record, cursor=format_cursor(session.id, end))
+    record = evolve(record, cursor=format_cursor(session.id, end))
     facts.add(TurnRow(session.id, turn.id, turn.first_seq, record=record))
     facts.emit(session, TurnEnded, turn.id, record=record)
     return record, facts

@@ -85,7 +85,7 @@ class MemoryStore(Store):
 
     def write(self, op: Op) -> None:
         if not self.durable:  # ":memory:": sessions die with the runtime, which holds them
-            if isinstance(op, EventRow):
+            if isinstance(op, EventRow) and "_listeners" in self.__dict__:
                 self.committed((op,))
             return
         if self.failure is not None or self._fenced(op):
