@@ -149,6 +149,8 @@ class RunsWatched:
 
     def _count_client_time(self) -> None:
         # Only a client tool's handler is not counted: while it runs alone, the clock stops.
+        if not self.watched and self._paused_at is None:
+            return  # no handler runs, and the clock runs
         running = [run for run in self.watched.values() if not run.done.is_set()]
         paused = bool(running) and all(run.for_client_tool for run in running)
         now = trio.current_time()

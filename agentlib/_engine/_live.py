@@ -4,9 +4,8 @@ and restores may ask of the runtime."""
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -133,16 +132,9 @@ class LiveSession:
     def id(self) -> str:
         return self.state.id
 
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[None]:
+    def reading(self) -> _Reading:
         """A reader follows the session's log for the block."""
-        self.readers += 1
-        try:
-            yield
-        finally:
-            self.readers -= 1
-            if not self.readers and self.state.active is None:
-                self.log.pack()  # idle
+        return _Reading(self)
 
     @property
     def idle(self) -> bool:
@@ -154,6 +146,24 @@ class LiveSession:
             and not self.handler_runs
             and not self.readers
         )
+
+
+class _Reading:
+    """A reader follows a session's log for a ``with`` block (:meth:`LiveSession.reading`)."""
+
+    __slots__ = ("live",)
+
+    def __init__(self, live: LiveSession) -> None:
+        self.live = live
+
+    def __enter__(self) -> None:
+        self.live.readers += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        live = self.live
+        live.readers -= 1
+        if not live.readers and live.state.active is None:
+            live.log.pack()  # idle
 
 
 def check_callback_id(callback_id: object) -> str:

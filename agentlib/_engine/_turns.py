@@ -7,13 +7,12 @@ subagents. What each step changes, and what follows, the machine's transitions d
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import random
 import string
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -112,25 +111,10 @@ class _Turn:
         finally:
             task.waiting.remove(closed)
 
-    @contextlib.contextmanager
-    def working(self, count: int = 1) -> Iterator[Callable[[], None]]:
+    def working(self, count: int = 1) -> _Working:
         """``count`` waits or calls of the turn's tool step under way, all counted before
         any runs; each says it is over by calling what this gives."""
-        task = self.task
-        task.working += count
-        left = count
-
-        def over() -> None:
-            nonlocal left
-            left -= 1
-            task.working -= 1
-            if not task.parked:
-                self.park_if_waiting()
-
-        try:
-            yield over
-        finally:
-            task.working -= left
+        return _Working(self, count)
 
     def commit(self, facts: Iterable[Any]) -> None:
         self.engine.commit(facts)
@@ -140,6 +124,31 @@ class _Turn:
         self.commit(
             machine.update_call(self.engine.states, self.live.id, self.state.id, index, **changes)
         )
+
+
+class _Working:
+    """``count`` waits or calls of a turn's tool step under way (:meth:`_Turn.working`)."""
+
+    __slots__ = ("left", "turn")
+
+    def __init__(self, turn: _Turn, count: int) -> None:
+        self.turn = turn
+        self.left = count
+
+    def __enter__(self) -> Callable[[], None]:
+        self.turn.task.working += self.left
+        return self.over
+
+    def over(self) -> None:
+        """One of them is over."""
+        self.left -= 1
+        task = self.turn.task
+        task.working -= 1
+        if not task.parked:
+            self.turn.park_if_waiting()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.turn.task.working -= self.left
 
 
 async def run_turn(engine: Engine, live: LiveSession, turn_id: str, resume: bool) -> None:
@@ -604,8 +613,9 @@ def _result_entry(call: ToolCallEntry, value: Any) -> ToolResultEntry:
     ):
         content = tuple(value)
     elif value is None or type(value) in JSON_SCALARS:  # not str: handled above
-        structured = value  # JSON as it is
-        content = (TextContentBlock(text=json.dumps(structured)),)
+        structured = value  # JSON as it is: null, true, false or a number
+        text = str(value) if type(value) is int else json.dumps(value)  # the same, sooner
+        content = (TextContentBlock(text=text),)
     else:
         # What goes back to the model is JSON within the nesting limit, or an error saying why
         # not; checked before the converter walks the value, recursively.
