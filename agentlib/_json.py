@@ -297,7 +297,7 @@ def check_json_object(instance: object, attribute: attrs.Attribute[Any], value: 
     """attrs validator: ``value`` must be None or a JSON object (a dict with string keys)."""
     if value is None:
         return
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise InvalidValue(
             f"{attribute.name} must be a JSON object (a dict), not {type(value).__name__}"
         )

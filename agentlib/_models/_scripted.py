@@ -8,6 +8,7 @@ from typing import Union
 
 import attrs
 
+from .._entries import MessageEntry, ToolCallEntry
 from .._errors import ModelError
 from ._base import ModelReply, ModelRequest, TextSink
 
@@ -20,9 +21,11 @@ Step = Union[str, ModelReply, Callable[[ModelRequest], Union[Reply, Awaitable[Re
 
 
 async def _reply_of(step: Step, request: ModelRequest) -> ModelReply:
-    value: object = step(request) if callable(step) else step
-    if inspect.isawaitable(value):
-        value = await value
+    value: object = step
+    if callable(step):
+        value = step(request)
+        if inspect.isawaitable(value):
+            value = await value
     if isinstance(value, str):
         return ModelReply(text=value)
     if isinstance(value, ModelReply):
@@ -81,8 +84,6 @@ class ScriptedModel:
 def _steps_taken(request: ModelRequest) -> int:
     """How many model steps the session's turns took: a step's output is an assistant
     message and/or tool calls, which the step's tool results follow."""
-    from .._entries import MessageEntry, ToolCallEntry
-
     steps = 0
     in_step = False
     for entry in request.entries:
