@@ -881,7 +881,7 @@ class Turn:
             engine=runtime, live=live, handler_for=self._session._handler_for, deadline=deadline
         )
         try:
-            with waiter.scope, live.reading():
+            with waiter.deadline_scope(), live.reading():
                 followed = await self._follow(
                     live, turn, waiter, position, delivered, wanted, on_event
                 )

@@ -8,6 +8,7 @@ when its callback closes, whoever answered it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import math
@@ -108,7 +109,7 @@ class RunsWatched:
     Attributes:
         handler_for: The waiting reference's handler for a callback, if it has one.
         deadline: When the wait ends; pushed back by the time client tool handlers take.
-        scope: The wait's cancel scope, which holds the deadline.
+        scope: The wait's cancel scope, which holds the deadline (None without one).
         watched: The handler runs the wait follows, by callback id.
         blocked: A callback was left to the caller: the wait returns ``Blocked`` once the
             handler runs it follows are over.
@@ -116,13 +117,17 @@ class RunsWatched:
 
     handler_for: Callable[[Callback], Handler | None]
     deadline: float
-    scope: trio.CancelScope = attrs.field(init=False)
+    scope: trio.CancelScope | None = attrs.field(init=False)
     watched: dict[str, HandlerRun] = attrs.field(factory=dict)
     blocked: bool = False
     _paused_at: float | None = None
 
     def __attrs_post_init__(self) -> None:
-        self.scope = trio.CancelScope(deadline=self.deadline)
+        self.scope = trio.CancelScope(deadline=self.deadline) if self.deadline < math.inf else None
+
+    def deadline_scope(self) -> contextlib.AbstractContextManager[Any]:
+        """What the wait runs in: its cancel scope, or nothing without a deadline."""
+        return self.scope if self.scope is not None else contextlib.nullcontext()
 
     def is_open(self, callback: Callback) -> bool:
         """Whether the callback is still open, as far as the wait knows."""
@@ -149,8 +154,8 @@ class RunsWatched:
 
     def _count_client_time(self) -> None:
         # Only a client tool's handler is not counted: while it runs alone, the clock stops.
-        if not self.watched and self._paused_at is None:
-            return  # no handler runs, and the clock runs
+        if self.scope is None or (not self.watched and self._paused_at is None):
+            return  # no deadline; or no handler runs, and the clock runs
         running = [run for run in self.watched.values() if not run.done.is_set()]
         paused = bool(running) and all(run.for_client_tool for run in running)
         now = trio.current_time()

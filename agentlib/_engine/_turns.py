@@ -7,6 +7,7 @@ subagents. What each step changes, and what follows, the machine's transitions d
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import random
@@ -283,19 +284,21 @@ async def _finish_tools(turn: _Turn, failures: dict[int, BaseException]) -> None
     runs, and the turn fails with the first.
     """
     # With tool_errors="raise", the first failure stops the other calls: the turn fails.
-    failed = trio.CancelScope()
+    several = len(turn.step.calls) > 1 and turn.agent.tool_errors == "raise"
+    failed = trio.CancelScope() if several else None
 
     async def run_call(index: int, over: Callable[[], None]) -> None:
         try:
             await _run_call(turn, index, failures)
             if index in failures:
                 turn.failing = True
-                failed.cancel()
+                if failed is not None:
+                    failed.cancel()
         finally:
             over()
 
     try:
-        with failed:
+        with failed if failed is not None else contextlib.nullcontext():
             if not failures:
                 # Credentials are never stored: a resumed step asks again for those it lacks.
                 with turn.working() as over:

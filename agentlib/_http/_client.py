@@ -512,7 +512,7 @@ class RemoteTurn(Turn):
                     turn=self, handler_for=session._handler_for, deadline=deadline
                 )
                 followed = None
-                with waiter.scope:
+                with waiter.deadline_scope():
                     followed = await self._follow_events(waiter, cursor, on_event, wanted)
                 record = followed or await self._record()  # at its end or at the timeout
         except trio.Cancelled as cancelled:
