@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import operator
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -71,9 +72,13 @@ def _fields(cls: type) -> tuple[str, ...]:
     )
 
 
-#: For each class a log packs: its code, and the fields it keeps of an event.
-_PACKING = {cls: (code, _fields(cls)) for cls, code in _CODES.items()}
-_KEPT_WHOLE: tuple[int, tuple[str, ...]] = (0, ())
+#: For each class a log packs: its code, and what it keeps of an event: the value of its
+#: one field, or a tuple of the values of its fields.
+_PACKING: dict[type, tuple[int, Callable[[Any], Any]]] = {
+    cls: (code, operator.attrgetter(*_fields(cls))) for cls, code in _CODES.items()
+}
+_KEPT_WHOLE: tuple[int, Callable[[Any], Any]] = (0, lambda event: event)
+_ADDED = _CODES[EntryAdded]
 
 
 def _completed_messages(events: Sequence[Any], start: int) -> dict[str, MessageEntry]:
@@ -92,12 +97,14 @@ def _opens(entry: Any, finals: dict[str, MessageEntry]) -> bool:
         final is not None
         and type(entry) is MessageEntry
         and not entry.content
-        and all(getattr(entry, name) == getattr(final, name) for name in _BESIDE_CONTENT)
+        and _beside_content(entry) == _beside_content(final)
     )
 
 
 #: The fields of a message beside its content.
-_BESIDE_CONTENT = tuple(f.name for f in attrs.fields(MessageEntry) if f.name != "content")
+_beside_content = operator.attrgetter(
+    *(f.name for f in attrs.fields(MessageEntry) if f.name != "content")
+)
 
 
 #: A log of at most this many events is packed without room to grow.
@@ -239,22 +246,22 @@ class EventLog:
         kinds = self._kinds if isinstance(self._kinds, bytearray) else bytearray(self._kinds or b"")
         turns = self._turns if isinstance(self._turns, list) else list(self._turns)
         session_id = self.session_id
-        finals = _completed_messages(events, len(kinds))
-        for index in range(len(kinds), len(events)):
+        start = len(kinds)
+        finals = _completed_messages(events, start)
+        packing = _PACKING.get
+        for index in range(start, len(events)):
             event = events[index]
             seq = self.held_from + index
-            code, names = _PACKING.get(type(event), _KEPT_WHOLE)
+            code, kept = packing(type(event), _KEPT_WHOLE)
             if (
                 code
                 and event.id == f"{session_id}:{seq:012d}"  # format_cursor's, inlined
                 and event.session_id == session_id
             ):
-                if code == _CODES[EntryAdded] and _opens(event.entry, finals):
+                if code == _ADDED and _opens(event.entry, finals):
                     code, events[index] = _OPENED, finals[event.entry.id]
-                elif len(names) == 1:
-                    events[index] = getattr(event, names[0])
                 else:
-                    events[index] = tuple([getattr(event, name) for name in names])
+                    events[index] = kept(event)
                 if not turns or turns[-1] != event.turn_id:
                     turns += (seq, event.turn_id)
             else:

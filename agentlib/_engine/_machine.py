@@ -424,15 +424,7 @@ def apply(sessions: Sessions, fact: Op) -> None:
     if isinstance(fact, EventRow):
         _apply_event(session, fact)
     elif isinstance(fact, EntryRow):
-        entry = fact.entry
-        session.entries.append(entry)
-        session.hidden += hidden_from_model(entry)
-        turn = session.turns.get(entry.turn_id or "")
-        if turn is not None:
-            if isinstance(entry, ToolCallEntry):
-                turn.tool_calls = (*turn.tool_calls, entry)  # the record shares it
-            elif turn.steered and any(message.id == entry.id for message in turn.steered):
-                turn.steered = [message for message in turn.steered if message.id != entry.id]
+        _apply_entry(session, fact)
     elif isinstance(fact, TurnRow):
         _apply_turn(session, fact)
     elif isinstance(fact, StepRow):
@@ -455,6 +447,18 @@ def apply(sessions: Sessions, fact: Op) -> None:
         keys[fact.key] = (fact.turn_id, fact.fingerprint)
     else:
         assert isinstance(fact, PruneRow)  # the log's: the state keeps no events
+
+
+def _apply_entry(session: SessionMachine, row: EntryRow) -> None:
+    entry = row.entry
+    session.entries.append(entry)
+    session.hidden += hidden_from_model(entry)
+    turn = session.turns.get(entry.turn_id or "")
+    if turn is not None:
+        if isinstance(entry, ToolCallEntry):
+            turn.tool_calls = (*turn.tool_calls, entry)  # the record shares it
+        elif turn.steered and any(message.id == entry.id for message in turn.steered):
+            turn.steered = [message for message in turn.steered if message.id != entry.id]
 
 
 def _apply_event(session: SessionMachine, row: EventRow) -> None:
@@ -715,7 +719,9 @@ class Facts(list[Op]):
         before, its text streamed), then ``EntryCompleted``."""
         if not added:
             self.emit(session, EntryAdded, entry.turn_id, entry=entry)
-        self.add(EntryRow(session.id, len(session.entries), entry))
+        row = EntryRow(session.id, len(session.entries), entry)
+        _apply_entry(session, row)  # what apply does with it, without finding its session
+        self.append(row)
         self.emit(session, EntryCompleted, entry.turn_id, entry=entry)
 
 
@@ -1069,7 +1075,7 @@ def begin_tool_step(
 
 
 def _step_row(turn: TurnMachine, step: ToolStep | None) -> StepRow:
-    if step is not None:
+    if step is not None and (step.steps, step.max_steps) != (turn.model_steps, turn.max_steps):
         step = ToolStep(calls=step.calls, steps=turn.model_steps, max_steps=turn.max_steps)
     return StepRow(turn.session_id, turn.id, step)
 

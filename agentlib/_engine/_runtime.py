@@ -116,19 +116,20 @@ class Runtime:
         durable, write, sessions = self.store.durable, self.store.write, self.sessions
         for fact in facts:
             write(fact)
-            if isinstance(fact, EventRow):
+            if type(fact) is EventRow:
                 live = sessions.get(fact.session_id)
                 if live is None:
                     continue
-                live.log.append(fact.event)
+                log, event = live.log, fact.event
+                log.append(event)
                 if durable:
                     self._unseen.append((live, fact.seq))
                     self._written.set()
                 else:  # nothing to wait for: readers see it at once
-                    live.log.made_visible(fact.seq)
-                if isinstance(fact.event, TurnEnded):
-                    self._turn_ended(live, fact.event)
-            elif isinstance(fact, CallbackRow) and fact.state != "open":
+                    log.made_visible(fact.seq)
+                if type(event) is TurnEnded:
+                    self._turn_ended(live, event)
+            elif type(fact) is CallbackRow and fact.state != "open":
                 live = self.sessions.get(fact.session_id)
                 if live is not None:
                     self._callback_closed(live, fact.callback.id)
