@@ -911,7 +911,8 @@ class Turn:
                     delivered += 1
                     if event.turn_id != turn.id:
                         continue
-                    event = _event_for_reader(event, wanted)
+                    if wanted is not None:
+                        event = _event_for_reader(event, wanted)
                     if on_event is not None:
                         await invoke(on_event, event)
                     if delivered <= position:

@@ -361,6 +361,12 @@ class _One(Mapping[K, V]):
             return self._value
         raise KeyError(key)
 
+    def get(self, key: K, default: Any = None) -> Any:
+        return self._value if key == self._key else default
+
+    def __contains__(self, key: object) -> bool:
+        return key == self._key
+
     def __iter__(self) -> Iterator[K]:
         return iter((self._key,))
 
