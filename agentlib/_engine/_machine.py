@@ -695,8 +695,7 @@ class Facts(list[Op]):
 
     __slots__ = ("sessions",)
 
-    def __init__(self, sessions: Sessions) -> None:
-        super().__init__()
+    def __init__(self, sessions: Sessions) -> None:  # empty, as list.__new__ made it
         self.sessions = sessions
 
     def add(self, fact: Op) -> None:
@@ -716,7 +715,10 @@ class Facts(list[Op]):
             **fields,
         )
         row = EventRow(session_id, seq, event)
-        _apply_event(session, row)  # what apply does with it, without finding its session
+        # What apply does with it, without finding its session: the seq is the next one.
+        session.last_seq = seq
+        if event_type is CallbackOpened or event_type is CallbackClosed:
+            _apply_event(session, row)
         self.append(row)
         return event
 
