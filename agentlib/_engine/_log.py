@@ -77,7 +77,6 @@ def _fields(cls: type) -> tuple[str, ...]:
 _PACKING: dict[type, tuple[int, Callable[[Any], Any]]] = {
     cls: (code, operator.attrgetter(*_fields(cls))) for cls, code in _CODES.items()
 }
-_KEPT_WHOLE: tuple[int, Callable[[Any], Any]] = (0, lambda event: event)
 _ADDED = _CODES[EntryAdded]
 
 
@@ -252,12 +251,13 @@ class EventLog:
         for index in range(start, len(events)):
             event = events[index]
             seq = self.held_from + index
-            code, kept = packing(type(event), _KEPT_WHOLE)
+            packed = packing(type(event))
             if (
-                code
+                packed is not None
                 and event.id == f"{session_id}:{seq:012d}"  # format_cursor's, inlined
                 and event.session_id == session_id
             ):
+                code, kept = packed
                 if code == _ADDED and _opens(event.entry, finals):
                     code, events[index] = _OPENED, finals[event.entry.id]
                 else:
