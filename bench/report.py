@@ -177,7 +177,9 @@ class Table:
         )
 
     def turn(self, mode: str) -> None:
-        label = mode.replace("_one_cpu", ", every process on one CPU")
+        label = mode.replace("_one_cpu", ", every process on one CPU").replace(
+            "_async_tool", ", agentlib's tool written `async def` (the peers' is sync)"
+        )
         figure = f"Scripted turn, {label} (median µs/turn)"
         target = "≥ 6x the best peer" if mode in ("async", "sync") else "— (not a target)"
         mine = self.find("agentlib", f"{mode}_median")
@@ -301,6 +303,7 @@ def main() -> int:
     table.turn("async")
     table.turn("sync")
     table.turn("sync_one_cpu")
+    table.turn("sync_async_tool")
     table.handoffs()
     table.long("long", "In-memory")
     table.long("long_sqlite", "SQLite")

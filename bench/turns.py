@@ -22,6 +22,9 @@ Modes:
   µs per turn, each peer's, and ``speedup``: the best peer's µs per turn over agentlib's.
   The ``sync_one_cpu`` runs are the sync runs again, each process kept on one CPU: a blocking
   turn crosses threads four times, and waking a thread on another CPU costs what this shows.
+  The ``sync_async_tool`` runs (agentlib's only, set beside the peers' sync runs) are the sync
+  runs with ``add`` written ``async def``: it runs in the engine's own thread, so a blocking
+  turn crosses threads twice. Neither of these two is the peers' workload.
 - ``round_trip``: the median of N (5,000) calls of an async no-op through agentlib_sync's
   portal and through anyio's ``BlockingPortal.call`` (``start_blocking_portal(backend=
   "trio")``), in alternating blocks in one process; ``ratio`` is agentlib's over anyio's.
@@ -63,8 +66,11 @@ WINDOW = 100
 REPEATS = 5
 DEFAULTS = {"turns": 2000, "round_trip": 5000, "long": 10_000, "long_sqlite": 10_000}
 PEER_SCRIPTS = ("bench_pydantic_ai.py", "bench_openai_agents.py")
-#: Each framework's runs: async, sync, and sync again with the process kept on one CPU.
-MODES = ("async", "sync", "sync_one_cpu")
+#: Each framework's runs: async, sync, and sync again with the process kept on one CPU; then
+#: agentlib's sync runs with an async tool.
+MODES = ("async", "sync", "sync_one_cpu", "sync_async_tool")
+#: Modes that only agentlib runs, and the peers' mode each is set beside.
+OWN_MODES = {"sync_async_tool": "sync"}
 
 
 def peers_dir() -> pathlib.Path:
@@ -76,6 +82,11 @@ def peers_dir() -> pathlib.Path:
 
 
 def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+async def add_async(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
 
@@ -112,9 +123,9 @@ def bench_async(n: int) -> float:
     return trio.run(main)
 
 
-def bench_sync(n: int) -> float:
+def bench_sync(n: int, tool: Any = add) -> float:
     agent = agentlib_sync.Agent(
-        "calc", "You add numbers.", agentlib_sync.ScriptedModel(script()), [add]
+        "calc", "You add numbers.", agentlib_sync.ScriptedModel(script()), [tool]
     )
 
     def turns(count: int) -> None:
@@ -249,7 +260,12 @@ def run_long(n: int, sqlite: bool) -> None:
 
 
 def once(mode: str, n: int) -> dict[str, Any]:
-    seconds = (bench_async if mode == "async" else bench_sync)(n)
+    if mode == "async":
+        seconds = bench_async(n)
+    elif mode == "sync_async_tool":
+        seconds = bench_sync(n, agentlib.tool(name="add")(add_async))
+    else:
+        seconds = bench_sync(n)
     return figures(mode=mode, n=n, turns_per_s=n / seconds, us_per_turn=seconds / n * 1e6)
 
 
@@ -267,7 +283,7 @@ def run_turns(n: int, repeats: int, python: str | None) -> None:
         commands += [[python, str(peers_dir() / name), "{mode}", str(n)] for name in PEER_SCRIPTS]
     for repeat in range(1, repeats + 1):
         for mode in MODES:
-            for command in commands:
+            for command in commands[:1] if mode in OWN_MODES else commands:
                 done = subprocess.run(
                     [part.format(mode=mode.removesuffix("_one_cpu")) for part in command],
                     capture_output=True,
@@ -298,7 +314,8 @@ def run_turns(n: int, repeats: int, python: str | None) -> None:
         }
         print(json.dumps(line), flush=True)
     for mode in MODES:
-        peers = {fw: us for (fw, m), us in medians.items() if m == mode and fw != "agentlib"}
+        theirs = OWN_MODES.get(mode, mode)
+        peers = {fw: us for (fw, m), us in medians.items() if m == theirs and fw != "agentlib"}
         if not peers:
             continue
         best = min(peers, key=peers.__getitem__)
@@ -324,7 +341,9 @@ def main() -> None:
     )
     parser.add_argument("--peers", metavar="PYTHON", help="an interpreter with the peer SDKs")
     parser.add_argument("--repeats", type=int, default=REPEATS, help="runs of each turns mode")
-    parser.add_argument("--once", choices=["async", "sync"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--once", choices=["async", "sync", "sync_async_tool"], help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.once:
         print(json.dumps(once(args.once, args.n or DEFAULTS["turns"])))
