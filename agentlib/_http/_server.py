@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 from hypercorn.config import Config
@@ -36,7 +36,7 @@ from .._callbacks import (
 from .._convert import structure, unstructure
 from .._engine._restore import not_found, read_states
 from .._engine._runtime import Runtime
-from .._errors import SdkError, SessionBusyError
+from .._errors import SdkError, SessionBusyError, ValidationError
 from .._events import Event
 from .._json import NotJson, read_json
 from .._open import enter, open_runtime
@@ -44,9 +44,22 @@ from .._records import Answered, Blocked, Busy
 from .._session import Session, Turn
 from .._store._base import Store
 from ._access import MOST_SECONDS, RIGHTS, Access, Principal, Tokens
+from ._bodies import (
+    AnswerBody,
+    InterruptBody,
+    MessageBody,
+    MintBody,
+    StartSessionBody,
+    StartTurnBody,
+    SteerBody,
+    field_names,
+)
+from ._openapi import Operation, Parameter, describe_api, tagged
 from ._wire import error_body, status_of
 
-__all__ = ["Server", "serve"]
+__all__ = ["OPERATIONS", "Server", "serve"]
+
+B = TypeVar("B")
 
 #: The largest request body taken, in bytes.
 MAX_BODY = 1 << 20
@@ -115,39 +128,24 @@ class Server:
     # -- the routes ---------------------------------------------------------------------
 
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-        """The ASGI application: every route of the wire, behind the token check."""
+        """The ASGI application: every route of :data:`OPERATIONS`, behind the token check
+        (but those that take no token)."""
 
-        def route(
-            path: str,
-            endpoint: Callable[..., Awaitable[Any]],
-            method: str = "GET",
-            right: str | None = None,
-        ) -> Route:
+        def route(operation: Operation) -> Route:
             async def handle(request: Request) -> Response:
-                return await self._handle(request, endpoint, right)
+                return await self._handle(request, endpoint, operation.right)
 
-            return Route(path, handle, methods=[method])
+            async def endpoint(request: Request) -> Response:
+                return await operation.endpoint(self, request)  # type: ignore[no-any-return]
 
-        session = "/v1/agents/{agent}/sessions/{session_id}"
-        turn = session + "/turns/{turn_id}"
-        routes = [
-            Route("/v1/health", _health, methods=["GET"]),
-            route("/v1/agents", self._list_agents),
-            route("/v1/agents/{agent}/sessions", self._start_session, "POST"),
-            route(session, self._read_session, right="read"),
-            route(session + "/cancel", self._cancel, "POST"),
-            route(session + "/tokens", self._mint, "POST"),
-            route(session + "/turns", self._start_turn, "POST"),
-            route(session + "/messages", self._send_message, "POST"),
-            route(session + "/events", self._session_events, right="read"),
-            route(session + "/subagents", self._subagents, right="read"),
-            route(turn, self._read_turn, right="read"),
-            route(turn + "/steer", self._steer, "POST"),
-            route(turn + "/interrupt", self._interrupt, "POST"),
-            route(turn + "/callbacks/{callback_id}", self._answer, "POST", "answer"),
-            route(turn + "/events", self._turn_events, right="read"),
-        ]
-        return Starlette(routes=routes)
+            async def open_(request: Request) -> Response:
+                return await endpoint(request)
+
+            return Route(
+                operation.path, handle if operation.token else open_, methods=[operation.method]
+            )
+
+        return Starlette(routes=[route(operation) for operation in OPERATIONS])
 
     async def _handle(
         self, request: Request, endpoint: Callable[..., Awaitable[Any]], right: str | None
@@ -225,15 +223,15 @@ class Server:
     async def _list_agents(self, request: Request) -> Response:
         return _json({"agents": sorted(self._agents)})
 
+    async def _describe(self, request: Request) -> Response:
+        return _json(API)
+
     async def _start_session(self, request: Request) -> Response:
         agent = self._agent(request)
-        body = await _body(request, {"history", "inputs", "idempotency_key"})
-        key = _key(request, body)
-        history = body.get("history")
-        if history is not None and not isinstance(history, list):
-            raise _Refused(400, "BadRequest", "'history' must be a list of history items")
-        entries = history_for(agent.model, history)
-        inputs = _inputs(body.get("inputs"))
+        body = await _body(request, StartSessionBody)
+        key = _key(request, body.idempotency_key)
+        entries = history_for(agent.model, body.history)
+        inputs = _inputs(body.inputs)
         principal = request.state.access.principal
         if principal is not None:
             inputs[Principal.input_id] = {"name": principal}
@@ -248,18 +246,17 @@ class Server:
                 "BadRequest",
                 "this server takes no tokens: every request reaches every session",
             )
-        body = await _body(request, {"rights", "seconds"})
-        rights = body.get("rights")
-        if not isinstance(rights, list) or not rights or not set(rights) <= RIGHTS:
+        body = await _body(request, MintBody)
+        rights = frozenset(body.rights)
+        if not rights or not rights <= RIGHTS:
             raise _Refused(
                 400,
                 "BadRequest",
                 f"'rights' must be a non-empty list of {', '.join(map(repr, sorted(RIGHTS)))}",
             )
-        seconds = body.get("seconds", 3600)
-        if not isinstance(seconds, (int, float)) or not 0 < seconds <= MOST_SECONDS:
+        if not 0 < body.seconds <= MOST_SECONDS:
             raise _Refused(400, "BadRequest", f"'seconds' must be from 1 to {MOST_SECONDS:,}")
-        token, expires = self._tokens.mint(session.id, frozenset(rights), seconds)
+        token, expires = self._tokens.mint(session.id, rights, body.seconds)
         return _json({"token": token, "expires": expires, "rights": sorted(rights)}, 201)
 
     async def _read_session(self, request: Request) -> Response:
@@ -280,16 +277,13 @@ class Server:
 
     async def _start_turn(self, request: Request) -> Response:
         session = await self._session(request)
-        body = await _body(request, {"content", "idempotency_key", "max_steps"})
-        if "content" not in body:
-            raise _Refused(400, "BadRequest", "the body needs 'content': a text or content blocks")
-        max_steps = body.get("max_steps")
+        body = await _body(request, StartTurnBody)
         started, new = await session._start(
             "start_turn",
-            body["content"],
-            _key(request, body),
+            body.content,
+            _key(request, body.idempotency_key),
             session._agent.output_type,
-            max_steps,
+            body.max_steps,
         )
         if isinstance(started, Busy):
             return _json(
@@ -312,10 +306,9 @@ class Server:
     async def _send_message(self, request: Request) -> Response:
         """``Session.send_message``: a new turn, or the message added to the running one."""
         session = await self._session(request)
-        body = await _body(request, {"content", "idempotency_key"})
-        if "content" not in body:
-            raise _Refused(400, "BadRequest", "the body needs 'content': a text or content blocks")
-        turn = await session.send_message(body["content"], idempotency_key=_key(request, body))
+        body = await _body(request, MessageBody)
+        key = _key(request, body.idempotency_key)
+        turn = await session.send_message(body.content, idempotency_key=key)
         return _json({"turn_id": turn.id, "started": turn.started}, 201 if turn.started else 200)
 
     async def _read_turn(self, request: Request) -> Response:
@@ -330,21 +323,19 @@ class Server:
 
     async def _steer(self, request: Request) -> Response:
         turn = await self._turn(request)
-        body = await _body(request, {"content", "idempotency_key"})
-        if "content" not in body:
-            raise _Refused(400, "BadRequest", "the body needs 'content': a text or content blocks")
-        said = ("steer", turn.session_id, turn.id, _key(request, body))
+        body = await _body(request, SteerBody)
+        said = ("steer", turn.session_id, turn.id, _key(request, body.idempotency_key))
         if said in self._told:
             return _json(self._told[said])  # a retry: what the first request was told
-        steered = await turn.steer(body["content"])
+        steered = await turn.steer(body.content)
         if isinstance(steered, Turn):
             return _json(self._remember(said, {"turn_id": steered.id, "steered": True}))
         return _json(unstructure(steered), 409)
 
     async def _interrupt(self, request: Request) -> Response:
         turn = await self._turn(request)
-        body = await _body(request, {"idempotency_key"})
-        said = ("interrupt", turn.session_id, turn.id, _key(request, body))
+        body = await _body(request, InterruptBody)
+        said = ("interrupt", turn.session_id, turn.id, _key(request, body.idempotency_key))
         if said in self._told:
             return _json(self._told[said])
         stopped = await turn.interrupt()
@@ -354,24 +345,22 @@ class Server:
 
     async def _answer(self, request: Request) -> Response:
         turn = await self._turn(request)
-        body = await _body(request, {"answer", "kind", "idempotency_key"})
-        if "answer" not in body:
-            raise _Refused(400, "BadRequest", "the body needs 'answer': the callback's answer")
+        body = await _body(request, AnswerBody)
         callback_id = request.path_params["callback_id"]
-        key = _key(request, body)
-        if body.get("kind") == "failure":  # a client tool's handler failed in the client
+        key = _key(request, body.idempotency_key)
+        if body.kind == "failure":  # a client tool's handler failed in the client
             said = ("failure", turn.session_id, callback_id, key)
             if said in self._told:
                 return _json(self._told[said])
-            if not isinstance(body["answer"], str):
+            if not isinstance(body.answer, str):
                 raise _Refused(400, "BadRequest", "a failure's 'answer' is its message, a string")
-            told = await turn._report(callback_id, body["answer"])
+            told = await turn._report(callback_id, body.answer)
             if told is None:
                 return _json({"type": "not_reported"})  # the agent raises tool errors
             if isinstance(told, Answered):
                 return _json(self._remember(said, unstructure(told)))
             return _json(unstructure(told))
-        answer = await _answer_for(turn, callback_id, body["answer"], body.get("kind"))
+        answer = await _answer_for(turn, callback_id, body.answer, body.kind)
         try:
             # A retry with the key of the answer taken is told Answered: the key is kept
             # with the answer, in the store.
@@ -429,8 +418,9 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(text, status_code=status, media_type="application/json")
 
 
-async def _body(request: Request, fields: set[str]) -> dict[str, Any]:
-    """The request's JSON object, checked for size, syntax and fields."""
+async def _body(request: Request, cls: type[B]) -> B:
+    """The request's JSON object, checked for size, syntax and fields, as a ``cls``."""
+    fields = set(field_names(cls))
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
         raise _Refused(413, "PayloadTooLarge", f"the body is larger than {MAX_BODY:,} bytes")
@@ -442,7 +432,7 @@ async def _body(request: Request, fields: set[str]) -> dict[str, Any]:
         chunks.append(chunk)
     raw = b"".join(chunks)
     if not raw.strip():
-        return {}
+        return _read_body({}, cls)
     try:
         data = read_json(raw.decode("utf-8"), wrapping=BODY_WRAPPING)
     except UnicodeDecodeError:
@@ -459,16 +449,22 @@ async def _body(request: Request, fields: set[str]) -> dict[str, Any]:
             f"unknown field(s) {', '.join(map(repr, unknown))}: this route takes "
             f"{', '.join(map(repr, sorted(fields)))}",
         )
-    return data
+    return _read_body(data, cls)
 
 
-def _inputs(given: object) -> dict[str, Any]:
+def _read_body(data: dict[str, Any], cls: type[B]) -> B:
+    """``data`` as a ``cls``: a field of the wrong type is a ValidationError at its path."""
+    try:
+        return structure(data, cls)
+    except ValidationError as error:  # named for the body, not for its class
+        raise ValidationError(f"invalid body: {'; '.join(error.errors)}", error.errors) from error
+
+
+def _inputs(given: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
     """Session inputs as a client sends them: JSON objects by input id, as a session stores
     them (each use structures its value again, and checks it then)."""
     if given is None:
         return {}
-    if not isinstance(given, dict) or not all(isinstance(value, dict) for value in given.values()):
-        raise _Refused(400, "BadRequest", "'inputs' must be an object of input ids to JSON objects")
     if Principal.input_id in given:
         raise _Refused(
             400, "BadRequest", f"the input id {Principal.input_id!r} is the server's own"
@@ -476,11 +472,9 @@ def _inputs(given: object) -> dict[str, Any]:
     return dict(given)
 
 
-def _key(request: Request, body: dict[str, Any]) -> str | None:
-    key = request.headers.get("idempotency-key") or body.get("idempotency_key")
-    if key is not None and not isinstance(key, str):
-        raise _Refused(400, "BadRequest", "'idempotency_key' must be a string")
-    return key
+def _key(request: Request, given: str | None) -> str | None:
+    """The request's idempotency key: its header's, or else its body's."""
+    return request.headers.get("idempotency-key") or given
 
 
 def _number(request: Request, name: str, default: float, most: float) -> float:
@@ -506,16 +500,12 @@ _KINDS: dict[str, Any] = {
 }
 
 
-async def _answer_for(turn: Turn, callback_id: str, data: Any, kind: object) -> Any:
+async def _answer_for(turn: Turn, callback_id: str, data: Any, kind: str | None) -> Any:
     """The answer ``data`` as the callback it settles takes it: read as ``kind`` says (an
     approval's or a sign-in's answer, a client tool's result as it is); without a kind, as
     the open callback of that id takes it, or by its shape."""
     if kind is not None:
-        if kind not in _KINDS:
-            raise _Refused(
-                400, "BadRequest", f"'kind' must be one of {', '.join(map(repr, _KINDS))}"
-            )
-        cls = _KINDS[str(kind)]
+        cls = _KINDS[kind]
         return data if cls is None else structure(data, cls)
     record = await turn.get()
     callbacks = record.callbacks if isinstance(record, Blocked) else ()
@@ -609,6 +599,243 @@ def _frame(event: Event) -> str:
     data = unstructure(event)
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return f"id: {data['id']}\nevent: {data['type']}\ndata: {text}\n\n"
+
+
+def _string(description: str = "") -> dict[str, Any]:
+    return {"type": "string", "description": description} if description else {"type": "string"}
+
+
+def _object(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "required": sorted(properties), "properties": properties}
+
+
+_SESSION = "/v1/agents/{agent}/sessions/{session_id}"
+_TURN = _SESSION + "/turns/{turn_id}"
+_RECORD = tagged("record", "a turn's record")
+_CALLBACK_ANSWER = {
+    "type": "object",
+    "required": ["type"],
+    "description": "what became of the answer",
+    "properties": {"type": {"enum": ["answered", "already_settled", "not_found", "not_reported"]}},
+}
+_TURN_CONFLICT = {
+    "type": "object",
+    "required": ["type"],
+    "description": "why the turn took no steer or interrupt (it is no longer active, say)",
+    "properties": {"type": {"const": "turn_conflict"}},
+}
+_SESSION_REF = _object(id=_string("the session's id"), agent=_string("the agent's name"))
+_WAIT = Parameter(
+    name="wait",
+    schema={"type": "number", "minimum": 0, "maximum": MAX_WAIT},
+    description="the most seconds to wait for the turn to end or block",
+)
+_IDEMPOTENCY_KEY = Parameter(
+    name="Idempotency-Key",
+    where="header",
+    description="repeats of a request with this key are told what the first was",
+)
+_EVENTS_PARAMETERS = (
+    Parameter(name="after", description="the cursor to read after (an event's id)"),
+    Parameter(name="Last-Event-ID", where="header", description="as after, for streams"),
+    Parameter(
+        name="limit",
+        schema={"type": "integer", "minimum": 0, "maximum": MAX_PAGE},
+        description="the most events of a page (100 by default)",
+    ),
+    Parameter(
+        name="wait",
+        schema={"type": "number", "minimum": 0, "maximum": MAX_WAIT},
+        description="the most seconds to wait for a page's first event",
+    ),
+)
+_EVENTS_PAGE = {
+    "type": "object",
+    "required": ["events", "cursor", "ended"],
+    "properties": {
+        "events": {"type": "array", "items": tagged("event", "an event")},
+        "cursor": {"type": ["string", "null"], "description": "the next page's after"},
+        "ended": {"type": "boolean", "description": "whether no more events will come"},
+    },
+}
+
+#: Every route of the server, which ``Server.app()`` serves and ``/v1/openapi.json``
+#: describes.
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        method="GET",
+        path="/v1/health",
+        endpoint=lambda server, request: _health(request),
+        name="health",
+        summary="Whether the server is up.",
+        answers={
+            200: {"type": "object", "required": ["status"], "properties": {"status": _string()}}
+        },
+        token=False,
+    ),
+    Operation(
+        method="GET",
+        path="/v1/openapi.json",
+        endpoint=Server._describe,
+        name="describe",
+        summary="This description of the HTTP API.",
+        answers={200: {"type": "object", "description": "an OpenAPI 3.1 document"}},
+        token=False,
+    ),
+    Operation(
+        method="GET",
+        path="/v1/agents",
+        endpoint=Server._list_agents,
+        name="list_agents",
+        summary="The names of the agents served.",
+        answers={200: _object(agents={"type": "array", "items": _string()})},
+    ),
+    Operation(
+        method="POST",
+        path="/v1/agents/{agent}/sessions",
+        endpoint=Server._start_session,
+        name="start_session",
+        summary="Start a session of the agent.",
+        body=StartSessionBody,
+        parameters=(_IDEMPOTENCY_KEY,),
+        answers={201: _SESSION_REF},
+    ),
+    Operation(
+        method="GET",
+        path=_SESSION,
+        endpoint=Server._read_session,
+        name="read_session",
+        summary="The session, if it exists.",
+        answers={200: _SESSION_REF},
+        right="read",
+    ),
+    Operation(
+        method="POST",
+        path=_SESSION + "/cancel",
+        endpoint=Server._cancel,
+        name="cancel",
+        summary="Cancel the session: it takes no more turns.",
+        answers={200: _object(id=_string(), cancelled={"type": "boolean"})},
+    ),
+    Operation(
+        method="POST",
+        path=_SESSION + "/tokens",
+        endpoint=Server._mint,
+        name="mint_token",
+        summary="A token for this session only, with some rights there.",
+        body=MintBody,
+        answers={
+            201: _object(
+                token=_string(),
+                expires={"type": "integer", "description": "when it expires, in Unix seconds"},
+                rights={"type": "array", "items": _string()},
+            )
+        },
+    ),
+    Operation(
+        method="POST",
+        path=_SESSION + "/turns",
+        endpoint=Server._start_turn,
+        name="start_turn",
+        summary="Start a turn (with wait, its record once it ends or blocks).",
+        body=StartTurnBody,
+        parameters=(_WAIT, _IDEMPOTENCY_KEY),
+        answers={
+            200: _object(turn_id=_string(), record=_RECORD),
+            201: _object(turn_id=_string(), record=_RECORD),
+        },
+    ),
+    Operation(
+        method="POST",
+        path=_SESSION + "/messages",
+        endpoint=Server._send_message,
+        name="send_message",
+        summary="A message: a new turn, or added to the running one.",
+        body=MessageBody,
+        parameters=(_IDEMPOTENCY_KEY,),
+        answers={
+            200: _object(turn_id=_string(), started={"type": "boolean"}),
+            201: _object(turn_id=_string(), started={"type": "boolean"}),
+        },
+    ),
+    Operation(
+        method="GET",
+        path=_SESSION + "/events",
+        endpoint=Server._session_events,
+        name="session_events",
+        summary="The session's events: a page of JSON, or Server-Sent Events.",
+        parameters=_EVENTS_PARAMETERS,
+        answers={200: _EVENTS_PAGE},
+        streams=True,
+        right="read",
+    ),
+    Operation(
+        method="GET",
+        path=_SESSION + "/subagents",
+        endpoint=Server._subagents,
+        name="subagents",
+        summary="The session's subagents' sessions, newest first.",
+        answers={200: _object(sessions={"type": "array", "items": _SESSION_REF})},
+        right="read",
+    ),
+    Operation(
+        method="GET",
+        path=_TURN,
+        endpoint=Server._read_turn,
+        name="read_turn",
+        summary="The turn's record (with wait, once it ends or blocks).",
+        parameters=(_WAIT, Parameter(name="after", description="a record's cursor")),
+        answers={200: _RECORD},
+        right="read",
+    ),
+    Operation(
+        method="POST",
+        path=_TURN + "/steer",
+        endpoint=Server._steer,
+        name="steer",
+        summary="A message the running turn reads at its next step.",
+        body=SteerBody,
+        parameters=(_IDEMPOTENCY_KEY,),
+        answers={200: _object(turn_id=_string(), steered={"type": "boolean"})},
+        conflict=_TURN_CONFLICT,
+    ),
+    Operation(
+        method="POST",
+        path=_TURN + "/interrupt",
+        endpoint=Server._interrupt,
+        name="interrupt",
+        summary="Stop the turn.",
+        body=InterruptBody,
+        parameters=(_IDEMPOTENCY_KEY,),
+        answers={200: _object(turn_id=_string(), interrupted={"type": "boolean"})},
+        conflict=_TURN_CONFLICT,
+    ),
+    Operation(
+        method="POST",
+        path=_TURN + "/callbacks/{callback_id}",
+        endpoint=Server._answer,
+        name="answer",
+        summary="Answer one of the turn's callbacks.",
+        body=AnswerBody,
+        parameters=(_IDEMPOTENCY_KEY,),
+        answers={200: _CALLBACK_ANSWER},
+        right="answer",
+    ),
+    Operation(
+        method="GET",
+        path=_TURN + "/events",
+        endpoint=Server._turn_events,
+        name="turn_events",
+        summary="The turn's events, until its turn_ended.",
+        parameters=_EVENTS_PARAMETERS,
+        answers={200: _EVENTS_PAGE},
+        streams=True,
+        right="read",
+    ),
+)
+
+#: The description ``/v1/openapi.json`` serves.
+API = describe_api(OPERATIONS)
 
 
 @asynccontextmanager
