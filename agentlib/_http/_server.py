@@ -132,18 +132,14 @@ class Server:
         (but those that take no token)."""
 
         def route(operation: Operation) -> Route:
-            async def handle(request: Request) -> Response:
-                return await self._handle(request, endpoint, operation.right)
-
             async def endpoint(request: Request) -> Response:
                 return await operation.endpoint(self, request)  # type: ignore[no-any-return]
 
-            async def open_(request: Request) -> Response:
-                return await endpoint(request)
+            async def handle(request: Request) -> Response:
+                return await self._handle(request, endpoint, operation.right)
 
-            return Route(
-                operation.path, handle if operation.token else open_, methods=[operation.method]
-            )
+            answer = handle if operation.token else endpoint
+            return Route(operation.path, answer, methods=[operation.method])
 
         return Starlette(routes=[route(operation) for operation in OPERATIONS])
 
