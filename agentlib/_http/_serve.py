@@ -38,10 +38,10 @@ def serve(
         store: The runtime's store, as for :func:`agentlib.open_runtime`.
         host: The address to listen on.
         port: The port; 0 picks a free one (read ``server.url``).
-        tokens: With any, every route but ``/v1/health`` takes only requests that carry
-            one as ``Authorization: Bearer <token>``. Each token is a principal: a session
-            is found only with the token that started it (another's gets 404). Give a
-            mapping of names to tokens to name the principals.
+        tokens: With any, every route but ``/v1/health`` and ``/v1/openapi.json`` takes
+            only requests that carry one as ``Authorization: Bearer <token>``. Each token
+            is a principal: a session is found only with the token that started it
+            (another's gets 404). Give a mapping of names to tokens to name the principals.
         event_retention: As for :func:`agentlib.open_runtime`.
         lease_seconds: As for :func:`agentlib.open_runtime`.
 
