@@ -13,7 +13,9 @@ import hypothesis
 import pytest
 import schemathesis
 import trio
+from hypothesis import strategies as st
 from schemathesis.core.result import Ok
+from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
@@ -167,6 +169,8 @@ def fuzz(url: str, document: dict[str, Any], real: dict[str, dict[str, str]]) ->
 
 
 def check_route(operation: Any, url: str, real: dict[str, str]) -> Callable[[], None]:
+    """A test of ``operation``: requests made to fit its description and not to fit it."""
+
     @hypothesis.settings(
         max_examples=EXAMPLES,
         deadline=None,
@@ -175,7 +179,7 @@ def check_route(operation: Any, url: str, real: dict[str, str]) -> Callable[[], 
         suppress_health_check=list(hypothesis.HealthCheck),
         phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
     )
-    @hypothesis.given(case=operation.as_strategy())
+    @hypothesis.given(case=st.one_of([operation.as_strategy(mode) for mode in GenerationMode]))
     def check(case: Any) -> None:
         # A page, never a stream that waits for the session to end.
         case.headers = {**(case.headers or {}), **AUTH, "Accept": "application/json"}

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import attrs
 
 from ._access import MOST_SECONDS
+from ._openapi import tagged
 
 __all__ = [
     "AnswerBody",
@@ -26,15 +27,12 @@ __all__ = [
     "field_names",
 ]
 
-#: An object tagged by a ``type`` string, the schema of a union's member where the whole
-#: union's would be unwieldy: the guides list the members, and the converter checks them.
-TAGGED = {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}}
-
 #: A message's content: a text, or content blocks.
 CONTENT_SCHEMA = {
     "oneOf": [
         {"type": "string"},
-        {"type": "array", "items": {**TAGGED, "description": "a content block"}},
+        # A message holds no block of a type this version does not know.
+        {"type": "array", "items": tagged("content block", "a content block", known_only=True)},
     ]
 }
 
@@ -63,7 +61,7 @@ class StartSessionBody:
         default=None,
         metadata={
             "description": "history items to start from, oldest first",
-            "schema": {"type": "array", "items": {**TAGGED, "description": "a history item"}},
+            "schema": {"type": "array", "items": tagged("history item", "a history item")},
         },
     )
     inputs: dict[str, dict[str, Any]] | None = attrs.field(

@@ -88,13 +88,14 @@ class Operation:
         return tuple(sorted(found - set(self.answers)))
 
 
-def tagged(family: str, what: str) -> dict[str, Any]:
+def tagged(family: str, what: str, *, known_only: bool = False) -> dict[str, Any]:
     """The schema of a member of the converter's ``family``: an object with a ``type`` of
-    the family's tags (an unknown one too, for families that keep unknown members)."""
+    the family's tags, or another for a family that keeps unknown members (unless
+    ``known_only``: input that takes no unknown member)."""
     known = FAMILIES[family]
     tags = ", ".join(map(repr, known.by_tag))
     kind: dict[str, Any] = {"type": "string", "description": f"{what}'s type: {tags}"}
-    if known.unknown is None:  # refused, not kept
+    if known_only or known.unknown is None:
         kind["enum"] = list(known.by_tag)
     return {
         "type": "object",
@@ -191,8 +192,9 @@ def _operation(operation: Operation, definitions: Definitions) -> dict[str, Any]
     if parameters:
         described["parameters"] = parameters
     if operation.body is not None:
+        fields = attrs.fields(operation.body)
         described["requestBody"] = {
-            "required": False,
+            "required": any(field.default is attrs.NOTHING for field in fields),
             "content": {"application/json": {"schema": body_schema(operation.body, definitions)}},
         }
     responses: dict[str, Any] = {}
