@@ -77,14 +77,16 @@ class Operation:
             found.add(400)
         if self.body is not None:
             found.add(413)
-        if "{agent}" in self.path:
-            found.add(404)
+        if "{agent}" in self.path:  # the runtime's: its store may be out of reach
+            found |= {404, 503}
+        if self.method == "POST" and "{agent}" in self.path:  # a key used for another body
+            found.add(422)
         if "{session_id}" in self.path:
             # A malformed id or cursor; a session another runtime holds, or that was
-            # cancelled; a store that cannot be reached.
-            found |= {400, 409, 410, 503}
+            # cancelled; events pruned; a procedure the session does not take.
+            found |= {400, 409, 410}
         if self.method == "POST" and "{session_id}" in self.path:
-            found |= {405, 422}
+            found.add(405)
         return tuple(sorted(found - set(self.answers)))
 
 
