@@ -20,7 +20,20 @@ import attrs
 from .._convert import FAMILIES
 from .._schema import Definitions
 
-__all__ = ["ERROR", "Operation", "Parameter", "describe_api", "tagged"]
+__all__ = [
+    "CALLBACK_ANSWER",
+    "ERROR",
+    "EVENTS_PAGE",
+    "RECORD",
+    "SESSION_REF",
+    "TURN_CONFLICT",
+    "Operation",
+    "Parameter",
+    "describe_api",
+    "object_schema",
+    "string_schema",
+    "tagged",
+]
 
 #: The version of the API the description gives.
 API_VERSION = "1"
@@ -106,6 +119,47 @@ def tagged(family: str, what: str, *, known_only: bool = False) -> dict[str, Any
         "properties": {"type": kind},
     }
 
+
+def string_schema(description: str = "") -> dict[str, Any]:
+    """The schema of a string, with its ``description``."""
+    return {"type": "string", "description": description} if description else {"type": "string"}
+
+
+def object_schema(**properties: Any) -> dict[str, Any]:
+    """The schema of an object that has each of ``properties`` (and perhaps more)."""
+    return {"type": "object", "required": sorted(properties), "properties": properties}
+
+
+#: A turn's record.
+RECORD = tagged("record", "a turn's record")
+#: What became of a callback's answer.
+CALLBACK_ANSWER: dict[str, Any] = {
+    "type": "object",
+    "required": ["type"],
+    "description": "what became of the answer",
+    "properties": {"type": {"enum": ["answered", "already_settled", "not_found", "not_reported"]}},
+}
+#: Why a turn took no steer or interrupt.
+TURN_CONFLICT: dict[str, Any] = {
+    "type": "object",
+    "required": ["type"],
+    "description": "why the turn took no steer or interrupt (it is no longer active, say)",
+    "properties": {"type": {"const": "turn_conflict"}},
+}
+#: A session, named by its id and its agent's name.
+SESSION_REF = object_schema(
+    id=string_schema("the session's id"), agent=string_schema("the agent's name")
+)
+#: A page of events.
+EVENTS_PAGE: dict[str, Any] = {
+    "type": "object",
+    "required": ["events", "cursor", "ended"],
+    "properties": {
+        "events": {"type": "array", "items": tagged("event", "an event")},
+        "cursor": {"type": ["string", "null"], "description": "the next page's after"},
+        "ended": {"type": "boolean", "description": "whether no more events will come"},
+    },
+}
 
 #: An error's body: its class, its message and the attributes a caller acts on.
 ERROR: dict[str, Any] = {

@@ -54,7 +54,18 @@ from ._bodies import (
     SteerBody,
     field_names,
 )
-from ._openapi import Operation, Parameter, describe_api, tagged
+from ._openapi import (
+    CALLBACK_ANSWER,
+    EVENTS_PAGE,
+    RECORD,
+    SESSION_REF,
+    TURN_CONFLICT,
+    Operation,
+    Parameter,
+    describe_api,
+    object_schema,
+    string_schema,
+)
 from ._wire import error_body, status_of
 
 __all__ = ["OPERATIONS", "Server", "serve"]
@@ -597,30 +608,8 @@ def _frame(event: Event) -> str:
     return f"id: {data['id']}\nevent: {data['type']}\ndata: {text}\n\n"
 
 
-def _string(description: str = "") -> dict[str, Any]:
-    return {"type": "string", "description": description} if description else {"type": "string"}
-
-
-def _object(**properties: Any) -> dict[str, Any]:
-    return {"type": "object", "required": sorted(properties), "properties": properties}
-
-
 _SESSION = "/v1/agents/{agent}/sessions/{session_id}"
 _TURN = _SESSION + "/turns/{turn_id}"
-_RECORD = tagged("record", "a turn's record")
-_CALLBACK_ANSWER = {
-    "type": "object",
-    "required": ["type"],
-    "description": "what became of the answer",
-    "properties": {"type": {"enum": ["answered", "already_settled", "not_found", "not_reported"]}},
-}
-_TURN_CONFLICT = {
-    "type": "object",
-    "required": ["type"],
-    "description": "why the turn took no steer or interrupt (it is no longer active, say)",
-    "properties": {"type": {"const": "turn_conflict"}},
-}
-_SESSION_REF = _object(id=_string("the session's id"), agent=_string("the agent's name"))
 _WAIT = Parameter(
     name="wait",
     schema={"type": "number", "minimum": 0, "maximum": MAX_WAIT},
@@ -645,16 +634,6 @@ _EVENTS_PARAMETERS = (
         description="the most seconds to wait for a page's first event",
     ),
 )
-_EVENTS_PAGE = {
-    "type": "object",
-    "required": ["events", "cursor", "ended"],
-    "properties": {
-        "events": {"type": "array", "items": tagged("event", "an event")},
-        "cursor": {"type": ["string", "null"], "description": "the next page's after"},
-        "ended": {"type": "boolean", "description": "whether no more events will come"},
-    },
-}
-
 #: Every route of the server, which ``Server.app()`` serves and ``/v1/openapi.json``
 #: describes.
 OPERATIONS: tuple[Operation, ...] = (
@@ -665,7 +644,11 @@ OPERATIONS: tuple[Operation, ...] = (
         name="health",
         summary="Whether the server is up.",
         answers={
-            200: {"type": "object", "required": ["status"], "properties": {"status": _string()}}
+            200: {
+                "type": "object",
+                "required": ["status"],
+                "properties": {"status": string_schema()},
+            }
         },
         token=False,
     ),
@@ -684,7 +667,7 @@ OPERATIONS: tuple[Operation, ...] = (
         endpoint=Server._list_agents,
         name="list_agents",
         summary="The names of the agents served.",
-        answers={200: _object(agents={"type": "array", "items": _string()})},
+        answers={200: object_schema(agents={"type": "array", "items": string_schema()})},
     ),
     Operation(
         method="POST",
@@ -694,7 +677,7 @@ OPERATIONS: tuple[Operation, ...] = (
         summary="Start a session of the agent.",
         body=StartSessionBody,
         parameters=(_IDEMPOTENCY_KEY,),
-        answers={201: _SESSION_REF},
+        answers={201: SESSION_REF},
     ),
     Operation(
         method="GET",
@@ -702,7 +685,7 @@ OPERATIONS: tuple[Operation, ...] = (
         endpoint=Server._read_session,
         name="read_session",
         summary="The session, if it exists.",
-        answers={200: _SESSION_REF},
+        answers={200: SESSION_REF},
         right="read",
     ),
     Operation(
@@ -711,7 +694,7 @@ OPERATIONS: tuple[Operation, ...] = (
         endpoint=Server._cancel,
         name="cancel",
         summary="Cancel the session: it takes no more turns.",
-        answers={200: _object(id=_string(), cancelled={"type": "boolean"})},
+        answers={200: object_schema(id=string_schema(), cancelled={"type": "boolean"})},
     ),
     Operation(
         method="POST",
@@ -721,10 +704,10 @@ OPERATIONS: tuple[Operation, ...] = (
         summary="A token for this session only, with some rights there.",
         body=MintBody,
         answers={
-            201: _object(
-                token=_string(),
+            201: object_schema(
+                token=string_schema(),
                 expires={"type": "integer", "description": "when it expires, in Unix seconds"},
-                rights={"type": "array", "items": _string()},
+                rights={"type": "array", "items": string_schema()},
             )
         },
     ),
@@ -737,8 +720,8 @@ OPERATIONS: tuple[Operation, ...] = (
         body=StartTurnBody,
         parameters=(_WAIT, _IDEMPOTENCY_KEY),
         answers={
-            200: _object(turn_id=_string(), record=_RECORD),
-            201: _object(turn_id=_string(), record=_RECORD),
+            200: object_schema(turn_id=string_schema(), record=RECORD),
+            201: object_schema(turn_id=string_schema(), record=RECORD),
         },
     ),
     Operation(
@@ -750,8 +733,8 @@ OPERATIONS: tuple[Operation, ...] = (
         body=MessageBody,
         parameters=(_IDEMPOTENCY_KEY,),
         answers={
-            200: _object(turn_id=_string(), started={"type": "boolean"}),
-            201: _object(turn_id=_string(), started={"type": "boolean"}),
+            200: object_schema(turn_id=string_schema(), started={"type": "boolean"}),
+            201: object_schema(turn_id=string_schema(), started={"type": "boolean"}),
         },
     ),
     Operation(
@@ -761,7 +744,7 @@ OPERATIONS: tuple[Operation, ...] = (
         name="session_events",
         summary="The session's events: a page of JSON, or Server-Sent Events.",
         parameters=_EVENTS_PARAMETERS,
-        answers={200: _EVENTS_PAGE},
+        answers={200: EVENTS_PAGE},
         streams=True,
         right="read",
     ),
@@ -771,7 +754,7 @@ OPERATIONS: tuple[Operation, ...] = (
         endpoint=Server._subagents,
         name="subagents",
         summary="The session's subagents' sessions, newest first.",
-        answers={200: _object(sessions={"type": "array", "items": _SESSION_REF})},
+        answers={200: object_schema(sessions={"type": "array", "items": SESSION_REF})},
         right="read",
     ),
     Operation(
@@ -781,7 +764,7 @@ OPERATIONS: tuple[Operation, ...] = (
         name="read_turn",
         summary="The turn's record (with wait, once it ends or blocks).",
         parameters=(_WAIT, Parameter(name="after", description="a record's cursor")),
-        answers={200: _RECORD},
+        answers={200: RECORD},
         right="read",
     ),
     Operation(
@@ -792,8 +775,8 @@ OPERATIONS: tuple[Operation, ...] = (
         summary="A message the running turn reads at its next step.",
         body=SteerBody,
         parameters=(_IDEMPOTENCY_KEY,),
-        answers={200: _object(turn_id=_string(), steered={"type": "boolean"})},
-        conflict=_TURN_CONFLICT,
+        answers={200: object_schema(turn_id=string_schema(), steered={"type": "boolean"})},
+        conflict=TURN_CONFLICT,
     ),
     Operation(
         method="POST",
@@ -803,8 +786,8 @@ OPERATIONS: tuple[Operation, ...] = (
         summary="Stop the turn.",
         body=InterruptBody,
         parameters=(_IDEMPOTENCY_KEY,),
-        answers={200: _object(turn_id=_string(), interrupted={"type": "boolean"})},
-        conflict=_TURN_CONFLICT,
+        answers={200: object_schema(turn_id=string_schema(), interrupted={"type": "boolean"})},
+        conflict=TURN_CONFLICT,
     ),
     Operation(
         method="POST",
@@ -814,7 +797,7 @@ OPERATIONS: tuple[Operation, ...] = (
         summary="Answer one of the turn's callbacks.",
         body=AnswerBody,
         parameters=(_IDEMPOTENCY_KEY,),
-        answers={200: _CALLBACK_ANSWER},
+        answers={200: CALLBACK_ANSWER},
         right="answer",
     ),
     Operation(
@@ -824,7 +807,7 @@ OPERATIONS: tuple[Operation, ...] = (
         name="turn_events",
         summary="The turn's events, until its turn_ended.",
         parameters=_EVENTS_PARAMETERS,
-        answers={200: _EVENTS_PAGE},
+        answers={200: EVENTS_PAGE},
         streams=True,
         right="read",
     ),
