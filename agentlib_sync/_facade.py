@@ -18,9 +18,47 @@ from agentlib._session import (
 
 from ._portal import off_thread, portal
 
-__all__ = ["Agent", "RemoteAgent", "Session", "Turn"]
+__all__ = ["Agent", "RemoteAgent", "Session", "Turn", "configure"]
 
 OutputT = TypeVar("OutputT")
+
+
+def configure(
+    store: str | agentlib.Store | None = None,
+    *,
+    event_retention: int | None = None,
+    lease_seconds: float | None = None,
+) -> None:
+    """Say where the blocking API keeps its sessions: call it first, before the first session.
+
+    The engine's runtime is opened, on the first call that needs it, as
+    :func:`agentlib.open_runtime` would be with these arguments. What is given here wins
+    over the ``AGENTLIB_STORE`` environment variable, which is read only when ``store`` is
+    None. Each call replaces what an earlier one set.
+
+    Called once the engine runs, it stops it first, as the end of the script would: its
+    running turns end ``Interrupted(cause="cancelled")``; with a durable store, a turn
+    blocked on callbacks stays blocked, for the next engine to resume. The next blocking
+    call starts an engine with the new settings; a session of the stopped engine is found
+    again by its id (``agent.session(session_id)``) on a durable store.
+
+    Args:
+        store: Where sessions live: ``":memory:"``, ``"sqlite:///path.db"``,
+            ``"postgresql://host/database"`` or a :class:`agentlib.Store`; None:
+            ``AGENTLIB_STORE``, else in memory.
+        event_retention: Keep only the last N events of each session; None keeps them all.
+        lease_seconds: How long the engine's hold on a session lasts if it stops renewing
+            it; None: the store's default.
+
+    Raises:
+        ValueError: ``store`` names no kind of store agentlib knows. A bad
+            ``event_retention`` or ``lease_seconds``, or a store that cannot be opened (a
+            SQLite file in a directory that does not exist), raises at the first call that
+            starts the engine.
+        RuntimeError: Called from a handler or a tool (the engine's own thread), or at
+            interpreter exit.
+    """
+    portal.configure(store, event_retention, lease_seconds)
 
 
 def _turn_or_busy(
