@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar, overload
 
 import agentlib
+from agentlib._models._options import ChatOptions
 from agentlib._session import (
     ApprovalHandler,
     ClientToolHandler,
@@ -90,6 +91,7 @@ class Agent:
         description: str = "",
         max_running_subagents: int = 8,
         max_steps: int = 25,
+        model_options: ChatOptions | None = None,
     ) -> None:
         self.agent: agentlib.Agent = agentlib.Agent(
             name,
@@ -103,6 +105,7 @@ class Agent:
             description=description,
             max_running_subagents=max_running_subagents,
             max_steps=max_steps,
+            model_options=model_options,
         )
 
     @property
