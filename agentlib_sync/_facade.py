@@ -51,11 +51,13 @@ def configure(
         lease_seconds: How long the engine's hold on a session lasts if it stops renewing
             it; None: the store's default.
 
+    The first call that starts the engine raises what ``open_runtime`` would: a
+    ``ValueError`` for a bad ``event_retention`` or ``lease_seconds``, a
+    :class:`agentlib.StoreError` for a store that cannot be opened (a SQLite file in a
+    directory that does not exist, a database out of reach).
+
     Raises:
-        ValueError: ``store`` names no kind of store agentlib knows. A bad
-            ``event_retention`` or ``lease_seconds``, or a store that cannot be opened (a
-            SQLite file in a directory that does not exist), raises at the first call that
-            starts the engine.
+        ValueError: ``store`` names no kind of store agentlib knows.
         RuntimeError: Called from a handler or a tool (the engine's own thread), or at
             interpreter exit.
     """
