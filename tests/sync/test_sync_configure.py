@@ -4,7 +4,12 @@ one on the new settings."""
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 
 import pytest
@@ -165,3 +170,61 @@ def test_a_store_in_a_missing_directory_says_the_directory_does_not_exist(
         agents.Agent("a", model=agents.ScriptedModel(["hi"])).start_session()
     assert f"the directory {missing} does not exist" in str(raised.value)
     assert not missing.exists()
+
+
+SCRIPT = """
+import json, sys
+import agentlib_sync as agents
+
+agents.configure(store="sqlite:///" + sys.argv[1])
+
+
+@agents.tool(requires_approval=True)
+def refund(order: str) -> str:
+    \"\"\"Refund an order.\"\"\"
+    return f"refunded {order}"
+
+
+call = agents.ToolCallRequest(name="refund", arguments={"order": "A-17"})
+agent = agents.Agent(
+    "refunder",
+    model=agents.ScriptedModel([agents.ModelReply(tool_calls=[call]), "Refunded."]),
+    tools=[refund],
+)
+if len(sys.argv) == 2:
+    session = agent.start_session()
+    record = session.run("Refund A-17.")
+    print(json.dumps([session.id, record.turn_id, record.callbacks[0].id]))
+else:
+    session_id, turn_id, callback_id = json.loads(sys.argv[2])
+    turn = agent.session(session_id).turn(turn_id)
+    turn.answer(callback_id, agents.AllowApproval())
+    print(turn.result().output_or_raise())
+"""
+
+
+def run_script(*arguments: str, env: dict[str, str]) -> str:
+    """Run SCRIPT with ``arguments`` in a new interpreter; its output."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_a_script_run_again_on_the_store_it_configured_answers_its_blocked_turn(
+    tmp_path: pathlib.Path,
+) -> None:
+    path = str(tmp_path / "sessions.db")
+    # AGENTLIB_STORE names another file: the store given in code wins.
+    env = {**os.environ, "AGENTLIB_STORE": f"sqlite:///{tmp_path / 'other.db'}"}
+    ids = run_script(path, env=env)
+    assert len(json.loads(ids)) == 3
+    assert run_script(path, ids.strip(), env=env) == "Refunded.\n"
+    assert not (tmp_path / "other.db").exists()
