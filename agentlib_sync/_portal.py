@@ -24,6 +24,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
+import attrs
 import outcome
 import trio
 
@@ -61,20 +62,13 @@ class _Call:
             self.scope.cancel()
 
 
+@attrs.frozen
 class _Settings:
     """What the engine's runtime is opened with: ``open_runtime``'s arguments."""
 
-    __slots__ = ("event_retention", "lease_seconds", "store")
-
-    def __init__(
-        self,
-        store: str | Store | None = None,
-        event_retention: int | None = None,
-        lease_seconds: float | None = None,
-    ) -> None:
-        self.store = store
-        self.event_retention = event_retention
-        self.lease_seconds = lease_seconds
+    store: str | Store | None = None
+    event_retention: int | None = None
+    lease_seconds: float | None = None
 
 
 class Portal:
