@@ -18,6 +18,7 @@ from ._hooks import Hook
 from ._inputs import SessionInput, stored_inputs
 from ._models._base import Model, ToolSchema, check_for_model
 from ._models._chat import model_from_string
+from ._models._options import ChatOptions
 from ._tools import Tool, ToolSource, tool
 
 if TYPE_CHECKING:
@@ -56,10 +57,14 @@ class Agent:
         max_steps: The most model steps a turn may take (each model reply is one); a turn
             that reaches it without an answer ends ``Failed`` with
             :class:`MaxStepsExceeded`. ``start_turn`` and ``run`` take one per turn.
+        model_options: The options of the model a string names, as its model object takes
+            them as keywords (``{"stop": ["<end_of_turn>"], "max_tokens": 512}``: see
+            :class:`MistralModel`); a model object is given its options itself.
 
     Raises:
         TypeError: A tool has no JSON schema, ``model`` is not a model, a subagent is not an
-            agent, or a hook is not made with :func:`pre_tool_call`.
+            agent, a hook is not made with :func:`pre_tool_call`, ``model_options`` names no
+            option, or comes with a model object.
         ValueError: ``model`` is a string naming no model (or a Mistral or OpenAI model
             without an API key), two tools (or a tool and a subagent) share a name, a tool
             outside a sign-in source takes ``Credentials``, ``tool_errors`` is neither
@@ -80,11 +85,18 @@ class Agent:
         description: str = "",
         max_running_subagents: int = 8,
         max_steps: int = 25,
+        model_options: ChatOptions | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError("an agent needs a name, e.g. Agent(name='assistant', ...)")
         if isinstance(model, str):
-            model = model_from_string(model)
+            model = model_from_string(model, model_options)
+        elif model_options is not None:
+            raise TypeError(
+                f"agent {name!r}: model_options go with a model string such as "
+                "'mistral:mistral-small-latest'; a model object takes its options as "
+                f"keywords instead ({type(model).__name__}(..., stop=[...]))"
+            )
         if model is None or not isinstance(model, Model):
             raise TypeError(
                 f"agent {name!r}: model must be a model object such as "

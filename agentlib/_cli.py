@@ -76,7 +76,8 @@ environment:
                     of the machine can read in the process list)
 
 exit status:
-  0 stopped, 1 the server failed, 2 bad usage (AGENTS names no agent), 130 Ctrl-C"""
+  0 stopped, 1 the server failed, 2 bad usage (AGENTS names no agent, --store names no
+  store or one that cannot be opened), 130 Ctrl-C"""
 
 
 def _description(command: str, details: str) -> str:
@@ -146,7 +147,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("agents", metavar="AGENTS", help="module:attribute naming the agents")
     serve.add_argument(
-        "--store", help="where sessions live: sqlite:///path.db (default: in memory)"
+        "--store",
+        help="where sessions live: sqlite:///path.db, or postgresql://host/database shared "
+        "by several servers (needs agentlib[postgres]); default: in memory",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (8000)")

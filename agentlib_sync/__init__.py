@@ -115,6 +115,7 @@ from ._facade import Agent as Agent
 from ._facade import RemoteAgent as RemoteAgent
 from ._facade import Session as Session
 from ._facade import Turn as Turn
+from ._facade import configure as configure
 
 __all__ = [
     "Agent",
@@ -217,6 +218,7 @@ __all__ = [
     "Usage",
     "ValidationError",
     "client_tool",
+    "configure",
     "current_runtime",
     "open_runtime",
     "parse_history",

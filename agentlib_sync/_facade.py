@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar, overload
 
 import agentlib
+from agentlib._models._options import ChatOptions
 from agentlib._session import (
     ApprovalHandler,
     ClientToolHandler,
@@ -18,9 +19,49 @@ from agentlib._session import (
 
 from ._portal import off_thread, portal
 
-__all__ = ["Agent", "RemoteAgent", "Session", "Turn"]
+__all__ = ["Agent", "RemoteAgent", "Session", "Turn", "configure"]
 
 OutputT = TypeVar("OutputT")
+
+
+def configure(
+    store: str | agentlib.Store | None = None,
+    *,
+    event_retention: int | None = None,
+    lease_seconds: float | None = None,
+) -> None:
+    """Say where the blocking API keeps its sessions: call it first, before the first session.
+
+    The engine's runtime is opened, on the first call that needs it, as
+    :func:`agentlib.open_runtime` would be with these arguments. What is given here wins
+    over the ``AGENTLIB_STORE`` environment variable, which is read only when ``store`` is
+    None. Each call replaces what an earlier one set.
+
+    Called once the engine runs, it stops it first, as the end of the script would: its
+    running turns end ``Interrupted(cause="cancelled")``; with a durable store, a turn
+    blocked on callbacks stays blocked, for the next engine to resume. The next blocking
+    call starts an engine with the new settings; a session of the stopped engine is found
+    again by its id (``agent.session(session_id)``) on a durable store.
+
+    Args:
+        store: Where sessions live: ``":memory:"``, ``"sqlite:///path.db"``,
+            ``"postgresql://host/database"`` or a :class:`agentlib.Store`; None:
+            ``AGENTLIB_STORE``, else in memory.
+        event_retention: Keep only the last N events of each session; None keeps them all.
+        lease_seconds: How long the engine's hold on a session lasts if it stops renewing
+            it; None: the store's default.
+
+    The first call that starts the engine raises what ``open_runtime`` would: a
+    ``ValueError`` for a bad ``event_retention`` or ``lease_seconds``, a
+    :class:`agentlib.StoreError` for a store that cannot be opened (a SQLite file in a
+    directory that does not exist, a database out of reach).
+
+    Raises:
+        ValueError: ``store`` names no kind of store agentlib knows.
+        RuntimeError: Called from a handler or a tool (the engine's own thread), or at
+            interpreter exit.
+    """
+    portal.configure(store, event_retention, lease_seconds)
 
 
 def _turn_or_busy(
@@ -52,6 +93,7 @@ class Agent:
         description: str = "",
         max_running_subagents: int = 8,
         max_steps: int = 25,
+        model_options: ChatOptions | None = None,
     ) -> None:
         self.agent: agentlib.Agent = agentlib.Agent(
             name,
@@ -65,6 +107,7 @@ class Agent:
             description=description,
             max_running_subagents=max_running_subagents,
             max_steps=max_steps,
+            model_options=model_options,
         )
 
     @property

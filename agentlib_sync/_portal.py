@@ -5,6 +5,9 @@ waits for calls, or a new one) and waits on a lock the task releases when it is 
 the loop has its own thread, blocking calls work from any thread that is not the loop's: a
 plain script, a worker thread, inside a running asyncio loop (a notebook cell) or inside
 another trio program.
+
+The engine's runtime is opened on the settings :func:`agentlib_sync.configure` gave, else on
+the ``AGENTLIB_STORE`` environment variable's store, when the first call needs it.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
+import attrs
 import outcome
 import trio
 
 import agentlib
 from agentlib._errors import add_note
 from agentlib._open import enter, open_runtime, start_session_soon
+from agentlib._store import Store, open_store
 from agentlib._threads import run_in_thread
 
 __all__ = ["Portal", "off_thread", "portal"]
@@ -57,6 +62,15 @@ class _Call:
             self.scope.cancel()
 
 
+@attrs.frozen
+class _Settings:
+    """What the engine's runtime is opened with: ``open_runtime``'s arguments."""
+
+    store: str | Store | None = None
+    event_retention: int | None = None
+    lease_seconds: float | None = None
+
+
 class Portal:
     """A trio loop on a daemon thread running one agentlib runtime."""
 
@@ -68,6 +82,8 @@ class Portal:
         self._runtime: agentlib.Runtime | None = None
         self._stop: trio.Event | None = None
         self._closed = False
+        self._settings = _Settings()
+        self._closes_at_exit = False
         # Tasks of the engine's loop that ran a call and wait for the next (loop's thread
         # only): a call reuses one rather than spawning a task of its own.
         self._idle: list[trio.lowlevel.Task] = []
@@ -88,7 +104,9 @@ class Portal:
             thread.start()
             started.result(timeout=_START_TIMEOUT)  # a startup failure raises here
             self._thread = thread
-            atexit.register(self.close)
+            if not self._closes_at_exit:
+                atexit.register(self.close)
+                self._closes_at_exit = True
 
     def _run(self, started: concurrent.futures.Future[None]) -> None:
         try:
@@ -98,8 +116,18 @@ class Portal:
                 started.set_exception(exc)
 
     async def _main(self, started: concurrent.futures.Future[None]) -> None:
-        store = os.environ.get("AGENTLIB_STORE") or None
-        async with open_runtime(store=store) as runtime, trio.open_nursery() as nursery:
+        settings = self._settings
+        store = settings.store
+        if store is None:
+            store = os.environ.get("AGENTLIB_STORE") or None
+        async with (
+            open_runtime(
+                store,
+                event_retention=settings.event_retention,
+                lease_seconds=settings.lease_seconds,
+            ) as runtime,
+            trio.open_nursery() as nursery,
+        ):
             self._runtime = runtime
             self._nursery = nursery
             self._stop = trio.Event()
@@ -223,15 +251,16 @@ class Portal:
         assert self._runtime is not None
         enter(self._runtime)
         task = trio.lowlevel.current_task()
+        idle = self._idle  # this engine's: configure() gives the next engine its own
 
         def abort(raise_cancel: Any) -> trio.lowlevel.Abort:  # the engine is closing
-            self._idle.remove(task)
+            idle.remove(task)
             return trio.lowlevel.Abort.SUCCEEDED
 
         async def next_call() -> _Call | None:
-            if len(self._idle) >= _IDLE_TASKS:
+            if len(idle) >= _IDLE_TASKS:
                 return None
-            self._idle.append(task)
+            idle.append(task)
             next_one: _Call = await trio.lowlevel.wait_task_rescheduled(abort)
             return next_one
 
@@ -269,9 +298,38 @@ class Portal:
                 with contextlib.suppress(RuntimeError):
                     self.call(aclose)
 
+    def configure(
+        self,
+        store: str | Store | None,
+        event_retention: int | None,
+        lease_seconds: float | None,
+    ) -> None:
+        """Open the engine's runtime with these settings from now on: see
+        :func:`agentlib_sync.configure`.
+
+        Raises:
+            ValueError: ``store`` names no kind of store agentlib knows.
+            RuntimeError: Called from the engine's own thread, or at interpreter exit.
+        """
+        self._check_thread()
+        if self._closed or sys.is_finalizing():
+            raise RuntimeError("agentlib's engine has stopped (the interpreter is exiting)")
+        open_store(store)  # a store URL agentlib does not know is refused here, not later
+        with self._lock:
+            self._settings = _Settings(store, event_retention, lease_seconds)
+            self._stop_engine()
+            # The next call starts an engine on the new settings, even if this one has not
+            # ended yet.
+            self._thread = self._token = self._nursery = self._runtime = self._stop = None
+            self._idle = []
+
     def close(self) -> None:
         """Stop the engine: running turns end as cancelled. Waits a few seconds at most."""
         self._closed = True
+        self._stop_engine()
+
+    def _stop_engine(self) -> None:
+        """Stop the engine if it runs, and wait a few seconds at most for it to end."""
         thread, token, stop = self._thread, self._token, self._stop
         if thread is None or token is None or stop is None or not thread.is_alive():
             return

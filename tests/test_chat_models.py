@@ -891,6 +891,48 @@ async def test_the_tool_calls_of_a_reply_cut_by_the_token_limit_never_run(
     ]
 
 
+async def test_a_reply_that_never_stopped_says_a_stop_sequence_or_the_chat_template_may_be_why(
+    server: Server,
+) -> None:
+    """llama.cpp's server with a chat template that never ends the model's turn: the model
+    writes the next turns itself until max_tokens cuts every reply."""
+    server.play(recording("openai/chat_endless_length.json"))
+    model = openai(server, stream=False, max_tokens=64)
+    (cut,) = await run(Agent("a", model=model), "What is trio?")
+    assert isinstance(cut, Failed)
+    message = cut.error.message
+    assert "was cut by the token limit after 64 tokens" in message
+    assert "raise max_tokens (64 now) on the model" in message
+    assert "a missing stop sequence or the model's chat template may be the cause" in message
+    assert "stop=[...]" in message
+    assert "--jinja" in message
+
+
+async def test_a_stop_sequence_given_with_a_model_string_reaches_the_server(
+    server: Server,
+) -> None:
+    server.play(recording("openai/chat_text.json"))
+    agent = Agent(
+        "a",
+        model=f"openai:gemma-3-270m-it@{server.url}/v1",
+        model_options={"stop": ["<end_of_turn>"], "max_tokens": 64, "stream": False},
+    )
+    (record,) = await run(agent, "What is trio?")
+    assert isinstance(record, Completed)
+    sent = server.requests[0].json()
+    assert (sent["stop"], sent["max_tokens"], sent["stream"]) == (["<end_of_turn>"], 64, False)
+
+
+async def test_a_reply_mistral_cut_at_max_tokens_says_nothing_of_chat_templates(
+    server: Server,
+) -> None:
+    server.play(recording("mistral/chat_length.json"))
+    (cut,) = await run(Agent("a", model=mistral(server, stream=False)), "What is trio?")
+    assert isinstance(cut, Failed)
+    assert "raise the limit with max_tokens=... on the model" in cut.error.message
+    assert "chat template" not in cut.error.message
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_reply_that_filled_the_models_context_says_to_shorten_it(
     server: Server, stream: bool

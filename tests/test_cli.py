@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from _support import HERE
@@ -188,3 +189,65 @@ def test_a_closed_stdout_is_a_usage_error_said_in_one_line(arguments: tuple[str,
 def test_a_closed_stdout_and_stderr_exit_2_without_a_word(arguments: tuple[str, ...]) -> None:
     # The status is all there is to check: a traceback would make it 1.
     assert run("agentlib", *arguments, closed=(1, 2)).returncode == 2
+
+
+# -- serve's store --------------------------------------------------------------------------
+
+AGENTS_MODULE = """\
+import agentlib
+
+agent = agentlib.Agent("greeter", model=agentlib.ScriptedModel(["Hello."]))
+"""
+
+
+def serve(tmp_path: Path, store: str) -> subprocess.CompletedProcess[str]:
+    """``python -m agentlib serve my_agents:agent --store STORE`` in ``tmp_path``."""
+    (tmp_path / "my_agents.py").write_text(AGENTS_MODULE)
+    command = ["serve", "my_agents:agent", "--port", "0", "--store", store]
+    return subprocess.run(
+        [sys.executable, "-m", "agentlib", *command],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def usage_error(result: subprocess.CompletedProcess[str]) -> str:
+    """The one line of a usage error of serve, checked to be one: its usage, then it."""
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr.startswith("usage: python -m agentlib serve "), result.stderr
+    assert "Traceback" not in result.stderr
+    line = result.stderr.split("\n")[-2]
+    assert result.stderr.endswith(f"{line}\n")
+    assert line.startswith("python -m agentlib serve: error: --store: "), result.stderr
+    return line
+
+
+def test_serves_help_names_both_kinds_of_store() -> None:
+    result = run("agentlib", "serve", "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert "sqlite:///path.db" in text
+    assert "postgresql://host/database" in text
+
+
+def test_serve_with_a_store_agentlib_does_not_know_says_so_in_one_line(tmp_path: Path) -> None:
+    line = usage_error(serve(tmp_path, "sqlite:/sessions.db"))
+    assert "unknown store 'sqlite:/sessions.db'" in line
+    assert "'sqlite:///path/to/file.db'" in line
+
+
+def test_serve_with_a_store_in_a_missing_directory_says_so_in_one_line(tmp_path: Path) -> None:
+    line = usage_error(serve(tmp_path, "sqlite:///missing/dir/x.db"))
+    assert "the directory missing/dir does not exist" in line
+    assert not (tmp_path / "missing").exists()
+
+
+def test_serve_with_a_database_out_of_reach_says_so_in_one_line_without_the_password(
+    tmp_path: Path,
+) -> None:
+    line = usage_error(serve(tmp_path, "postgresql://user:s3cret@127.0.0.1:1/test"))
+    assert "127.0.0.1:1" in line
+    assert "s3cret" not in line

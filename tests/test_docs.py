@@ -158,3 +158,13 @@ def test_every_reference_page_is_in_the_nav() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     for page in REFERENCE.glob("*.md"):
         assert f" reference/{page.name}\n" in nav
+
+
+def test_no_code_span_in_a_table_shows_a_backslash_before_a_pipe() -> None:
+    """The site's tables take a pipe inside a code span as it is: ``\\|`` would show its
+    backslash."""
+    for page in PAGES:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if line.startswith("|"):
+                for span in re.findall(r"`[^`]*`", line):
+                    assert "\\|" not in span, f"{page.name}:{number}: {span}"

@@ -265,6 +265,28 @@ async def test_memory_keeps_nothing_once_its_runtime_ends() -> None:
             await agent.session(session.id).turn(record.turn_id).get()
 
 
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+async def test_a_sqlite_file_in_a_missing_directory_says_the_directory_does_not_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relative: bool
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    directory = "missing/dir" if relative else str(tmp_path / "missing" / "dir")
+    with pytest.raises(StoreError) as raised:
+        async with agentlib.open_runtime(f"sqlite:///{directory}/x.db"):
+            pass
+    message = str(raised.value)
+    assert f"the directory {directory} does not exist" in message
+    assert "create it first" in message
+    assert not (tmp_path / "missing").exists()
+
+
+async def test_a_sqlite_file_under_a_file_says_it_is_not_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("")
+    with pytest.raises(StoreError, match=r"the directory \S+plain is not a directory"):
+        async with agentlib.open_runtime(f"sqlite:///{tmp_path / 'plain' / 'x.db'}"):
+            pass
+
+
 # --- 2. blocked turns survive a restart --------------------------------------------------------
 
 

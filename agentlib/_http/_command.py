@@ -13,6 +13,8 @@ from typing import TypeVar
 import trio
 
 from .._agent import Agent
+from .._errors import StoreError
+from .._store import Store, open_store
 
 __all__ = ["serve"]
 
@@ -55,13 +57,19 @@ def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         agents = agents_named(args.agents)
     except ValueError as error:
         parser.error(str(error))
+    try:
+        store = open_store(args.store)
+    except ValueError as error:  # a kind of store agentlib does not know, a bad parameter
+        parser.error(f"--store: {error}")
     tokens = [*args.token, *filter(None, os.environ.get("AGENTLIB_TOKENS", "").split(","))]
+    serving = trio.Event()
     try:
         trio.run(
             functools.partial(
                 _serve,
                 agents,
-                args.store,
+                store,
+                serving,
                 args.host,
                 args.port,
                 tokens,
@@ -79,6 +87,11 @@ def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                     )
             print("agentlib: stopped", file=sys.stderr)
             return 130
+        opening = _only(error, StoreError)
+        if opening is not None and not serving.is_set():
+            # The store could not be opened (a missing directory, a database out of reach, a
+            # newer schema): --store is what to change, as for a store agentlib does not know.
+            parser.error(f"--store: {' '.join(str(opening).split())}")  # on one line
         listening = _only(error, OSError)  # the port is taken, the address is not ours
         if listening is not None:
             print(
@@ -111,7 +124,8 @@ def _only(error: BaseException, kind: type[E]) -> E | None:
 
 async def _serve(
     agents: Sequence[Agent],
-    store: str | None,
+    store: Store,
+    serving: trio.Event,
     host: str,
     port: int,
     tokens: list[str],
@@ -130,6 +144,7 @@ async def _serve(
         event_retention=event_retention,
         lease_seconds=lease_seconds,
     ) as server:
+        serving.set()
         names = ", ".join(agent.name for agent in agents)
         checked = "with tokens" if tokens else "without tokens: anyone who reaches it may use it"
         print(f"agentlib: serving {names} on {server.url}/v1 ({checked}); Ctrl-C stops", flush=True)

@@ -20,8 +20,8 @@ configuration; :func:`model_from_string` makes one from a string such as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import attrs
 
@@ -188,31 +188,56 @@ class OpenAICompatibleModel(ChatCompletionsModel):
         super().__init__(model=model, base_url=base_url, api_key=api_key, **options)
 
 
-def model_from_string(spec: str) -> ChatCompletionsModel:
+def model_from_string(spec: str, options: ChatOptions | None = None) -> ChatCompletionsModel:
     """The model a string names: ``"mistral:<model>"``, ``"openai:<model>"`` (OpenAI's API)
-    or ``"openai:<model>@<base_url>"`` (an OpenAI-compatible server).
+    or ``"openai:<model>@<base_url>"`` (an OpenAI-compatible server), made with ``options``
+    (the keywords of :class:`ChatOptions`) as its model object takes them.
 
     ``"openai:<model>"`` sends ``OPENAI_API_KEY`` to ``OPENAI_BASE_URL`` if set, else to
     ``https://api.openai.com/v1``, as OpenAI's own SDK does. ``"openai:<model>@<base_url>"``
     sends no key: none read from the environment goes to a server it was not meant for.
 
     Raises:
+        TypeError: ``options`` is no mapping, or names no option.
         ValueError: The string names no model this way, or the model cannot be made (no
-            Mistral or OpenAI API key, say).
+            Mistral or OpenAI API key, or a malformed option, say).
     """
+    chosen = _options(options)
     provider, _, rest = spec.partition(":")
     if provider == "mistral" and rest:
-        return MistralModel(rest)
+        return MistralModel(rest, **chosen)
     if provider == "openai":
         name, _, url = rest.partition("@http")
         if name and url:
-            return OpenAICompatibleModel(name, "http" + url)
+            return OpenAICompatibleModel(name, "http" + url, **chosen)
         if rest and "@" not in rest:
             api_key, base_url = openai_api(rest)
-            return OpenAICompatibleModel(rest, base_url, api_key=api_key)
+            return OpenAICompatibleModel(rest, base_url, api_key=api_key, **chosen)
     raise ValueError(
         f"model string {spec!r} names no model: use 'mistral:<model>' (e.g. "
         "'mistral:mistral-small-latest'), 'openai:<model>' for OpenAI's API (e.g. "
         "'openai:gpt-4o') or 'openai:<model>@<base_url>' for another server (e.g. "
         "'openai:llama3.1@http://localhost:11434/v1'), or pass a Model object"
     )
+
+
+def _options(options: object) -> ChatOptions:
+    """``options``, checked to be keywords of :class:`ChatOptions`.
+
+    Raises:
+        TypeError: They are no mapping, or one is no option.
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            f"model_options must be a dict of options (such as {{'stop': ['<end_of_turn>']}}), "
+            f"not {type(options).__name__}"
+        )
+    known = ChatOptions.__optional_keys__
+    for name in options:
+        if name not in known:
+            raise TypeError(
+                f"model_options has no option {name!r}; the options are " + ", ".join(sorted(known))
+            )
+    return cast(ChatOptions, dict(options))

@@ -28,6 +28,13 @@ OPENAI_COMPATIBLE = Dialect(
         "the server's context size (llama.cpp's --ctx-size, Ollama's num_ctx, vLLM's "
         "--max-model-len)"
     ),
+    endless_hint=(
+        "If every reply is cut, the model may never stop writing: a missing stop sequence or "
+        "the model's chat template may be the cause. Give the model its template's "
+        "end-of-turn marker as stop=[...] (Gemma's '<end_of_turn>', say; with a model "
+        "string, in model_options), or serve it with a chat template that ends its turns "
+        "(llama.cpp's server: --jinja, or --chat-template-file)"
+    ),
 )
 
 

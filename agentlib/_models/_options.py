@@ -10,7 +10,7 @@ each time a step is sent.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal, TypedDict
 
 import attrs
@@ -49,6 +49,11 @@ class ChatOptions(TypedDict, total=False):
     max_tokens: int | None
     """The most tokens a reply may take. A reply cut at the limit is no answer: it raises
     :class:`agentlib.ModelError`, which fails the turn."""
+    stop: str | Sequence[str] | None
+    """Where the model stops writing: a string, or several; the reply ends before the first
+    one it would write. A model whose chat template never ends its turn writes on until
+    ``max_tokens`` cuts every reply: give it its template's end-of-turn marker (Gemma's
+    ``"<end_of_turn>"``, say). None sends none."""
     extra_body: Mapping[str, Any] | None
     """More fields of the request body (``random_seed``, ``safe_prompt``...)."""
     timeout: float | httpx.Timeout
@@ -130,6 +135,17 @@ def _extra_body(extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
     return body
 
 
+def _stop(stop: str | Sequence[str] | None) -> str | tuple[str, ...] | None:
+    if stop is None or (isinstance(stop, str) and stop):
+        return stop
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(one, str) and one for one in stop):
+        raise ValueError(
+            "stop must be a non-empty string, a list of them (such as ['<end_of_turn>']) "
+            f"or None, not {stop!r}"
+        )
+    return tuple(stop)
+
+
 def _timeout(timeout: float | httpx.Timeout) -> httpx.Timeout:
     return timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
 
@@ -160,6 +176,7 @@ class ChatSettings:
     parallel_tool_calls: bool | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    stop: str | tuple[str, ...] | None = attrs.field(default=None, converter=_stop)
     extra_body: dict[str, Any] = attrs.field(default=None, converter=_extra_body)
     timeout: httpx.Timeout = attrs.field(default=DEFAULT_TIMEOUT, converter=_timeout)
     max_retries: int = attrs.field(default=3, validator=_max_retries)

@@ -117,6 +117,8 @@ class Dialect:
             is wav or mp3.
         stream_options: More fields of a streamed request's body.
         context_hint: Where else the limit of a cut reply may be raised.
+        endless_hint: Why a reply may run on to the limit (a model that never stops), said
+            when ``max_tokens`` cut it.
     """
 
     provider: str
@@ -127,6 +129,7 @@ class Dialect:
     audio_file_alone: bool = False
     stream_options: Mapping[str, Any] = attrs.field(factory=dict)
     context_hint: str | None = None
+    endless_hint: str | None = None
 
 
 class ToolNames:
@@ -250,6 +253,8 @@ class ChatCodec:
             body["temperature"] = settings.temperature
         if settings.max_tokens is not None:
             body["max_tokens"] = settings.max_tokens
+        if settings.stop is not None:
+            body["stop"] = settings.stop if isinstance(settings.stop, str) else [*settings.stop]
         body["stream"] = stream
         if stream:
             body.update(self.dialect.stream_options)
@@ -480,6 +485,8 @@ class ChatCodec:
             how = "raise the limit with max_tokens=... on the model"
         if finish_reason != "model_length" and self.dialect.context_hint is not None:
             how += f", or {self.dialect.context_hint}"
+        if finish_reason == "length" and self.dialect.endless_hint is not None:
+            how += f". {self.dialect.endless_hint}"
         raise ModelError(
             scrub(
                 f"the reply from {provider} was cut by the token limit{after} "

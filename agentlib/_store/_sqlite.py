@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -213,6 +214,13 @@ class SQLiteStore(QueuedStore[str]):
         return connection
 
     def _open_files(self) -> None:
+        directory = os.path.dirname(self.path) or "."
+        if not os.path.isdir(directory):  # else SQLite says only "unable to open database file"
+            missing = "is not a directory" if os.path.exists(directory) else "does not exist"
+            raise StoreError(
+                f"the store {self.path} cannot be created: the directory {directory} {missing}; "
+                "create it first, or give a file in a directory that exists"
+            )
         writer = self._connect()
         writer.execute("PRAGMA journal_mode = WAL")
         writer.execute("PRAGMA synchronous = FULL")  # each commit is on disk: acknowledged

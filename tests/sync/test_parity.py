@@ -15,6 +15,9 @@ import agentlib_sync
 from agentlib_sync import _facade, _portal
 
 REFERENCES = ("Agent", "RemoteAgent", "Session", "Turn")
+#: The facade's own names, which agentlib has no twin of: trio code passes the same settings
+#: to ``open_runtime``.
+FACADE_ONLY = ("configure",)
 
 #: Longest body (docstring, blank lines and comments left out) of a facade method: one call
 #: through the portal (or to agentlib's Agent), with its arguments spelled one a line.
@@ -136,13 +139,17 @@ def test_every_other_public_name_is_agentlibs_own_object(name: str) -> None:
     assert getattr(agentlib_sync, name) is getattr(agentlib, name)
 
 
-def test_all_names_the_same_public_names_as_agentlib() -> None:
-    assert sorted(agentlib_sync.__all__) == sorted(agentlib.__all__)
+def test_all_names_the_same_public_names_as_agentlib_and_the_facades_own() -> None:
+    assert sorted(agentlib_sync.__all__) == sorted([*agentlib.__all__, *FACADE_ONLY])
     assert len(set(agentlib_sync.__all__)) == len(agentlib_sync.__all__)
 
 
 def test_all_is_sorted() -> None:
     assert agentlib_sync.__all__ == sorted(agentlib_sync.__all__)
+
+
+def test_configure_takes_the_settings_open_runtime_takes() -> None:
+    assert parameters(agentlib_sync.configure) == parameters(agentlib.open_runtime)
 
 
 def test_every_name_in_all_exists() -> None:
