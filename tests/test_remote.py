@@ -106,7 +106,10 @@ async def test_errors_are_raised_as_their_own_class_with_their_message(url: str)
     async with agentlib.open_runtime():
         with pytest.raises(agentlib.SessionNotFoundError) as locally:
             await calculator().session(missing).turn("t").get()
-    assert str(remotely.value) == str(locally.value)
+    # The remote message names the server, whose store is the one searched.
+    assert str(locally.value).startswith(f"no session {missing!r} in this runtime's store")
+    assert str(remotely.value).startswith(f"no session {missing!r} in the store of the server")
+    assert "start one with agent.start_session()" in str(remotely.value)
     session = await remote.start_session()
     with pytest.raises(agentlib.InvalidCursorError):
         async for _ in session.iter_events(after="not a cursor"):
