@@ -49,6 +49,7 @@ from .._errors import (
 from .._events import CallbackClosed, CallbackOpened, Event, TurnEnded
 from .._history import new_id
 from .._inputs import stored_inputs
+from .._output import output_schema
 from .._records import (
     AlreadySettled,
     Answered,
@@ -505,9 +506,15 @@ class RemoteSession(Session):
         return made if isinstance(made, Busy) else made[0]
 
     async def _turn_request(
-        self, content: Content, key: str | None, max_steps: int | None, wait: float
+        self,
+        content: Content,
+        key: str | None,
+        max_steps: int | None,
+        wait: float,
+        output_type: Any = None,
     ) -> tuple[Turn, TurnState[Any]] | Busy[Turn]:
-        """Start a turn, and its record, once it ends or blocks with ``wait``."""
+        """Start a turn, and its record, once it ends or blocks with ``wait``; with
+        ``output_type``, its model is asked for JSON matching that type's schema."""
         check_trio()
         if max_steps is not None:
             check_max_steps(max_steps)  # refused here, as a local session refuses it
@@ -517,6 +524,12 @@ class RemoteSession(Session):
         }
         if max_steps is not None:
             body["max_steps"] = max_steps
+        # The served agent's own output type (which this reference's mirrors) it asks for
+        # itself; another one, the server asks its model for by its schema.
+        if output_type is not None and output_type is not self._remote.output_type:
+            schema = output_schema(output_type)
+            if schema is not None:
+                body["output_schema"] = schema
         params = {"wait": wait} if wait else None
         wire = self._remote._wire
         made = await wire.call("POST", f"{self._path}/turns", body, params=params, allowed=(409,))
@@ -539,17 +552,18 @@ class RemoteSession(Session):
     ) -> TurnState[Any] | Busy[Turn]:
         if on_event is not None or self._has_handlers:
             # Events as they come, or handlers that run here: start, then follow.
-            turn = await self.start_turn(
-                content, idempotency_key=idempotency_key, max_steps=max_steps
+            started = await self._turn_request(
+                content, idempotency_key, max_steps, 0.0, output_type
             )
-            if isinstance(turn, Busy):
-                return turn
+            if isinstance(started, Busy):
+                return started
+            turn = started[0]
             return await turn.result(output_type=output_type, timeout=timeout, on_event=on_event)
         # Started and waited on in one request; then, if it still runs, waited on as
         # ``result`` waits.
         wait = _WAIT if timeout is None else min(_WAIT, timeout)
         deadline = None if timeout is None else trio.current_time() + timeout
-        made = await self._turn_request(content, idempotency_key, max_steps, wait)
+        made = await self._turn_request(content, idempotency_key, max_steps, wait, output_type)
         if isinstance(made, Busy):
             return made
         turn, record = made

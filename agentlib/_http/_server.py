@@ -44,6 +44,7 @@ from .._records import Answered, Blocked, Busy
 from .._session import Session, Turn
 from .._store._base import Store
 from ._access import MOST_SECONDS, RIGHTS, Access, Principal, Tokens
+from ._output_schema import requested_output
 from ._wire import error_body, status_of
 
 __all__ = ["Server", "serve"]
@@ -280,15 +281,16 @@ class Server:
 
     async def _start_turn(self, request: Request) -> Response:
         session = await self._session(request)
-        body = await _body(request, {"content", "idempotency_key", "max_steps"})
+        body = await _body(request, {"content", "idempotency_key", "max_steps", "output_schema"})
         if "content" not in body:
             raise _Refused(400, "BadRequest", "the body needs 'content': a text or content blocks")
         max_steps = body.get("max_steps")
+        output_type = requested_output(session._agent.output_type, body.get("output_schema"))
         started, new = await session._start(
             "start_turn",
             body["content"],
             _key(request, body),
-            session._agent.output_type,
+            output_type,
             max_steps,
         )
         if isinstance(started, Busy):
