@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from _support import Gate, held_agent, held_turn
+from _support import Gate, approval_agent, held_agent, held_turn
 
 import agentlib
 import agentlib_sync
@@ -196,3 +196,24 @@ def test_the_blocking_twin_raises_server_unreachable(closed_port: int) -> None:
     remote = agentlib_sync.Agent.load_from(f"http://127.0.0.1:{closed_port}", "calc", retry_for=0.5)
     with pytest.raises(agentlib_sync.ServerUnreachableError):
         remote.start_session()
+
+
+async def test_a_handlers_answer_that_its_token_may_not_send_raises_authentication_error() -> None:
+    async with agentlib.serve([approval_agent([])], port=0, tokens=["t0ken"]) as server:
+        owner = agentlib.Agent.load_from(server.url, "approver", token="t0ken")
+        session = await owner.start_session()
+        blocked = await session.run("clean up")
+        assert isinstance(blocked, agentlib.Blocked)
+        async with httpx.AsyncClient(headers={"authorization": "Bearer t0ken"}) as http:
+            minted = await http.post(
+                f"{server.url}/v1/agents/approver/sessions/{session.id}/tokens",
+                json={"rights": ["read"]},
+            )
+        reader = agentlib.Agent.load_from(server.url, "approver", token=minted.json()["token"])
+        allowing = reader.session(session.id, on_approval=lambda _: agentlib.AllowApproval())
+        with trio.fail_after(30), pytest.raises(agentlib.AuthenticationError) as raised:
+            await allowing.turn(blocked.turn_id).result(timeout=20)
+        assert raised.value.status == 403
+        # The answer was never heard: the callback is open, for a token that may answer it.
+        still = await session.turn(blocked.turn_id).get()
+        assert isinstance(still, agentlib.Blocked)
