@@ -4,8 +4,12 @@ that say what was wrong and what to do; real sockets on 127.0.0.1."""
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -88,6 +92,40 @@ async def test_a_client_moves_on_from_a_server_that_never_answers(
         assert trio.current_time() - started >= 3  # the first server had its deadline
     assert isinstance(record, agentlib.Completed)
     assert record.output == "3"
+
+
+@pytest.mark.slow
+async def test_a_client_moves_on_from_a_stopped_server_process(tmp_path: Path) -> None:
+    (tmp_path / "stopped_agents.py").write_text(STOPPED_AGENTS)
+    command = [sys.executable, "-m", "agentlib", "serve", "stopped_agents:calc", "--port", "0"]
+    with subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            assert process.stdout is not None
+            line = await trio.to_thread.run_sync(process.stdout.readline)
+            assert line.startswith("agentlib: serving calc on http://127.0.0.1:"), line
+            stopped = line.split(" on ")[1].split(" ")[0]
+            process.send_signal(signal.SIGSTOP)  # its kernel still accepts connections
+            async with agentlib.serve([calculator()], port=0) as server:
+                remote = agentlib.Agent.load_from([stopped, server.url], "calc", connect_timeout=1)
+                with trio.fail_after(60):  # only catches a hang: the stopped one held it
+                    session = await remote.start_session()
+                    record = await session.run("1+2?")
+        finally:
+            process.send_signal(signal.SIGCONT)
+            process.send_signal(signal.SIGINT)
+            process.communicate(timeout=60)
+    assert isinstance(record, agentlib.Completed)
+    assert record.output == "3"
+
+
+#: The module of agents of the process that is stopped.
+STOPPED_AGENTS = """
+import agentlib
+
+calc = agentlib.Agent("calc", "", agentlib.ScriptedModel(["3"] * 10))
+"""
 
 
 async def test_a_server_that_never_answers_is_unreachable_after_retry_for(
