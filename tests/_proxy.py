@@ -61,3 +61,32 @@ class CuttingProxy:
 
             nursery.start_soon(up)
             nursery.start_soon(down)
+
+
+class GatewayProxy(CuttingProxy):
+    """A reverse proxy whose server is away for its first ``failures`` connections: it
+    answers each of them with ``status`` and a text body, as a load balancer does; then
+    it forwards."""
+
+    def __init__(self, port: int, failures: int, status: int = 502) -> None:
+        super().__init__(port, cuts=0, rng=random.Random(0))
+        self.failing = failures
+        self.answered = 0  # requests answered with the status
+        self._status = status
+
+    async def _forward(self, client: trio.SocketStream) -> None:
+        if self.failing <= 0:
+            await super()._forward(client)
+            return
+        self.failing -= 1
+        async with client:
+            head = b""
+            while b"\r\n\r\n" not in head and (data := await client.receive_some()):
+                head += data
+            body = b"the server is away"
+            await client.send_all(
+                f"HTTP/1.1 {self._status} Away\r\ncontent-type: text/plain\r\n"
+                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+                + body
+            )
+            self.answered += 1

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
+from _proxy import GatewayProxy
 from _support import Gate, approval_agent, held_agent, held_turn
 
 import agentlib
@@ -154,6 +155,32 @@ async def test_a_wait_on_the_server_longer_than_the_connect_timeout_is_no_stall(
         gate.opened.set()
         done = await turn.result(timeout=25)
     assert isinstance(done, agentlib.Completed)
+
+
+async def test_a_proxys_answers_for_a_server_that_is_away_are_retried(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with agentlib.serve([calculator()], port=0) as server, trio.open_nursery() as nursery:
+        proxy = GatewayProxy(int(server.url.rsplit(":", 1)[1]), failures=6, status=503)
+        remote = agentlib.Agent.load_from(await proxy.serve(nursery), "calc")
+        session = await remote.start_session()
+        record = await session.run("1+2?")
+        nursery.cancel_scope.cancel()
+    assert isinstance(record, agentlib.Completed)
+    assert proxy.answered == 6
+
+
+async def test_a_proxy_whose_server_stays_away_makes_it_unreachable(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with agentlib.serve([calculator()], port=0) as server, trio.open_nursery() as nursery:
+        proxy = GatewayProxy(int(server.url.rsplit(":", 1)[1]), failures=10**6)
+        url = await proxy.serve(nursery)
+        with pytest.raises(agentlib.ServerUnreachableError) as raised:
+            await agentlib.Agent.load_from(url, "calc", retry_for=20).start_session()
+        nursery.cancel_scope.cancel()
+    assert "502 Away from a proxy" in str(raised.value)
+    assert isinstance(raised.value.__cause__, httpx.HTTPStatusError)
 
 
 async def test_a_missing_token_is_an_authentication_error_saying_to_pass_one() -> None:

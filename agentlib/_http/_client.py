@@ -125,7 +125,9 @@ class RemoteAgent:
                     f"url {each!r} is not an HTTP address: give one such as 'http://127.0.0.1:8000'"
                 )
         for label, seconds in (("connect_timeout", connect_timeout), ("retry_for", retry_for)):
-            if not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                raise ValueError(f"{label} must be a positive number of seconds, not {seconds!r}")
+            if not 0 < seconds < math.inf:
                 raise ValueError(f"{label} must be a positive number of seconds, not {seconds!r}")
         self.urls = tuple(each.rstrip("/") for each in urls)
         self.url = self.urls[0]
@@ -266,28 +268,40 @@ class _Wire:
         while True:
             url = self._bases[self._at] + path
             sent = {**params, "limit": self._limit} if paged and params is not None else params
+            failure: Exception
             try:
                 response = await self.client.request(
                     method, url, json=body, params=sent, timeout=self._timeout(held)
                 )
-                break
             except httpx.TransportError as error:
                 if isinstance(error, httpx.UnsupportedProtocol):
                     raise  # not a failure of the link: checked when the reference is made
-                if paged:
-                    self._limit = max(1, self._limit // 4)
-                now = trio.current_time()
-                if now >= give_up:
-                    raise self._unreachable(method, path, now - started, error) from error
-                if isinstance(error, (httpx.ConnectError, httpx.TimeoutException)) and (
-                    len(self._bases) > 1
-                ):
-                    # Not accepting connections, or not answering them: down, stopped, or
-                    # out of reach. Another server of the store takes the session over (at
-                    # once, from a dead process of its host; else once the lease expires).
-                    self._at = (self._at + 1) % len(self._bases)
-                await trio.sleep(min(_pause(attempt), give_up - now))
-                attempt += 1
+                failure = error
+                # Not accepting connections, or not answering them: down, stopped, or out
+                # of reach. (A cut answer is the link's failure: the same server is tried.)
+                away = isinstance(error, (httpx.ConnectError, httpx.TimeoutException))
+            else:
+                if not _from_a_gateway(response):
+                    break
+                # A proxy in front of the server answered for it: the server is away.
+                failure = httpx.HTTPStatusError(
+                    f"{response.status_code} {response.reason_phrase} from a proxy, without "
+                    "an agentlib error body",
+                    request=response.request,
+                    response=response,
+                )
+                away = True
+            if paged and not isinstance(failure, (httpx.ConnectError, httpx.HTTPStatusError)):
+                self._limit = max(1, self._limit // 4)  # an answer was cut, or came too slow
+            now = trio.current_time()
+            if now >= give_up:
+                raise self._unreachable(method, path, now - started, failure) from failure
+            if away and len(self._bases) > 1:
+                # Another server of the store takes the session over (at once, from a dead
+                # process of its host; else once the lease expires).
+                self._at = (self._at + 1) % len(self._bases)
+            await trio.sleep(min(_pause(attempt), give_up - now))
+            attempt += 1
         if paged:
             self._limit = min(_PAGE, self._limit * 2)
         if response.status_code >= 400 and response.status_code not in allowed:
@@ -302,7 +316,7 @@ class _Wire:
             ) from error
 
     def _unreachable(
-        self, method: str, path: str, seconds: float, error: httpx.TransportError
+        self, method: str, path: str, seconds: float, error: Exception
     ) -> ServerUnreachableError:
         servers = " or ".join(self.urls)
         why = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
@@ -379,6 +393,21 @@ class _Wire:
             after = page["cursor"] or after
             if page["ended"] and not page["events"]:
                 return
+
+
+#: The statuses of a proxy whose server is away (an agentlib server's own come with a body).
+_GATEWAY = (502, 503, 504)
+
+
+def _from_a_gateway(response: httpx.Response) -> bool:
+    """Whether ``response`` is a proxy's, saying that the server behind it is away."""
+    if response.status_code not in _GATEWAY:
+        return False
+    try:
+        error = response.json()["error"]
+        return not isinstance(error, dict) or "type" not in error
+    except (ValueError, KeyError, TypeError):
+        return True
 
 
 #: The path of a session's routes, and its id.
