@@ -4,6 +4,7 @@ that say what was wrong and what to do; real sockets on 127.0.0.1."""
 
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import subprocess
@@ -15,7 +16,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from _proxy import GatewayProxy
+from _proxy import CuttingProxy, GatewayProxy
 from _support import Gate, approval_agent, held_agent, held_turn
 
 import agentlib
@@ -181,6 +182,22 @@ async def test_a_proxy_whose_server_stays_away_makes_it_unreachable(
         nursery.cancel_scope.cancel()
     assert "502 Away from a proxy" in str(raised.value)
     assert isinstance(raised.value.__cause__, httpx.HTTPStatusError)
+
+
+async def test_answers_cut_short_again_and_again_are_asked_for_again_soon(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with agentlib.serve([calculator()], port=0) as server, trio.open_nursery() as nursery:
+        port = int(server.url.rsplit(":", 1)[1])
+        proxy = CuttingProxy(port, cuts=12, rng=random.Random(3), most=10)
+        remote = agentlib.Agent.load_from(await proxy.serve(nursery), "calc")
+        started = trio.current_time()
+        await remote.start_session()
+        paused = trio.current_time() - started
+        nursery.cancel_scope.cancel()
+    assert proxy.cut == 12
+    # The server is at work: the pauses after cut answers stop growing at 0.4 s.
+    assert paused <= 0.4 * 12
 
 
 async def test_a_missing_token_is_an_authentication_error_saying_to_pass_one() -> None:

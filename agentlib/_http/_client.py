@@ -90,6 +90,8 @@ CONNECT_TIMEOUT = 10.0
 #: The pauses between tries, in seconds: the first at most, the longest at most.
 _FIRST_PAUSE = 0.1
 _MOST_PAUSE = 5.0
+#: The tries after which pauses stop growing while answers are cut short (0.4 s at most).
+_CUT_ATTEMPTS = 2
 
 
 class RemoteAgent:
@@ -301,7 +303,9 @@ class _Wire:
                 # process of its host; else once the lease expires).
                 self._at = (self._at + 1) % len(self._bases)
             await trio.sleep(min(_pause(attempt), give_up - now))
-            attempt += 1
+            # An answer cut short came from a server at work: its pauses stay short.
+            cut = isinstance(failure, (httpx.RemoteProtocolError, httpx.ReadError))
+            attempt = min(attempt + 1, _CUT_ATTEMPTS) if cut else attempt + 1
         if paged:
             self._limit = min(_PAGE, self._limit * 2)
         if response.status_code >= 400 and response.status_code not in allowed:
