@@ -33,6 +33,7 @@ from ._entries import MessageEntry as MessageEntry
 from ._entries import ToolCallEntry as ToolCallEntry
 from ._entries import ToolResultEntry as ToolResultEntry
 from ._entries import UnknownEntry as UnknownEntry
+from ._errors import AuthenticationError as AuthenticationError
 from ._errors import ClientToolAnswerError as ClientToolAnswerError
 from ._errors import InvalidCursorError as InvalidCursorError
 from ._errors import LeaseLost as LeaseLost
@@ -41,6 +42,7 @@ from ._errors import MaxStepsExceeded as MaxStepsExceeded
 from ._errors import ModelError as ModelError
 from ._errors import ObservationLost as ObservationLost
 from ._errors import SdkError as SdkError
+from ._errors import ServerUnreachableError as ServerUnreachableError
 from ._errors import SessionBusyError as SessionBusyError
 from ._errors import SessionIdempotencyConflictError as SessionIdempotencyConflictError
 from ._errors import SessionNotFoundError as SessionNotFoundError
@@ -122,6 +124,7 @@ __all__ = [
     "Answered",
     "ApprovalAnswer",
     "AudioContentBlock",
+    "AuthenticationError",
     "Blocked",
     "Busy",
     "Callback",
@@ -182,6 +185,7 @@ __all__ = [
     "SQLiteStore",
     "ScriptedModel",
     "SdkError",
+    "ServerUnreachableError",
     "Session",
     "SessionBusyError",
     "SessionIdempotencyConflictError",

@@ -195,6 +195,8 @@ class Agent:
         token: str | None = None,
         output_type: type[Any] | None = None,
         subagent_output_types: Mapping[str, type[Any]] | None = None,
+        connect_timeout: float = 10.0,
+        retry_for: float = 60.0,
     ) -> RemoteAgent:
         """A reference to the agent ``name`` served at ``url`` (by ``agentlib serve``); sends
         no request.
@@ -212,8 +214,25 @@ class Agent:
                 agent's ``output_type`` does on the server); by default, the JSON it sends.
             subagent_output_types: The same for its subagents' sessions (from
                 ``session.subagents()``), by subagent name, at any depth.
+            connect_timeout: How long, in seconds, a server has to accept a connection and
+                to begin its answer (beyond the time a call asks it to wait on a turn);
+                past it, the call is tried again, on the next server if there are several.
+            retry_for: How long, in seconds, a call is retried while no server answers it
+                (and an event stream, while no page of events comes), with pauses of up to
+                5 s; then it raises :class:`~agentlib.ServerUnreachableError`.
+
+        Raises:
+            ValueError: ``url`` is not an HTTP address, or a time is not a positive number.
         """
-        remote: RemoteAgent = remote_agent(url, name, token, output_type, subagent_output_types)
+        remote: RemoteAgent = remote_agent(
+            url,
+            name,
+            token,
+            output_type,
+            subagent_output_types,
+            connect_timeout=connect_timeout,
+            retry_for=retry_for,
+        )
         return remote
 
     async def start_session(

@@ -90,9 +90,15 @@ def set_remote(factory: Any) -> None:
 
 
 def remote_agent(
-    url: Any, name: str, token: str | None, output_type: Any, subagent_output_types: Any
+    url: Any,
+    name: str,
+    token: str | None,
+    output_type: Any,
+    subagent_output_types: Any,
+    **options: Any,
 ) -> Any:
-    """A reference to the agent ``name`` that the server at ``url`` serves."""
+    """A reference to the agent ``name`` that the server at ``url`` serves (``options``:
+    its keyword arguments of time)."""
     if not _REMOTE:  # only when agentlib's package was not imported: never in practice
         raise RuntimeError("import agentlib first: its HTTP client is not loaded")
-    return _REMOTE[0](url, name, token, output_type, subagent_output_types)
+    return _REMOTE[0](url, name, token, output_type, subagent_output_types, **options)

@@ -19,6 +19,8 @@ Every exception is an :class:`SdkError`; catch that to handle any of them::
     ├── ClientToolAnswerError        a client tool's answer could not be delivered
     ├── MaxStepsExceeded             a turn reached its max_steps (the error of its Failed)
     ├── ModelError                   a model failed: HTTP or protocol error, or no reply
+    ├── ServerUnreachableError       no agentlib server answered a remote call in time
+    ├── AuthenticationError          (also a PermissionError) a server refused the token
     └── StoreError                   the store failed (a full disk), is damaged, or is closed
         ├── StoreSchemaError         the store's file is of a newer agentlib, or not a store
         └── LeaseLost                another runtime took over a session this one ran
@@ -32,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AuthenticationError",
     "ClientToolAnswerError",
     "InvalidCursorError",
     "LeaseLost",
@@ -40,6 +43,7 @@ __all__ = [
     "ModelError",
     "ObservationLost",
     "SdkError",
+    "ServerUnreachableError",
     "SessionBusyError",
     "SessionIdempotencyConflictError",
     "SessionNotFoundError",
@@ -157,6 +161,39 @@ class ModelError(SdkError):
         self.status = status
         self.code = code
         self.body = body
+
+
+class ServerUnreachableError(SdkError):
+    """A remote call (from :meth:`agentlib.Agent.load_from`'s reference) reached no server
+    in time: every try failed to connect, was cut off, or got no answer within the
+    connect-and-first-byte deadline, for as long as the reference retries (``retry_for``).
+    What the server acknowledged before is kept: a call with the same idempotency key,
+    once a server answers, gets the same answer.
+
+    Attributes:
+        urls: The servers' addresses that were tried.
+        seconds: How long the call was retried, in seconds.
+    """
+
+    def __init__(self, message: str, *, urls: tuple[str, ...], seconds: float) -> None:
+        super().__init__(message)
+        self.urls = urls
+        self.seconds = seconds
+
+
+class AuthenticationError(SdkError, PermissionError):
+    """A server refused the request's token: none was sent to a server that wants one, the
+    token is not one of the server's (or has expired), or it does not give the right the
+    request needs (a session-scoped token). Pass ``token=`` to
+    :meth:`agentlib.Agent.load_from`. The message never holds the token.
+
+    Attributes:
+        status: The HTTP status: 401 (no token taken), or 403 (a token without that right).
+    """
+
+    def __init__(self, message: str, *, status: int = 401) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class StoreError(SdkError):

@@ -11,6 +11,7 @@ from agentlib import AlreadySettled as AlreadySettled
 from agentlib import Answered as Answered
 from agentlib import ApprovalAnswer as ApprovalAnswer
 from agentlib import AudioContentBlock as AudioContentBlock
+from agentlib import AuthenticationError as AuthenticationError
 from agentlib import Blocked as Blocked
 from agentlib import Busy as Busy
 from agentlib import Callback as Callback
@@ -69,6 +70,7 @@ from agentlib import Running as Running
 from agentlib import Runtime as Runtime
 from agentlib import ScriptedModel as ScriptedModel
 from agentlib import SdkError as SdkError
+from agentlib import ServerUnreachableError as ServerUnreachableError
 from agentlib import SessionBusyError as SessionBusyError
 from agentlib import SessionIdempotencyConflictError as SessionIdempotencyConflictError
 from agentlib import SessionInput as SessionInput
@@ -124,6 +126,7 @@ __all__ = [
     "Answered",
     "ApprovalAnswer",
     "AudioContentBlock",
+    "AuthenticationError",
     "Blocked",
     "Busy",
     "Callback",
@@ -184,6 +187,7 @@ __all__ = [
     "SQLiteStore",
     "ScriptedModel",
     "SdkError",
+    "ServerUnreachableError",
     "Session",
     "SessionBusyError",
     "SessionIdempotencyConflictError",

@@ -142,6 +142,8 @@ class Agent:
         token: str | None = None,
         output_type: type[Any] | None = None,
         subagent_output_types: Mapping[str, type[Any]] | None = None,
+        connect_timeout: float = 10.0,
+        retry_for: float = 60.0,
     ) -> RemoteAgent:
         """A reference to the agent ``name`` served at ``url``; see
         :meth:`agentlib.Agent.load_from`."""
@@ -152,6 +154,8 @@ class Agent:
                 token=token,
                 output_type=output_type,
                 subagent_output_types=subagent_output_types,
+                connect_timeout=connect_timeout,
+                retry_for=retry_for,
             )
         )
 

@@ -10,14 +10,17 @@ import trio
 class CuttingProxy:
     """Forwards each connection to ``port`` on 127.0.0.1; while cuts are left, closes a
     connection once it has passed that many bytes of the server's answer (drawn from
-    ``rng`` between 0 and ``most``), in the middle of a response."""
+    ``rng`` from ``least`` to below ``most``), in the middle of a response."""
 
-    def __init__(self, port: int, cuts: int, rng: random.Random, most: int = 2000) -> None:
+    def __init__(
+        self, port: int, cuts: int, rng: random.Random, most: int = 2000, least: int = 0
+    ) -> None:
         self.target = port
         self.left = cuts
         self.cut = 0  # connections cut so far
         self._rng = rng
         self._most = most
+        self._least = least
         self.port = 0
 
     async def serve(self, nursery: trio.Nursery) -> str:
@@ -28,7 +31,7 @@ class CuttingProxy:
         return f"http://127.0.0.1:{self.port}"
 
     async def _forward(self, client: trio.SocketStream) -> None:
-        offset = self._rng.randrange(self._most) if self.left > 0 else None
+        offset = self._rng.randrange(self._least, self._most) if self.left > 0 else None
         try:
             server = await trio.open_tcp_stream("127.0.0.1", self.target)
         except OSError:
@@ -58,3 +61,32 @@ class CuttingProxy:
 
             nursery.start_soon(up)
             nursery.start_soon(down)
+
+
+class GatewayProxy(CuttingProxy):
+    """A reverse proxy whose server is away for its first ``failures`` connections: it
+    answers each of them with ``status`` and a text body, as a load balancer does; then
+    it forwards."""
+
+    def __init__(self, port: int, failures: int, status: int = 502) -> None:
+        super().__init__(port, cuts=0, rng=random.Random(0))
+        self.failing = failures
+        self.answered = 0  # requests answered with the status
+        self._status = status
+
+    async def _forward(self, client: trio.SocketStream) -> None:
+        if self.failing <= 0:
+            await super()._forward(client)
+            return
+        self.failing -= 1
+        async with client:
+            head = b""
+            while b"\r\n\r\n" not in head and (data := await client.receive_some()):
+                head += data
+            body = b"the server is away"
+            await client.send_all(
+                f"HTTP/1.1 {self._status} Away\r\ncontent-type: text/plain\r\n"
+                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+                + body
+            )
+            self.answered += 1

@@ -545,3 +545,34 @@ async def test_a_retried_steer_or_interrupt_is_told_what_the_first_was() -> None
             done = (await http.get(steered, params={"wait": 10})).json()
             assert done["type"] == "completed"
     assert heard[-1].count("also this") == 1
+
+
+async def test_an_output_schema_that_is_no_object_too_deep_or_too_large_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    path = f"/agents/calc/sessions/{await start(client)}/turns"
+    refused = {
+        "no object": {"content": "hi", "output_schema": "integer"},
+        "too deep": {"content": "hi", "output_schema": _deep(101)},
+        "too large": {"content": "hi", "output_schema": {"enum": ["x" * 100] * 1000}},
+    }
+    says = {
+        "no object": "expected an object, got str @ $.output_schema",
+        "too deep": "'output_schema' is nested deeper than the limit of 100",
+        "too large": "more than the 65,536 a turn takes",
+    }
+    for name, body in refused.items():
+        response = await client.post(path, json=body)
+        assert response.status_code == 400, name
+        assert response.json()["error"]["type"] == "ValidationError"
+        assert says[name] in response.json()["error"]["message"], name
+    taken = await client.post(path, json={"content": "hi", "output_schema": {"type": "object"}})
+    assert taken.status_code == 201, taken.text
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    """A JSON object ``levels`` objects deep."""
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -18,6 +19,7 @@ from _support import approval_agent, events_through
 import agentlib
 import agentlib_sync
 from agentlib import ModelReply, ToolCallRequest
+from agentlib._schema import json_schema
 
 
 def add(a: int, b: int) -> int:
@@ -106,7 +108,10 @@ async def test_errors_are_raised_as_their_own_class_with_their_message(url: str)
     async with agentlib.open_runtime():
         with pytest.raises(agentlib.SessionNotFoundError) as locally:
             await calculator().session(missing).turn("t").get()
-    assert str(remotely.value) == str(locally.value)
+    # The remote message names the server, whose store is the one searched.
+    assert str(locally.value).startswith(f"no session {missing!r} in this runtime's store")
+    assert str(remotely.value).startswith(f"no session {missing!r} in the store of the server")
+    assert "start one with agent.start_session()" in str(remotely.value)
     session = await remote.start_session()
     with pytest.raises(agentlib.InvalidCursorError):
         async for _ in session.iter_events(after="not a cursor"):
@@ -289,3 +294,69 @@ async def test_a_remote_reference_is_never_equal_to_a_local_one(url: str) -> Non
         assert local != remote
         assert remote != local
         assert local.turn("t") != remote.turn("t")
+
+
+@attrs.frozen
+class Sum:
+    total: int
+
+
+@attrs.frozen
+class Product:
+    product: int
+
+
+def summer(asked: list[object], **options: Any) -> agentlib.Agent:
+    """``summer``, which answers ``{"total": 3}`` and notes the output schema it was asked."""
+
+    def step(request: agentlib.ModelRequest) -> str:
+        asked.append(request.output_schema)
+        return '{"total": 3}'
+
+    return agentlib.Agent("summer", "You add.", agentlib.FunctionModel(step), **options)
+
+
+async def test_a_remote_run_asks_the_served_model_for_its_output_types_schema() -> None:
+    asked: list[object] = []
+    async with agentlib.serve([summer(asked)], port=0) as server:
+        session = await agentlib.Agent.load_from(server.url, "summer").start_session()
+        record = await session.run("1+2?", output_type=Sum)
+        followed = await session.run("1+2?", output_type=Sum, on_event=lambda event: None)
+        free = await session.run("1+2?")
+    async with agentlib.open_runtime():
+        local = await summer(asked).start_session()
+        here = await local.run("1+2?", output_type=Sum)
+    assert isinstance(record, agentlib.Completed)
+    assert record.output == Sum(total=3)
+    assert isinstance(followed, agentlib.Completed)
+    assert followed.output == Sum(total=3)
+    assert isinstance(free, agentlib.Completed)
+    assert free.output == '{"total": 3}'
+    assert isinstance(here, agentlib.Completed)
+    remote_asked, followed_asked, free_asked, local_asked = asked
+    assert remote_asked == local_asked == json_schema(Sum)
+    assert followed_asked == local_asked
+    assert free_asked is None
+
+
+async def test_a_served_agents_own_output_type_is_kept_and_another_is_refused() -> None:
+    asked: list[object] = []
+    async with agentlib.serve([summer(asked, output_type=Sum)], port=0) as server:
+        remote = agentlib.Agent.load_from(server.url, "summer")
+        session = await remote.start_session()
+        record = await session.run("1+2?", output_type=Sum)
+        assert isinstance(record, agentlib.Completed)
+        assert record.output == Sum(total=3)
+        with pytest.raises(agentlib.ValidationError, match="its own output type, Sum"):
+            await session.run("1+2?", output_type=Product)
+    assert asked == [json_schema(Sum)]
+
+
+async def test_an_answer_that_is_no_json_fails_a_remote_turn_with_an_output_type() -> None:
+    agent = agentlib.Agent("talker", "You talk.", agentlib.FunctionModel(lambda _: "three"))
+    async with agentlib.serve([agent], port=0) as server:
+        session = await agentlib.Agent.load_from(server.url, "talker").start_session()
+        record = await session.run("1+2?", output_type=Sum)
+    assert isinstance(record, agentlib.Failed)
+    assert record.error.type == "ValidationError"
+    assert "not JSON" in record.error.message

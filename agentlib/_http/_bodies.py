@@ -84,6 +84,13 @@ class StartTurnBody:
             "schema": {"type": "integer", "minimum": 1},
         },
     )
+    output_schema: dict[str, Any] | None = attrs.field(
+        default=None,
+        metadata={
+            "description": "the JSON schema the turn's answer must match (run(output_type=T) "
+            "of a remote session sends T's); the served agent's own output type by default"
+        },
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -14,6 +14,7 @@ import copy
 import functools
 import math
 import random
+import re
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -36,10 +37,19 @@ from .._engine._handlers import invoke
 from .._engine._live import check_callback_id
 from .._engine._log import cursor_of
 from .._engine._machine import check_not_a_class, fit_answer
-from .._errors import ObservationLost, SdkError, ValidationError, add_note
+from .._errors import (
+    AuthenticationError,
+    ObservationLost,
+    SdkError,
+    ServerUnreachableError,
+    SessionNotFoundError,
+    ValidationError,
+    add_note,
+)
 from .._events import CallbackClosed, CallbackOpened, Event, TurnEnded
 from .._history import new_id
 from .._inputs import stored_inputs
+from .._output import output_schema
 from .._records import (
     AlreadySettled,
     Answered,
@@ -72,11 +82,16 @@ __all__ = ["RemoteAgent", "RemoteSession", "RemoteTurn"]
 _WAIT = 30.0
 #: The most events a page of events brings.
 _PAGE = 1000
-#: How long a request whose connection keeps failing is retried, in seconds, and its pauses:
-#: the first at most, the longest at most.
-_GIVE_UP = 60.0
+#: How long a call is retried while no server answers it, in seconds (``retry_for``).
+RETRY_FOR = 60.0
+#: How long a server has to accept a connection, and to begin an answer once it no longer
+#: holds it, in seconds (``connect_timeout``).
+CONNECT_TIMEOUT = 10.0
+#: The pauses between tries, in seconds: the first at most, the longest at most.
 _FIRST_PAUSE = 0.1
 _MOST_PAUSE = 5.0
+#: The tries after which pauses stop growing while answers are cut short (0.4 s at most).
+_CUT_ATTEMPTS = 2
 
 
 class RemoteAgent:
@@ -99,15 +114,30 @@ class RemoteAgent:
         token: str | None = None,
         output_type: Any = None,
         subagent_output_types: Mapping[str, Any] | None = None,
+        *,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        retry_for: float = RETRY_FOR,
     ) -> None:
         urls = [url] if isinstance(url, str) else list(url)
         if not urls or not all(isinstance(each, str) and each for each in urls):
             raise ValueError("url must be a server's address, or a list of them")
+        for each in urls:
+            if not each.startswith(("http://", "https://")):
+                raise ValueError(
+                    f"url {each!r} is not an HTTP address: give one such as 'http://127.0.0.1:8000'"
+                )
+        for label, seconds in (("connect_timeout", connect_timeout), ("retry_for", retry_for)):
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                raise ValueError(f"{label} must be a positive number of seconds, not {seconds!r}")
+            if not 0 < seconds < math.inf:
+                raise ValueError(f"{label} must be a positive number of seconds, not {seconds!r}")
         self.urls = tuple(each.rstrip("/") for each in urls)
         self.url = self.urls[0]
         self.name = name
         self.output_type = output_type
-        self._wire = _Wire(self.urls, token)
+        self._wire = _Wire(
+            self.urls, token, connect_timeout=float(connect_timeout), retry_for=float(retry_for)
+        )
         self._subagent_output_types = dict(subagent_output_types or {})
 
     def _for_subagent(self, agent_name: str) -> RemoteAgent:
@@ -172,12 +202,23 @@ class RemoteAgent:
 class _Wire:
     """Requests to a server: JSON in and out, errors raised as their classes, retries after
     connection failures; with several servers (of one store), the next one once a server
-    cannot be connected to."""
+    cannot be connected to, or does not begin its answer in time."""
 
-    def __init__(self, urls: Sequence[str], token: str | None) -> None:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        token: str | None,
+        *,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        retry_for: float = RETRY_FOR,
+    ) -> None:
+        self.urls = tuple(urls)
         self._bases = [url + "/v1" for url in urls]
         self._at = 0  # the server requests go to
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._connect_timeout = connect_timeout
+        self._retry_for = retry_for
+        self._limit = _PAGE  # the events a page asks for: fewer after a cut answer
         self._client: httpx.AsyncClient | None = None
         self._run: trio.lowlevel.TrioToken | None = None
 
@@ -187,13 +228,20 @@ class _Wire:
         closed when the run ends (a program's ``trio.run``, or agentlib_sync's engine)."""
         run = trio.lowlevel.current_trio_token()
         if self._client is None or self._run is not run:
-            timeout = httpx.Timeout(10.0, read=_WAIT + 30.0)
             # No cap on connections: each session's waits hold one; up to 100 are kept.
             limits = httpx.Limits(max_connections=None, max_keepalive_connections=100)
-            self._client = httpx.AsyncClient(headers=self._headers, timeout=timeout, limits=limits)
+            self._client = httpx.AsyncClient(
+                headers=self._headers, timeout=self._timeout(0.0), limits=limits
+            )
             self._run = run
             trio.lowlevel.spawn_system_task(_close_at_the_end, self._client)
         return self._client
+
+    def _timeout(self, held: float) -> httpx.Timeout:
+        """The deadlines of a request the server may hold for ``held`` seconds: connecting,
+        and each read (the first byte comes once the server stops holding it)."""
+        each = self._connect_timeout
+        return httpx.Timeout(each, read=held + each)
 
     async def call(
         self,
@@ -203,50 +251,171 @@ class _Wire:
         *,
         params: Mapping[str, Any] | None = None,
         allowed: tuple[int, ...] = (),
+        paged: bool = False,
     ) -> Any:
-        """The JSON a request answers, retrying for a minute while the connection fails
-        (every request is safe to repeat: reads, and changes that carry an idempotency
-        key)."""
-        give_up = trio.current_time() + _GIVE_UP
+        """The JSON a request answers, retrying for ``retry_for`` seconds while no answer
+        comes whole (every request is safe to repeat: reads, and changes that carry an
+        idempotency key). With ``paged``, a page of events: it asks for fewer events after
+        an answer was cut off, and more again after one came whole.
+
+        Raises:
+            ServerUnreachableError: No server answered for ``retry_for`` seconds.
+            AuthenticationError: The server refused the token (or wanted one).
+            SdkError: The error the server answered with, as its class.
+        """
+        started = trio.current_time()
+        give_up = started + self._retry_for
+        held = float(params.get("wait", 0.0)) if params else 0.0
         attempt = 0
         while True:
+            url = self._bases[self._at] + path
+            sent = {**params, "limit": self._limit} if paged and params is not None else params
+            failure: Exception
             try:
                 response = await self.client.request(
-                    method, self._bases[self._at] + path, json=body, params=params
+                    method, url, json=body, params=sent, timeout=self._timeout(held)
                 )
-                break
             except httpx.TransportError as error:
-                if trio.current_time() >= give_up:
-                    raise
-                if isinstance(error, httpx.ConnectError) and len(self._bases) > 1:
-                    # Not accepting connections: down, or out of reach. Another server of
-                    # the store takes the session over (at once, from a dead process of
-                    # its host; else once the lease expires).
-                    self._at = (self._at + 1) % len(self._bases)
-                await trio.sleep(_pause(attempt))
-                attempt += 1
+                if isinstance(error, httpx.UnsupportedProtocol):
+                    raise  # not a failure of the link: checked when the reference is made
+                failure = error
+                # Not accepting connections, or not answering them: down, stopped, or out
+                # of reach. (A cut answer is the link's failure: the same server is tried.)
+                away = isinstance(error, (httpx.ConnectError, httpx.TimeoutException))
+            else:
+                if not _from_a_gateway(response):
+                    break
+                # A proxy in front of the server answered for it: the server is away.
+                failure = httpx.HTTPStatusError(
+                    f"{response.status_code} {response.reason_phrase} from a proxy, without "
+                    "an agentlib error body",
+                    request=response.request,
+                    response=response,
+                )
+                away = True
+            if paged and not isinstance(failure, (httpx.ConnectError, httpx.HTTPStatusError)):
+                self._limit = max(1, self._limit // 4)  # an answer was cut, or came too slow
+            now = trio.current_time()
+            if now >= give_up:
+                raise self._unreachable(method, path, now - started, failure) from failure
+            if away and len(self._bases) > 1:
+                # Another server of the store takes the session over (at once, from a dead
+                # process of its host; else once the lease expires).
+                self._at = (self._at + 1) % len(self._bases)
+            await trio.sleep(min(_pause(attempt), give_up - now))
+            # An answer cut short came from a server at work: its pauses stay short.
+            cut = isinstance(failure, (httpx.RemoteProtocolError, httpx.ReadError))
+            attempt = min(attempt + 1, _CUT_ATTEMPTS) if cut else attempt + 1
+        if paged:
+            self._limit = min(_PAGE, self._limit * 2)
         if response.status_code >= 400 and response.status_code not in allowed:
-            raise error_from(response)
-        return response.json()
+            raise self._error(response, path)
+        try:
+            return response.json()
+        except ValueError as error:
+            raise SdkError(
+                f"{self.urls[self._at]} answered {method} {path} with {response.status_code} "
+                f"and a body that is not JSON ({response.text[:100]!r}): is it an agentlib "
+                "server, at the address given to Agent.load_from?"
+            ) from error
+
+    def _unreachable(
+        self, method: str, path: str, seconds: float, error: Exception
+    ) -> ServerUnreachableError:
+        servers = " or ".join(self.urls)
+        why = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        return ServerUnreachableError(
+            f"no server at {servers} answered {method} {path} in {seconds:.0f} s of tries "
+            f"(the last failed with {why}): check that the server runs and can be reached; "
+            "the call is safe to repeat (Agent.load_from's retry_for sets how long it "
+            "retries)",
+            urls=self.urls,
+            seconds=seconds,
+        )
+
+    def _error(self, response: httpx.Response, path: str) -> Exception:
+        """The exception the server's error ``response`` to a request of ``path`` carries."""
+        error = error_from(response)
+        server = self.urls[self._at]
+        if isinstance(error, AuthenticationError) and response.status_code == 401:
+            if self._headers:
+                told = (
+                    f"the server at {server} refused this reference's token: it is not one "
+                    "of the server's tokens, or it has expired; pass Agent.load_from a token "
+                    "the server takes (sent as 'Authorization: Bearer <token>')"
+                )
+            else:
+                told = (
+                    f"the server at {server} takes requests with a token: pass "
+                    "Agent.load_from token=... with one of the server's tokens (sent as "
+                    "'Authorization: Bearer <token>')"
+                )
+            return AuthenticationError(told, status=401)
+        found = _SESSION_PATH.match(path)
+        if isinstance(error, SessionNotFoundError) and found is not None:
+            session_id = found.group(1)
+            if self._headers:
+                told = (
+                    f"the server at {server} has no session {session_id!r} that this token "
+                    "reaches: it may exist under another token (a token reaches its own "
+                    "principal's sessions only), or in another store; start one with "
+                    "agent.start_session()"
+                )
+            else:
+                told = (
+                    f"no session {session_id!r} in the store of the server at {server}: it "
+                    "may be in another store, or, on a server that takes tokens, under a "
+                    "token; start one with agent.start_session()"
+                )
+            replaced = SessionNotFoundError(told)
+            replaced.__cause__ = error
+            return replaced
+        return error
+
+    async def page(self, path: str, after: str | None) -> Any:
+        """One page of the events of ``path`` after cursor ``after``: it waits on the
+        server for the next event, and is retried whole after a cut answer."""
+        params: dict[str, Any] = {"wait": _WAIT}
+        if after is not None:
+            params["after"] = after
+        return await self.call("GET", path, params=params, paged=True)
 
     async def stream(self, path: str, after: str | None) -> AsyncGenerator[Event, None]:
         """Events of ``path`` after ``after``, until the server says no more will come.
 
         Pages of JSON, each waiting on the server for the next event: each page is a whole
-        response, so a connection cut between two loses nothing, and the next page starts
-        from the last cursor (``call`` retries a failed connection with a capped, jittered
-        pause)."""
+        response, so a connection cut between two, or in one, loses nothing, and the next
+        page starts from the last event delivered. A cut answer is asked for again, with
+        fewer events; the stream gives up once no page has come for ``retry_for``
+        seconds."""
         while True:
-            params: dict[str, Any] = {"wait": _WAIT, "limit": _PAGE}
-            if after is not None:
-                params["after"] = after
-            page = await self.call("GET", path, params=params)
+            page = await self.page(path, after)
             for data in page["events"]:
                 event: Event = structure(data, Event)
                 yield event
-            after = page["cursor"]
+                after = event.id
+            after = page["cursor"] or after
             if page["ended"] and not page["events"]:
                 return
+
+
+#: The statuses of a proxy whose server is away (an agentlib server's own come with a body).
+_GATEWAY = (502, 503, 504)
+
+
+def _from_a_gateway(response: httpx.Response) -> bool:
+    """Whether ``response`` is a proxy's, saying that the server behind it is away."""
+    if response.status_code not in _GATEWAY:
+        return False
+    try:
+        error = response.json()["error"]
+        return not isinstance(error, dict) or "type" not in error
+    except (ValueError, KeyError, TypeError):
+        return True
+
+
+#: The path of a session's routes, and its id.
+_SESSION_PATH = re.compile(r"/agents/[^/]+/sessions/([^/]+)")
 
 
 async def _close_at_the_end(client: httpx.AsyncClient) -> None:
@@ -284,8 +453,8 @@ def error_of(status: int, fields: Mapping[str, Any]) -> Exception:
     if not (isinstance(cls, type) and issubclass(cls, SdkError)):
         if status in (400, 413):
             return ValidationError(message)
-        if status == 401:
-            return PermissionError(message)
+        if status in (401, 403):
+            return AuthenticationError(message, status=status)
         return SdkError(message)
     error = cls.__new__(cls)
     Exception.__init__(error, message)
@@ -370,9 +539,15 @@ class RemoteSession(Session):
         return made if isinstance(made, Busy) else made[0]
 
     async def _turn_request(
-        self, content: Content, key: str | None, max_steps: int | None, wait: float
+        self,
+        content: Content,
+        key: str | None,
+        max_steps: int | None,
+        wait: float,
+        output_type: Any = None,
     ) -> tuple[Turn, TurnState[Any]] | Busy[Turn]:
-        """Start a turn, and its record, once it ends or blocks with ``wait``."""
+        """Start a turn, and its record, once it ends or blocks with ``wait``; with
+        ``output_type``, its model is asked for JSON matching that type's schema."""
         check_trio()
         if max_steps is not None:
             check_max_steps(max_steps)  # refused here, as a local session refuses it
@@ -382,6 +557,12 @@ class RemoteSession(Session):
         }
         if max_steps is not None:
             body["max_steps"] = max_steps
+        # The served agent's own output type (which this reference's mirrors) it asks for
+        # itself; another one, the server asks its model for by its schema.
+        if output_type is not None and output_type is not self._remote.output_type:
+            schema = output_schema(output_type)
+            if schema is not None:
+                body["output_schema"] = schema
         params = {"wait": wait} if wait else None
         wire = self._remote._wire
         made = await wire.call("POST", f"{self._path}/turns", body, params=params, allowed=(409,))
@@ -404,17 +585,18 @@ class RemoteSession(Session):
     ) -> TurnState[Any] | Busy[Turn]:
         if on_event is not None or self._has_handlers:
             # Events as they come, or handlers that run here: start, then follow.
-            turn = await self.start_turn(
-                content, idempotency_key=idempotency_key, max_steps=max_steps
+            started = await self._turn_request(
+                content, idempotency_key, max_steps, 0.0, output_type
             )
-            if isinstance(turn, Busy):
-                return turn
+            if isinstance(started, Busy):
+                return started
+            turn = started[0]
             return await turn.result(output_type=output_type, timeout=timeout, on_event=on_event)
         # Started and waited on in one request; then, if it still runs, waited on as
         # ``result`` waits.
         wait = _WAIT if timeout is None else min(_WAIT, timeout)
         deadline = None if timeout is None else trio.current_time() + timeout
-        made = await self._turn_request(content, idempotency_key, max_steps, wait)
+        made = await self._turn_request(content, idempotency_key, max_steps, wait, output_type)
         if isinstance(made, Busy):
             return made
         turn, record = made
@@ -545,12 +727,9 @@ class RemoteTurn(Turn):
         wire = self._remote._remote._wire
         read_from = None if on_event is not None else after  # on_event sees the whole turn
         while True:
-            params: dict[str, Any] = {"wait": _WAIT, "limit": _PAGE}
-            if read_from is not None:
-                params["after"] = read_from
             try:
                 page = await waiter.until(
-                    functools.partial(wire.call, "GET", f"{self._path}/events", params=params)
+                    functools.partial(wire.page, f"{self._path}/events", read_from)
                 )
             except ObservationLost as lost:
                 if on_event is not None:

@@ -66,6 +66,7 @@ from ._openapi import (
     object_schema,
     string_schema,
 )
+from ._output_schema import requested_output
 from ._wire import error_body, status_of
 
 __all__ = ["OPERATIONS", "Server", "serve"]
@@ -285,11 +286,12 @@ class Server:
     async def _start_turn(self, request: Request) -> Response:
         session = await self._session(request)
         body = await _body(request, StartTurnBody)
+        output_type = requested_output(session._agent.output_type, body.output_schema)
         started, new = await session._start(
             "start_turn",
             body.content,
             _key(request, body.idempotency_key),
-            session._agent.output_type,
+            output_type,
             body.max_steps,
         )
         if isinstance(started, Busy):

@@ -17,7 +17,13 @@ import trio
 from .._callbacks import Callback, KeepCallbackOpen, OpenClientToolCall
 from .._engine._handlers import Handler, RunsWatched, invoke, unsent
 from .._engine._live import HandlerRun
-from .._errors import ObservationLost, SdkError
+from .._errors import (
+    AuthenticationError,
+    ObservationLost,
+    SdkError,
+    ServerUnreachableError,
+    add_note,
+)
 from .._events import CallbackClosed, CallbackOpened, Event, TurnEnded
 from .._records import AlreadySettled, Answered, NotFound
 
@@ -174,9 +180,13 @@ async def _answer(turn: RemoteTurn, handler: Handler, run: HandlerRun) -> None:
         return
     try:
         await turn.answer(callback.id, answer)
+    except (ServerUnreachableError, AuthenticationError) as error:
+        # No server took the answer: it does not misfit the callback, it was never heard.
+        add_note(error, f"the handler's answer to callback {callback.id} was not sent")
+        run.error = error
     except SdkError as error:
         run.error = unsent(callback, error)
-    except Exception as error:  # the server could not be reached for a minute
+    except Exception as error:  # raised by the wait, not by this run's system task
         run.error = error
 
 
