@@ -422,12 +422,12 @@ async def test_a_live_process_whose_disk_filled_lets_its_sessions_go(tmp_path: P
     assert worker.runs.read_text() == "/tmp/x\n"
 
 
-async def test_a_store_refused_a_write_lets_go_of_its_sessions_but_not_the_one_taken_over(
+async def test_a_store_refused_a_write_keeps_its_other_sessions_and_goes_on(
     tmp_path: Path,
 ) -> None:
     """A runtime stalled past its lease, and another took one of its sessions over: its
-    store refuses the write and writes nothing more. It lets go of its other sessions, and
-    leaves the one taken over to its new owner."""
+    store refuses the write to that session, and says so (``taken_over``); it keeps its
+    other sessions, and goes on writing to them."""
     path = tmp_path / "s.db"
     taken, mine = "taken-over", "still-mine"
     stalled = SQLiteStore(str(path))
@@ -438,10 +438,19 @@ async def test_a_store_refused_a_write_lets_go_of_its_sessions_but_not_the_one_t
         await stalled.flush()
         await later.acquire([taken], "B", 30)  # A's lease expired an hour ago, says its clock
         stalled.write(SessionRow(taken, "agent", terminated=True))
-        with pytest.raises(LeaseLost):
-            await stalled.flush()
+        stalled.write(SessionRow(mine, "agent", terminated=True))
+        await stalled.flush()
+        (refused,) = stalled.taken_over()
+        assert isinstance(refused, LeaseLost)
+        assert (refused.session_id, refused.owner) == (taken, "B")
+        stalled.check()
         assert lease_of(path, taken)[0] == "B"
-        assert lease_of(path, mine) == (None, None, None)
+        assert lease_of(path, mine)[0] == "A"
+        stored_taken, stored_mine = await later.load(taken), await later.load(mine)
+        assert stored_taken is not None
+        assert stored_mine is not None
+        assert not stored_taken.row.terminated  # the write refused was not made
+        assert stored_mine.row.terminated
 
 
 class FailingFlush(MemoryStore):

@@ -12,6 +12,7 @@ import attrs
 import trio
 
 from .._callbacks import Callback, OpenClientToolCall
+from .._errors import LeaseLost
 from .._ops import Op
 from .._records import TurnState
 from .._store._base import Store
@@ -115,6 +116,8 @@ class LiveSession:
         closed: The waits on its callbacks: set when each closes, by callback id.
         turns: Its unended turns that run (or are parked) in this runtime, by id.
         readers: How many readers follow its log now: while one does, the runtime keeps it.
+        taken_over: Set once another runtime took it over (this one stalled past its
+            lease), and this one let it go: the error of a change made to it meanwhile.
     """
 
     state: SessionMachine
@@ -127,6 +130,7 @@ class LiveSession:
     closed: Mapping[str, trio.Event] = attrs.field(default=NOTHING)
     turns: Mapping[str, LiveTurn] = attrs.field(default=NOTHING)
     readers: int = 0
+    taken_over: LeaseLost | None = None
 
     @property
     def id(self) -> str:
@@ -197,7 +201,9 @@ class Engine(Protocol):
 
     def commit(self, facts: Iterable[Op]) -> None: ...
 
-    async def flush(self) -> None: ...
+    async def flush(self, *written: LiveSession) -> None: ...
+
+    async def flush_writes(self) -> None: ...
 
     def spawn(self, function: Callable[..., Awaitable[None]], *args: Any, name: str) -> None: ...
 
