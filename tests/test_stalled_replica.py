@@ -20,9 +20,12 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+from _lease_worker import TOO_BIG, approver
+from _support import fill_the_disk
 from conftest import POSTGRES
 
 import agentlib
+from agentlib import MemoryStore, SQLiteStore, StoreError
 
 #: How long a wait here may take: only a hang reaches it.
 WAIT = 60.0
@@ -114,3 +117,68 @@ async def test_a_server_stopped_past_its_lease_serves_every_request_once_continu
                 assert await health(one) == (200, {"status": "ok"}), cycle
                 # The next cycle's session is held by the stalled server.
                 assert await first.session(session.id).turn(blocked.turn_id).get() == blocked
+
+
+# --- health: whether the runtime can write ----------------------------------------------------
+
+
+class RenewalFails(MemoryStore):
+    """A durable memory store whose renewals fail while ``failing`` is set (a database that
+    does not answer)."""
+
+    failing = False
+
+    async def renew(self, session_ids: object, owner: str, seconds: float) -> list[str]:
+        if self.failing:
+            raise StoreError("the store db.example failed: ConnectionRefused: no route")
+        return await super().renew(session_ids, owner, seconds)  # type: ignore[arg-type]
+
+
+async def wait_for_health(url: str, status: int) -> object:
+    """The body of the server's health once it has ``status`` (polled: a renewal comes
+    every third of a lease)."""
+    with trio.fail_after(WAIT):  # only catches a hang
+        while True:
+            got, body = await health(url)
+            if got == status:
+                return body
+            await trio.sleep(0.05)
+
+
+async def test_health_is_503_with_the_reason_while_the_runtime_cannot_renew_its_leases(
+    tmp_path: Path,
+) -> None:
+    store = RenewalFails()
+    agent = approver(str(tmp_path / "runs.txt"))
+    async with agentlib.serve([agent], store=store, port=0, lease_seconds=0.3) as server:
+        assert await health(server.url) == (200, {"status": "ok"})
+        store.failing = True
+        body = await wait_for_health(server.url, 503)
+        assert body == {
+            "status": "unavailable",
+            "reason": "it cannot renew its leases: the store db.example failed: "
+            "ConnectionRefused: no route",
+        }
+        store.failing = False
+        assert await wait_for_health(server.url, 200) == {"status": "ok"}
+
+
+async def test_a_runtime_whose_store_failed_or_that_closed_cannot_write(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    agent = approver(str(tmp_path / "runs.txt"))
+    async with agentlib.open_runtime(store) as runtime:
+        assert runtime.health().writable
+        assert runtime.health().reason is None
+        fill_the_disk(store)
+        session = await agent.start_session()
+        with pytest.raises(StoreError, match="full"):
+            await session.start_turn(TOO_BIG)
+        failed = runtime.health()
+        assert not failed.writable
+        assert failed.reason is not None
+        assert failed.reason.startswith("its store failed: ")
+        assert "full" in failed.reason
+        assert TOO_BIG not in failed.reason
+    closed = runtime.health()
+    assert not closed.writable
+    assert closed.reason == "the runtime is closing or closed"

@@ -53,7 +53,7 @@ from ._turns import run_turn
 if TYPE_CHECKING:
     from .._definition import AgentDefinition
 
-__all__ = ["IDLE_KEPT", "Runtime", "open_engine"]
+__all__ = ["IDLE_KEPT", "Runtime", "RuntimeHealth", "open_engine"]
 
 #: How many trees of sessions of a durable store a runtime keeps once they are idle (no
 #: turn, no handler run, no reader): it lets go of the ones used least recently, and of
@@ -66,6 +66,20 @@ _NO_INPUTS: dict[str, Any] = {}
 
 #: How many times a message that found the active turn ending tries again.
 _SEND_TRIES = 3
+
+
+@attrs.frozen(kw_only=True)
+class RuntimeHealth:
+    """Whether a runtime can write now (:meth:`Runtime.health`).
+
+    Attributes:
+        writable: It takes changes, and makes them durable.
+        reason: Why it cannot, when it cannot (its store failed, it is closed, it cannot
+            renew its leases); None when it can.
+    """
+
+    writable: bool
+    reason: str | None = None
 
 
 @attrs.define(eq=False)
@@ -986,6 +1000,35 @@ class Runtime:
             # Another runtime took it over (this one stalled past its lease): this one lets
             # its tree go, and leaves its turns to the new owner.
             self.taken_over(session_id, None)
+
+    def health(self) -> RuntimeHealth:
+        """Whether this runtime can write now: not if it is closing or closed, if its store
+        failed, or if it cannot renew its leases (its store does not answer). A lost lease
+        is about one session: the runtime goes on with the others, and stays writable.
+
+        Returns:
+            ``RuntimeHealth(writable=True)``, or ``writable=False`` with the reason.
+        """
+        if self._closing:
+            return RuntimeHealth(writable=False, reason="the runtime is closing or closed")
+        try:
+            self.store.check()
+        except StoreError as error:
+            return RuntimeHealth(writable=False, reason=f"its store failed: {error}")
+        if self.store.durable:
+            since = self._renewing_since
+            if since is not None and trio.current_time() - since > self.lease_seconds:
+                return RuntimeHealth(
+                    writable=False,
+                    reason=f"its store has not answered a renewal of its leases for "
+                    f"{trio.current_time() - since:.0f} s",
+                )
+            if self._renew_failure is not None:
+                return RuntimeHealth(
+                    writable=False,
+                    reason=f"it cannot renew its leases: {self._renew_failure}",
+                )
+        return RuntimeHealth(writable=True)
 
     def _stop_turns(self) -> list[trio.Event]:
         """Stop (or, with a durable store, suspend) the trees of turns still going; the

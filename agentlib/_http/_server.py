@@ -9,6 +9,7 @@ deployed session behaves as a local one: the same records, events and errors, as
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -131,7 +132,7 @@ class Server:
         session = "/v1/agents/{agent}/sessions/{session_id}"
         turn = session + "/turns/{turn_id}"
         routes = [
-            Route("/v1/health", _health, methods=["GET"]),
+            Route("/v1/health", functools.partial(_health, self._runtime), methods=["GET"]),
             route("/v1/agents", self._list_agents),
             route("/v1/agents/{agent}/sessions", self._start_session, "POST"),
             route(session, self._read_session, right="read"),
@@ -420,8 +421,13 @@ class Server:
         return _EventStream(events(after=after), self._closing)
 
 
-async def _health(request: Request) -> Response:
-    return _json({"status": "ok"})
+async def _health(runtime: Runtime, request: Request) -> Response:
+    """200 while the runtime can write; 503, with the reason, while it cannot (its store
+    failed, it is closed, it cannot renew its leases)."""
+    health = runtime.health()
+    if health.writable:
+        return _json({"status": "ok"})
+    return _json({"status": "unavailable", "reason": health.reason}, status=503)
 
 
 def _json(data: Any, status: int = 200) -> Response:
