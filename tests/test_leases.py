@@ -17,6 +17,7 @@ import json
 import os
 import selectors
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from agentlib import (
     Blocked,
     Completed,
     LeaseLost,
+    LeaseRefused,
     MemoryStore,
     SessionBusyError,
     SQLiteStore,
@@ -339,6 +341,81 @@ async def test_a_second_runtime_of_this_live_process_never_takes_the_first_ones_
         async with agentlib.open_runtime(store_url(path)):
             with pytest.raises(SessionBusyError):
                 await approver(str(runs)).session(session.id).turn(blocked.turn_id).get()
+
+
+async def test_a_refused_lease_names_the_host_and_the_process_that_hold_the_session(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    runs = tmp_path / "runs.txt"
+    async with agentlib.open_runtime(store_url(path)) as first:
+        session = await approver(str(runs)).start_session()
+        blocked = await session.run("clean up")
+        assert first.owner.startswith(f"{socket.gethostname()}:{os.getpid()}:")
+        async with agentlib.open_runtime(store_url(path)):
+            with pytest.raises(LeaseRefused) as refused:
+                await approver(str(runs)).session(session.id).turn(blocked.turn_id).get()
+    error = refused.value
+    assert (error.host, error.pid, error.owner) == (socket.gethostname(), os.getpid(), first.owner)
+    until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(error.until))
+    assert str(error).startswith(
+        f"session {session.id} is held by another runtime (host {socket.gethostname()}, "
+        f"pid {os.getpid()}) until {until}, unless it renews its lease"
+    )
+
+
+def test_a_refused_lease_of_an_owner_named_by_an_older_runtime_names_it() -> None:
+    """Older runtimes named themselves by a bare id: the message shows it."""
+    error = LeaseRefused("s-1", "0123abcd", 0.0)
+    assert (error.host, error.pid) == (None, None)
+    assert str(error).startswith(
+        "session s-1 is held by another runtime (runtime 0123abcd) until 1970-01-01 00:00:00 UTC"
+    )
+
+
+async def test_a_runtime_whose_session_was_taken_over_lets_it_go_and_serves_the_others(
+    tmp_path: Path,
+) -> None:
+    """Runtime 2 takes over one of runtime 1's sessions (runtime 1 stopped renewing, as far
+    as runtime 2's clock says). A change through runtime 1 to that session is refused and
+    raises LeaseLost; runtime 1 then lets the session go, and goes on with every other:
+    it starts sessions and runs their turns, and answers its other blocked turn."""
+    path = tmp_path / "s.db"
+    runs = tmp_path / "runs.txt"
+    runs.touch()
+    agent = approver(str(runs))
+    later = SQLiteStore(str(path), clock=lambda: time.time() + 3600)
+    async with agentlib.open_runtime(store_url(path), lease_seconds=30) as stalled:
+        taken = await agent.start_session()
+        blocked = await taken.run("clean up")
+        kept = await agent.start_session()
+        kept_blocked = await kept.run("clean up")
+        assert isinstance(blocked, Blocked)
+        assert isinstance(kept_blocked, Blocked)
+        async with agentlib.open_runtime(later, lease_seconds=30):
+            elsewhere = approver(str(runs)).session(taken.id).turn(blocked.turn_id)
+            assert await elsewhere.get() == blocked  # taken over
+            with pytest.raises(LeaseLost, match="is now run by another runtime") as lost:
+                await taken.turn(blocked.turn_id).answer(blocked.callbacks[0].id, AllowApproval())
+            assert "this runtime let it go" in str(lost.value)
+            assert runs.read_text() == ""
+            assert stalled.health().writable
+
+            again = await agent.start_session()
+            assert isinstance(await again.run("clean up"), Blocked)
+            turn = kept.turn(kept_blocked.turn_id)
+            await turn.answer(kept_blocked.callbacks[0].id, AllowApproval())
+            with trio.fail_after(WAIT):
+                record = await turn.result()
+            assert isinstance(record, Completed), record
+            with pytest.raises(SessionBusyError):  # held by runtime 2 now
+                await taken.turn(blocked.turn_id).get()
+
+            await elsewhere.answer(blocked.callbacks[0].id, AllowApproval())
+            with trio.fail_after(WAIT):
+                final = await elsewhere.result()
+            assert isinstance(final, Completed), final
+    assert runs.read_text() == "/tmp/x\n/tmp/x\n"
 
 
 def test_a_blocking_script_killed_while_its_turn_waits_resumes_it_when_run_again(

@@ -12,6 +12,8 @@ import collections
 import contextlib
 import functools
 import math
+import os
+import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,7 @@ from .._callbacks import (
 from .._entries import Entry
 from .._errors import (
     LeaseLost,
+    LeaseRefused,
     SdkError,
     SessionBusyError,
     SessionNotFoundError,
@@ -68,6 +71,12 @@ _NO_INPUTS: dict[str, Any] = {}
 _SEND_TRIES = 3
 
 
+def _owner_name() -> str:
+    """A new runtime's name in the store's leases: its host, its process and an id of its
+    own (``"web-2:4242:<hex>"``), which a refused lease's message shows."""
+    return f"{socket.gethostname() or 'unknown'}:{os.getpid()}:{uuid.uuid4().hex}"
+
+
 @attrs.frozen(kw_only=True)
 class RuntimeHealth:
     """Whether a runtime can write now (:meth:`Runtime.health`).
@@ -99,7 +108,7 @@ class Runtime:
 
     _nursery: trio.Nursery
     store: Store
-    owner: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    owner: str = attrs.field(factory=_owner_name)
     lease_seconds: float = 30.0
     event_retention: int | None = None
     sessions: dict[str, LiveSession] = attrs.field(factory=dict)
@@ -1077,7 +1086,10 @@ def _taken_over(session_id: str, owner: str | None) -> LeaseLost:
     """The error of a change to, or a wait on, session ``session_id``, which another runtime
     (``owner``, if known) took over."""
     lost = LeaseLost(session_id, owner)
+    host, pid = LeaseRefused._holder_of(owner or "")
     by = "another runtime" if owner is None else f"another runtime ({owner})"
+    if pid is not None:
+        by = f"another runtime (host {host}, pid {pid})"
     lost.args = (
         f"session {session_id} is now run by {by}, which took it over while this runtime "
         "stalled past its lease: this runtime let it go, and what it was changing there was "
