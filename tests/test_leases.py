@@ -399,6 +399,10 @@ async def test_a_runtime_whose_session_was_taken_over_lets_it_go_and_serves_the_
                 await taken.turn(blocked.turn_id).answer(blocked.callbacks[0].id, AllowApproval())
             assert "this runtime let it go" in str(lost.value)
             assert runs.read_text() == ""
+            assert taken.id not in stalled.sessions
+            with trio.fail_after(WAIT):  # its state is forgotten once its turn has left
+                while taken.id in stalled.states:
+                    await trio.sleep(0.01)
             assert stalled.health().writable
 
             again = await agent.start_session()

@@ -277,12 +277,16 @@ class Runtime:
 
     async def _forget(self, tree: list[LiveSession]) -> None:
         """Forget the states of a tree taken over, once its turns' tasks and its handler
-        runs here have ended (unless it was read back meanwhile)."""
+        runs here have ended, unless it was read back meanwhile, or a reader still reads it
+        (it raises at its next wait)."""
         for live in tree:
             for turn in list(live.turns.values()):
-                await turn.done.wait()
+                if turn.scope is not None:  # its task is still leaving
+                    await turn.done.wait()
             for run in list(live.handler_runs.values()):
                 await run.done.wait()
+        if any(live.readers for live in tree):
+            return
         for live in tree:
             if live.id not in self.sessions and self.states.get(live.id) is live.state:
                 del self.states[live.id]
@@ -546,7 +550,7 @@ class Runtime:
             # This runtime stalled (a paused process): before it goes on with the session,
             # a renewal finds whether another runtime took it over meanwhile.
             with trio.move_on_after(self.lease_seconds / 3):  # a store that hangs: go on
-                await self.renew_now()
+                await self._renew_now()
             live = self.sessions.get(session_id)
         if live is not None and live.ready:
             self._used(machine.root_of(self.states, session_id).id)
@@ -840,8 +844,10 @@ class Runtime:
         """Close a callback this runtime holds open that another runtime settled in the
         shared store (``row``, as the claim wrote it), as an answer here would: its turn goes
         on here."""
+        if row.session_id not in self.sessions:
+            return  # let go of meanwhile (taken over, say)
         state = machine.find_callback(self.states, row.session_id, row.callback.id)
-        if state is None or not state.open or row.session_id not in self.sessions:
+        if state is None or not state.open:
             return
         if row.callback.id in self._claiming:
             return  # this runtime's own claim, under way: its answer closes it
@@ -979,7 +985,7 @@ class Runtime:
             return False
         return self._renew_failure is None or now - self._renew_tried_at > self.lease_seconds / 3
 
-    async def renew_now(self) -> None:
+    async def _renew_now(self) -> None:
         """Renew this runtime's leases at once, letting go of the sessions other runtimes
         took over (after a renewal under way, if any). A store that fails is told by
         :meth:`health`."""
