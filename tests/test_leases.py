@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.testing
 from _lease_worker import TOO_BIG, approver
 from _support import fill_the_disk
 
@@ -395,9 +396,24 @@ async def test_a_runtime_whose_session_was_taken_over_lets_it_go_and_serves_the_
         async with agentlib.open_runtime(later, lease_seconds=30):
             elsewhere = approver(str(runs)).session(taken.id).turn(blocked.turn_id)
             assert await elsewhere.get() == blocked  # taken over
-            with pytest.raises(LeaseLost, match="is now run by another runtime") as lost:
-                await taken.turn(blocked.turn_id).answer(blocked.callbacks[0].id, AllowApproval())
+            waited: list[BaseException] = []
+
+            async def wait_here() -> None:
+                try:
+                    await taken.turn(blocked.turn_id).result(after=blocked)
+                except LeaseLost as error:
+                    waited.append(error)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait_here)
+                await trio.testing.wait_all_tasks_blocked()
+                with pytest.raises(LeaseLost, match="is now run by another runtime") as lost:
+                    await taken.turn(blocked.turn_id).answer(
+                        blocked.callbacks[0].id, AllowApproval()
+                    )
             assert "this runtime let it go" in str(lost.value)
+            assert len(waited) == 1  # the wait on it here was told
+            assert "is now run by another runtime" in str(waited[0])
             assert runs.read_text() == ""
             assert taken.id not in stalled.sessions
             with trio.fail_after(WAIT):  # its state is forgotten once its turn has left
