@@ -131,6 +131,7 @@ class LiveSession:
     turns: Mapping[str, LiveTurn] = attrs.field(default=NOTHING)
     readers: int = 0
     taken_over: LeaseLost | None = None
+    _unread: trio.Event | None = attrs.field(default=None, repr=False)
 
     @property
     def id(self) -> str:
@@ -139,6 +140,19 @@ class LiveSession:
     def reading(self) -> _Reading:
         """A reader follows the session's log for the block."""
         return _Reading(self)
+
+    async def no_readers(self) -> None:
+        """Return once no reader follows the session's log."""
+        while self.readers:
+            if self._unread is None:
+                self._unread = trio.Event()
+            await self._unread.wait()
+
+    def _read_no_more(self) -> None:
+        """The last reader left."""
+        if self._unread is not None:
+            self._unread.set()
+            self._unread = None
 
     @property
     def idle(self) -> bool:
@@ -166,8 +180,10 @@ class _Reading:
     def __exit__(self, *exc_info: object) -> None:
         live = self.live
         live.readers -= 1
-        if not live.readers and live.state.active is None:
-            live.log.pack()  # idle
+        if not live.readers:
+            live._read_no_more()
+            if live.state.active is None:
+                live.log.pack()  # idle
 
 
 def check_callback_id(callback_id: object) -> str:

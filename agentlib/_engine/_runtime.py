@@ -276,17 +276,16 @@ class Runtime:
         self.spawn(self._forget, tree, name="agentlib forget taken over")
 
     async def _forget(self, tree: list[LiveSession]) -> None:
-        """Forget the states of a tree taken over, once its turns' tasks and its handler
-        runs here have ended, unless it was read back meanwhile, or a reader still reads it
-        (it raises at its next wait)."""
+        """Forget the states of a tree taken over, once its turns' tasks, its handler runs
+        and its readers here have left (a reader raises at its next wait), unless it was
+        read back meanwhile."""
         for live in tree:
             for turn in list(live.turns.values()):
                 if turn.scope is not None:  # its task is still leaving
                     await turn.done.wait()
             for run in list(live.handler_runs.values()):
                 await run.done.wait()
-        if any(live.readers for live in tree):
-            return
+            await live.no_readers()
         for live in tree:
             if live.id not in self.sessions and self.states.get(live.id) is live.state:
                 del self.states[live.id]
