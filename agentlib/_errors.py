@@ -31,6 +31,7 @@ value of a session input.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 __all__ = [
@@ -215,17 +216,36 @@ class LeaseRefused(SessionBusyError):
         session_id: The session.
         owner: The runtime holding it (its name in the store's leases).
         until: When its lease expires unless renewed (seconds since the epoch).
+        host: The host of the runtime holding it, as its name tells (None for a name that
+            does not, as older runtimes named themselves).
+        pid: Its process id on that host (None likewise).
     """
 
     def __init__(self, session_id: str, owner: str, until: float) -> None:
-        super().__init__(
-            f"session {session_id} is run by another runtime ({owner}), whose lease has not "
-            "expired and whose process is not known to have ended; retry once the lease has "
-            "expired, or use that runtime"
-        )
         self.session_id = session_id
         self.owner = owner
         self.until = until
+        self.host, self.pid = self._holder_of(owner)
+        held_by = f"runtime {owner}" if self.pid is None else f"host {self.host}, pid {self.pid}"
+        try:
+            expires = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(until))
+        except (OverflowError, OSError, ValueError):
+            expires = f"{until!r} (seconds since the epoch)"
+        super().__init__(
+            f"session {session_id} is held by another runtime ({held_by}) until {expires}, "
+            "unless it renews its lease, and its process is not known to have ended; retry "
+            "once the lease has expired, or use that runtime"
+        )
+
+    @staticmethod
+    def _holder_of(owner: str) -> tuple[str | None, int | None]:
+        """The host and pid a runtime's name (``"host:pid:id"``) tells; (None, None) for a
+        name that tells neither."""
+        host, _, rest = owner.partition(":")
+        pid, _, unique = rest.partition(":")
+        if not host or not pid.isdigit() or not unique:
+            return None, None
+        return host, int(pid)
 
 
 class LeaseLost(StoreError):

@@ -319,7 +319,7 @@ class Session:
         blocks = message_content(content, self._agent.model)
         started = self._runtime.start_turn(live, blocks, key, output_type, max_steps)
         if isinstance(started, machine.Started):
-            await self._runtime.flush()  # a started turn is acknowledged once durable
+            await self._runtime.flush(live)  # a started turn is acknowledged once durable
             return Turn(self, started.turn_id, started=True), started.new
         return Busy(turn=Turn(self, started.turn_id, started=None)), False
 
@@ -572,7 +572,7 @@ class Session:
                 return
             live = await self._writable("cancel")  # this runtime holds it now
         await self._runtime.cancel(live)
-        await self._runtime.flush()
+        await self._runtime.flush(live)
 
     async def subagents(self) -> list[Session]:
         """References to this session's direct subagent sessions, newest first.
@@ -981,7 +981,7 @@ class Turn:
         runtime = self._session._runtime
         runtime.check_open()
         answered = await runtime.answer(live, callback_id, answer, key)
-        await runtime.flush()  # a taken answer is acknowledged once durable
+        await runtime.flush(live)  # a taken answer is acknowledged once durable
         return answered
 
     async def _report(
@@ -1001,7 +1001,7 @@ class Turn:
         runtime = session._runtime
         runtime.check_open()
         told = await runtime.report(live, callback_id, failure)
-        await runtime.flush()
+        await runtime.flush(live)
         return told
 
     async def iter_events(
@@ -1089,7 +1089,7 @@ class Turn:
         live, turn = await self._turn()
         runtime = session._runtime
         if runtime.steer(live, turn.id, blocks, key):
-            await runtime.flush()  # acknowledged once durable
+            await runtime.flush(live)  # acknowledged once durable
             return self
         return TurnConflict(turn_id=self.id)
 

@@ -17,6 +17,7 @@ import json
 import os
 import selectors
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.testing
 from _lease_worker import TOO_BIG, approver
 from _support import fill_the_disk
 
@@ -38,6 +40,7 @@ from agentlib import (
     Blocked,
     Completed,
     LeaseLost,
+    LeaseRefused,
     MemoryStore,
     SessionBusyError,
     SQLiteStore,
@@ -341,6 +344,100 @@ async def test_a_second_runtime_of_this_live_process_never_takes_the_first_ones_
                 await approver(str(runs)).session(session.id).turn(blocked.turn_id).get()
 
 
+async def test_a_refused_lease_names_the_host_and_the_process_that_hold_the_session(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    runs = tmp_path / "runs.txt"
+    async with agentlib.open_runtime(store_url(path)) as first:
+        session = await approver(str(runs)).start_session()
+        blocked = await session.run("clean up")
+        assert first.owner.startswith(f"{socket.gethostname()}:{os.getpid()}:")
+        async with agentlib.open_runtime(store_url(path)):
+            with pytest.raises(LeaseRefused) as refused:
+                await approver(str(runs)).session(session.id).turn(blocked.turn_id).get()
+    error = refused.value
+    assert (error.host, error.pid, error.owner) == (socket.gethostname(), os.getpid(), first.owner)
+    until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(error.until))
+    assert str(error).startswith(
+        f"session {session.id} is held by another runtime (host {socket.gethostname()}, "
+        f"pid {os.getpid()}) until {until}, unless it renews its lease"
+    )
+
+
+def test_a_refused_lease_of_an_owner_named_by_an_older_runtime_names_it() -> None:
+    """Older runtimes named themselves by a bare id: the message shows it."""
+    error = LeaseRefused("s-1", "0123abcd", 0.0)
+    assert (error.host, error.pid) == (None, None)
+    assert str(error).startswith(
+        "session s-1 is held by another runtime (runtime 0123abcd) until 1970-01-01 00:00:00 UTC"
+    )
+
+
+async def test_a_runtime_whose_session_was_taken_over_lets_it_go_and_serves_the_others(
+    tmp_path: Path,
+) -> None:
+    """Runtime 2 takes over one of runtime 1's sessions (runtime 1 stopped renewing, as far
+    as runtime 2's clock says). A change through runtime 1 to that session is refused and
+    raises LeaseLost; runtime 1 then lets the session go, and goes on with every other:
+    it starts sessions and runs their turns, and answers its other blocked turn."""
+    path = tmp_path / "s.db"
+    runs = tmp_path / "runs.txt"
+    runs.touch()
+    agent = approver(str(runs))
+    later = SQLiteStore(str(path), clock=lambda: time.time() + 3600)
+    async with agentlib.open_runtime(store_url(path), lease_seconds=30) as stalled:
+        taken = await agent.start_session()
+        blocked = await taken.run("clean up")
+        kept = await agent.start_session()
+        kept_blocked = await kept.run("clean up")
+        assert isinstance(blocked, Blocked)
+        assert isinstance(kept_blocked, Blocked)
+        async with agentlib.open_runtime(later, lease_seconds=30):
+            elsewhere = approver(str(runs)).session(taken.id).turn(blocked.turn_id)
+            assert await elsewhere.get() == blocked  # taken over
+            waited: list[BaseException] = []
+
+            async def wait_here() -> None:
+                try:
+                    await taken.turn(blocked.turn_id).result(after=blocked)
+                except LeaseLost as error:
+                    waited.append(error)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait_here)
+                await trio.testing.wait_all_tasks_blocked()
+                with pytest.raises(LeaseLost, match="is now run by another runtime") as lost:
+                    await taken.turn(blocked.turn_id).answer(
+                        blocked.callbacks[0].id, AllowApproval()
+                    )
+            assert "this runtime let it go" in str(lost.value)
+            assert len(waited) == 1  # the wait on it here was told
+            assert "is now run by another runtime" in str(waited[0])
+            assert runs.read_text() == ""
+            assert taken.id not in stalled.sessions
+            with trio.fail_after(WAIT):  # its state is forgotten once its turn has left
+                while taken.id in stalled.states:
+                    await trio.sleep(0.01)
+            assert stalled.health().writable
+
+            again = await agent.start_session()
+            assert isinstance(await again.run("clean up"), Blocked)
+            turn = kept.turn(kept_blocked.turn_id)
+            await turn.answer(kept_blocked.callbacks[0].id, AllowApproval())
+            with trio.fail_after(WAIT):
+                record = await turn.result()
+            assert isinstance(record, Completed), record
+            with pytest.raises(SessionBusyError):  # held by runtime 2 now
+                await taken.turn(blocked.turn_id).get()
+
+            await elsewhere.answer(blocked.callbacks[0].id, AllowApproval())
+            with trio.fail_after(WAIT):
+                final = await elsewhere.result()
+            assert isinstance(final, Completed), final
+    assert runs.read_text() == "/tmp/x\n/tmp/x\n"
+
+
 def test_a_blocking_script_killed_while_its_turn_waits_resumes_it_when_run_again(
     tmp_path: Path,
 ) -> None:
@@ -422,12 +519,12 @@ async def test_a_live_process_whose_disk_filled_lets_its_sessions_go(tmp_path: P
     assert worker.runs.read_text() == "/tmp/x\n"
 
 
-async def test_a_store_refused_a_write_lets_go_of_its_sessions_but_not_the_one_taken_over(
+async def test_a_store_refused_a_write_keeps_its_other_sessions_and_goes_on(
     tmp_path: Path,
 ) -> None:
     """A runtime stalled past its lease, and another took one of its sessions over: its
-    store refuses the write and writes nothing more. It lets go of its other sessions, and
-    leaves the one taken over to its new owner."""
+    store refuses the write to that session, and says so (``taken_over``); it keeps its
+    other sessions, and goes on writing to them."""
     path = tmp_path / "s.db"
     taken, mine = "taken-over", "still-mine"
     stalled = SQLiteStore(str(path))
@@ -438,10 +535,19 @@ async def test_a_store_refused_a_write_lets_go_of_its_sessions_but_not_the_one_t
         await stalled.flush()
         await later.acquire([taken], "B", 30)  # A's lease expired an hour ago, says its clock
         stalled.write(SessionRow(taken, "agent", terminated=True))
-        with pytest.raises(LeaseLost):
-            await stalled.flush()
+        stalled.write(SessionRow(mine, "agent", terminated=True))
+        await stalled.flush()
+        (refused,) = stalled.taken_over()
+        assert isinstance(refused, LeaseLost)
+        assert (refused.session_id, refused.owner) == (taken, "B")
+        stalled.check()
         assert lease_of(path, taken)[0] == "B"
-        assert lease_of(path, mine) == (None, None, None)
+        assert lease_of(path, mine)[0] == "A"
+        stored_taken, stored_mine = await later.load(taken), await later.load(mine)
+        assert stored_taken is not None
+        assert stored_mine is not None
+        assert not stored_taken.row.terminated  # the write refused was not made
+        assert stored_mine.row.terminated
 
 
 class FailingFlush(MemoryStore):

@@ -92,11 +92,13 @@ async def test_sqlite_lease_lost_names_the_file_and_the_session(
         clock.now += 31
         await theirs.acquire([session], "B", 30)
         mine.write(SessionRow(session, "agent", terminated=True))
-        with pytest.raises(LeaseLost, match="now run by another runtime") as refused:
-            await mine.flush()
-        assert str(db_path) in str(refused.value)
-        assert session in str(refused.value)
-        assert refused.value.store == str(db_path)
+        await mine.flush()
+        (refused,) = mine.taken_over()
+        assert isinstance(refused, LeaseLost)
+        assert "now run by another runtime" in str(refused)
+        assert str(db_path) in str(refused)
+        assert session in str(refused)
+        assert refused.store == str(db_path)
 
 
 async def test_sqlite_records_a_sessions_last_event_and_entry_as_it_writes_them(

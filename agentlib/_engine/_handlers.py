@@ -172,18 +172,25 @@ class RunsWatched:
         if not self.watched:
             return await wait()
         got: T | None = None
+        failure: Exception | None = None
         async with trio.open_nursery() as nursery:
 
             async def first(wait: Callable[[], Awaitable[Any]], keep: bool) -> None:
-                nonlocal got
-                value = await wait()
-                if keep:
-                    got = value
+                nonlocal got, failure
+                try:
+                    value = await wait()
+                except Exception as error:  # raised as it is, not in the nursery's group
+                    failure = error
+                else:
+                    if keep:
+                        got = value
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(first, wait, True)
             for run in self.watched.values():
                 nursery.start_soon(first, run.done.wait, False)
+        if failure is not None:
+            raise failure
         return got
 
 

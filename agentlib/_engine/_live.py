@@ -12,6 +12,7 @@ import attrs
 import trio
 
 from .._callbacks import Callback, OpenClientToolCall
+from .._errors import LeaseLost
 from .._ops import Op
 from .._records import TurnState
 from .._store._base import Store
@@ -115,6 +116,8 @@ class LiveSession:
         closed: The waits on its callbacks: set when each closes, by callback id.
         turns: Its unended turns that run (or are parked) in this runtime, by id.
         readers: How many readers follow its log now: while one does, the runtime keeps it.
+        taken_over: Set once another runtime took it over (this one stalled past its
+            lease), and this one let it go: the error of a change made to it meanwhile.
     """
 
     state: SessionMachine
@@ -127,6 +130,8 @@ class LiveSession:
     closed: Mapping[str, trio.Event] = attrs.field(default=NOTHING)
     turns: Mapping[str, LiveTurn] = attrs.field(default=NOTHING)
     readers: int = 0
+    taken_over: LeaseLost | None = None
+    _unread: trio.Event | None = attrs.field(default=None, repr=False)
 
     @property
     def id(self) -> str:
@@ -135,6 +140,19 @@ class LiveSession:
     def reading(self) -> _Reading:
         """A reader follows the session's log for the block."""
         return _Reading(self)
+
+    async def no_readers(self) -> None:
+        """Return once no reader follows the session's log."""
+        while self.readers:
+            if self._unread is None:
+                self._unread = trio.Event()
+            await self._unread.wait()
+
+    def _read_no_more(self) -> None:
+        """The last reader left."""
+        if self._unread is not None:
+            self._unread.set()
+            self._unread = None
 
     @property
     def idle(self) -> bool:
@@ -162,8 +180,10 @@ class _Reading:
     def __exit__(self, *exc_info: object) -> None:
         live = self.live
         live.readers -= 1
-        if not live.readers and live.state.active is None:
-            live.log.pack()  # idle
+        if not live.readers:
+            live._read_no_more()
+            if live.state.active is None:
+                live.log.pack()  # idle
 
 
 def check_callback_id(callback_id: object) -> str:
@@ -197,7 +217,9 @@ class Engine(Protocol):
 
     def commit(self, facts: Iterable[Op]) -> None: ...
 
-    async def flush(self) -> None: ...
+    async def flush(self, *written: LiveSession) -> None: ...
+
+    async def flush_writes(self) -> None: ...
 
     def spawn(self, function: Callable[..., Awaitable[None]], *args: Any, name: str) -> None: ...
 

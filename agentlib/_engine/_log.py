@@ -139,6 +139,7 @@ class EventLog:
         "closed",
         "first_seq",
         "held_from",
+        "lost",
         "session_id",
         "visible",
     )
@@ -162,6 +163,8 @@ class EventLog:
         self._read = read
         self.visible = self.held_from - 1  # the seq of the last durable event
         self.closed = False
+        # What its waits raise once another runtime took the session over (a new error each).
+        self.lost: Callable[[], BaseException] | None = None
         self._changed: trio.Event | None = None  # made when a reader waits
         self._woken = 0  # how many times wake() was called
         self._kinds: bytes | bytearray | None = None  # the class code of each packed event
@@ -349,6 +352,12 @@ class EventLog:
             self._changed.set()
             self._changed = None
 
+    def take_over(self, lost: Callable[[], BaseException]) -> None:
+        """Another runtime took the session over, and this one let it go: every wait here
+        raises what ``lost()`` gives from now on."""
+        self.lost = lost
+        self.wake()
+
     def _wake(self) -> None:
         if self._changed is not None:  # a reader waits on it
             self._changed.set()
@@ -360,12 +369,20 @@ class EventLog:
         return self.closed and seq >= self.last_seq
 
     async def wait_beyond(self, seq: int) -> None:
-        """Return once a reader may see an event after ``seq``, or has read everything."""
+        """Return once a reader may see an event after ``seq``, or has read everything.
+
+        Raises:
+            LeaseLost: Another runtime took the session over: read it again.
+        """
         woken = self._woken
         while self.visible <= seq and not self.finished(seq) and self._woken == woken:
+            if self.lost is not None:
+                raise self.lost()
             if self._changed is None:
                 self._changed = trio.Event()
             await self._changed.wait()
+        if self.lost is not None and self.visible <= seq:
+            raise self.lost()
 
     def seq_of(self, after: TurnState[Any] | str | None) -> int:
         """The position ``after`` names: 0 for None, else the seq of its cursor.

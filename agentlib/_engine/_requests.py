@@ -59,7 +59,7 @@ class Runtime(Protocol):
 
     def check_writable(self, live: LiveSession, procedure: str) -> None: ...
 
-    async def flush(self) -> None: ...
+    async def flush(self, *written: LiveSession) -> None: ...
 
     def start_turn(
         self,
@@ -317,18 +317,18 @@ async def perform(runtime: Runtime, request: Request) -> dict[str, Any]:
             return {"interrupted": await runtime.interrupt(live, body["turn_id"])}
         if procedure == "report":
             told = await runtime.report(live, body["callback_id"], body["failure"])
-            await runtime.flush()
+            await runtime.flush(live)
             return {"told": encode_told(told)}
         runtime.check_writable(live, procedure)
         if procedure == "cancel":
             await runtime.cancel(live)
-            await runtime.flush()
+            await runtime.flush(live)
             return {}
         content = decode_content(body["content"])
         if procedure == "steer":
             live.state.turn(body["turn_id"])  # raises TurnNotFoundError
             steered = runtime.steer(live, body["turn_id"], content, body["key"])
-            await runtime.flush()
+            await runtime.flush(live)
             return {"steered": steered}
         if procedure == "send_message":
             turn_id, started = await runtime.send_message(
@@ -338,7 +338,7 @@ async def perform(runtime: Runtime, request: Request) -> dict[str, Any]:
         started_turn = runtime.start_turn(
             live, content, body["key"], live.agent.output_type, body.get("max_steps")
         )
-        await runtime.flush()
+        await runtime.flush(live)
         if isinstance(started_turn, machine.Started):
             return {"turn_id": started_turn.turn_id, "new": started_turn.new}
         return {"busy": started_turn.turn_id}

@@ -50,7 +50,7 @@ async def restore(engine: Engine, session_id: str, agent: AgentDefinition) -> No
         StoreError: The store failed, or holds a tree it cannot have written (damaged).
     """
     store = engine.store
-    await engine.flush()  # what this runtime wrote of a tree it let go of is read back
+    await engine.flush_writes()  # what this runtime wrote of a tree it let go of is read back
     tree, agents = await read_tree(engine, session_id, agent)
     states = await _states(store, tree, agents)
     ids = [node.row.session_id for node in tree]
@@ -80,11 +80,12 @@ async def restore(engine: Engine, session_id: str, agent: AgentDefinition) -> No
         raise
     for resumed_session, turn_id in plan.resume:
         engine.spawn_turn(engine.live(resumed_session), turn_id, resume=True)
+    held = [engine.live(node.row.session_id) for node in tree]
     try:
-        await engine.flush()
+        await engine.flush(*held)
     finally:
-        for node in tree:
-            engine.live(node.row.session_id).ready = True
+        for live in held:
+            live.ready = True
 
 
 async def read_states(

@@ -12,6 +12,8 @@ import collections
 import contextlib
 import functools
 import math
+import os
+import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,6 +31,8 @@ from .._callbacks import (
 )
 from .._entries import Entry
 from .._errors import (
+    LeaseLost,
+    LeaseRefused,
     SdkError,
     SessionBusyError,
     SessionNotFoundError,
@@ -52,7 +56,7 @@ from ._turns import run_turn
 if TYPE_CHECKING:
     from .._definition import AgentDefinition
 
-__all__ = ["IDLE_KEPT", "Runtime", "open_engine"]
+__all__ = ["IDLE_KEPT", "Runtime", "RuntimeHealth", "open_engine"]
 
 #: How many trees of sessions of a durable store a runtime keeps once they are idle (no
 #: turn, no handler run, no reader): it lets go of the ones used least recently, and of
@@ -65,6 +69,26 @@ _NO_INPUTS: dict[str, Any] = {}
 
 #: How many times a message that found the active turn ending tries again.
 _SEND_TRIES = 3
+
+
+def _owner_name() -> str:
+    """A new runtime's name in the store's leases: its host, its process and an id of its
+    own (``"web-2:4242:<hex>"``), which a refused lease's message shows."""
+    return f"{socket.gethostname() or 'unknown'}:{os.getpid()}:{uuid.uuid4().hex}"
+
+
+@attrs.frozen(kw_only=True)
+class RuntimeHealth:
+    """Whether a runtime can write now (:meth:`Runtime.health`).
+
+    Attributes:
+        writable: It takes changes, and makes them durable.
+        reason: Why it cannot, when it cannot (its store failed, it is closed, it cannot
+            renew its leases); None when it can.
+    """
+
+    writable: bool
+    reason: str | None = None
 
 
 @attrs.define(eq=False)
@@ -84,7 +108,7 @@ class Runtime:
 
     _nursery: trio.Nursery
     store: Store
-    owner: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    owner: str = attrs.field(factory=_owner_name)
     lease_seconds: float = 30.0
     event_retention: int | None = None
     sessions: dict[str, LiveSession] = attrs.field(factory=dict)
@@ -106,6 +130,16 @@ class Runtime:
     # With a durable store, the roots of the trees of sessions held, least recently used
     # first.
     _recent: collections.OrderedDict[str, None] = attrs.field(factory=collections.OrderedDict)
+    # The leases: when the last renewal that returned started (trio's clock), when the
+    # last one was tried, when the one under way started, why the last one failed; and how
+    # many sessions were found taken over, and the last.
+    _renewed_at: float = attrs.field(factory=trio.current_time)
+    _renew_tried_at: float = -math.inf
+    _renewing_since: float | None = None
+    _renew_failure: str | None = None
+    _renewing: trio.Lock = attrs.field(factory=trio.Lock)
+    _taken: int = 0
+    _last_taken: LeaseLost | None = None
 
     # -- doing what the machine decided -------------------------------------------------------
 
@@ -164,9 +198,33 @@ class Runtime:
         if not live.readers:
             log.pack()  # idle, unless another turn starts
 
-    async def flush(self) -> None:
+    async def flush(self, *written: LiveSession) -> None:
         """Return once everything written so far is durable, and readers see its events:
         what a caller is told after this survives any crash.
+
+        Args:
+            written: The sessions the caller changed. A write to a session another runtime
+                took over is refused: then this raises. With none given, it raises if any
+                session was found taken over meanwhile.
+
+        Raises:
+            LeaseLost: Another runtime took over a session of ``written`` (this one stalled
+                past its lease): this runtime let it go, and the change was not made here.
+            StoreError: The store failed.
+        """
+        taken = self._taken
+        await self.flush_writes()
+        for live in written:
+            if live.taken_over is not None:
+                raise _taken_over(live.id, live.taken_over.owner)
+        if not written and self._taken != taken:
+            assert self._last_taken is not None
+            raise _taken_over(self._last_taken.session_id, self._last_taken.owner)
+
+    async def flush_writes(self) -> None:
+        """Return once each write made so far is durable, or refused for a session another
+        runtime took over (whose tree this runtime lets go of), and readers see the events
+        made durable.
 
         Raises:
             StoreError: The store failed.
@@ -177,8 +235,60 @@ class Runtime:
         except BaseException:
             self._unseen[:0] = batch
             raise
+        finally:
+            self._let_go_taken_over()
         for live, seq in batch:
-            live.log.made_visible(seq)
+            if live.taken_over is None:  # else it may have been refused: never shown
+                live.log.made_visible(seq)
+
+    def _let_go_taken_over(self) -> None:
+        """Let go of the trees of the sessions whose writes the store refused: other
+        runtimes took them over."""
+        for lost in self.store.taken_over():
+            self._taken += 1
+            self._last_taken = lost
+            self.taken_over(lost.session_id, lost.owner)
+
+    def taken_over(self, session_id: str, owner: str | None) -> None:
+        """Another runtime (``owner``, if known) took over session ``session_id``, and with
+        it its whole tree of subagent sessions: this one stalled past its lease. Hold the
+        tree no more: its turns stop here without writing anything (the other runtime runs
+        them), its handler runs stop, and its readers and waiters raise ``LeaseLost`` (read
+        again, the session is read from the store, as the other runtime has it). Every other
+        session goes on."""
+        if session_id not in self.sessions:
+            return
+        root_id = machine.root_of(self.states, session_id).id
+        tree = self._tree(root_id)
+        for live in tree:
+            active = live.state.active
+            if active is not None:
+                self.suspend_turn(live, active)
+        self._recent.pop(root_id, None)
+        for live in tree:
+            self.sessions.pop(live.id, None)
+            if live.state.key is not None:
+                self._session_keys.pop(live.state.key, None)
+            live.taken_over = _taken_over(live.id, owner)
+            for run in live.handler_runs.values():
+                run.scope.cancel()
+            live.log.take_over(functools.partial(_taken_over, live.id, owner))
+        self.spawn(self._forget, tree, name="agentlib forget taken over")
+
+    async def _forget(self, tree: list[LiveSession]) -> None:
+        """Forget the states of a tree taken over, once its turns' tasks, its handler runs
+        and its readers here have left (a reader raises at its next wait), unless it was
+        read back meanwhile."""
+        for live in tree:
+            for turn in list(live.turns.values()):
+                if turn.scope is not None:  # its task is still leaving
+                    await turn.done.wait()
+            for run in list(live.handler_runs.values()):
+                await run.done.wait()
+            await live.no_readers()
+        for live in tree:
+            if live.id not in self.sessions and self.states.get(live.id) is live.state:
+                del self.states[live.id]
 
     async def _publish(self) -> None:
         """Show readers the events the store made durable, as it does (a durable store)."""
@@ -186,7 +296,7 @@ class Runtime:
             await self._written.wait()
             self._written = trio.Event()
             try:
-                await self.flush()
+                await self.flush_writes()
             except StoreError:
                 # Every reader hears of it: their waits return, and raise StoreError.
                 for live in self.sessions.values():
@@ -340,7 +450,7 @@ class Runtime:
         """End this runtime's leases on sessions it let go of (unless it read them back
         meanwhile); a store that fails leaves them to expire."""
         with contextlib.suppress(StoreError):
-            await self.flush()
+            await self.flush_writes()
             async with self._loads:
                 gone = [session_id for session_id in session_ids if session_id not in self.sessions]
                 await self.store.release(gone, self.owner)
@@ -407,11 +517,11 @@ class Runtime:
                     live = self.new_session(agent, inputs, key=idempotency_key, history=history)
             if known is not None:
                 live = await self.session(known, agent)
-                await self.flush()  # the first start may still wait for the store
+                await self.flush(live)  # the first start may still wait for the store
                 return live
         else:
             live = self.new_session(agent, inputs, history=history)
-        await self.flush()
+        await self.flush(live)
         return live
 
     def event_log(
@@ -435,6 +545,12 @@ class Runtime:
             RuntimeError: The runtime is closing.
         """
         live = self.sessions.get(session_id)
+        if live is not None and live.ready and self._leases_in_doubt():
+            # This runtime stalled (a paused process): before it goes on with the session,
+            # a renewal finds whether another runtime took it over meanwhile.
+            with trio.move_on_after(self.lease_seconds / 3):  # a store that hangs: go on
+                await self._renew_now()
+            live = self.sessions.get(session_id)
         if live is not None and live.ready:
             self._used(machine.root_of(self.states, session_id).id)
             return live
@@ -531,10 +647,10 @@ class Runtime:
         for _ in range(_SEND_TRIES):
             started = self.start_turn(live, content, key, output_type, None)
             if isinstance(started, machine.Started):
-                await self.flush()
+                await self.flush(live)
                 return started.turn_id, started.new
             if self.steer(live, started.turn_id, content, key):
-                await self.flush()
+                await self.flush(live)
                 return started.turn_id, False
             # The active turn is ending: let it finish, then start a new one.
             await self.turn_done(live, started.turn_id).wait()
@@ -555,7 +671,7 @@ class Runtime:
             return False
         self.stop_turn(live, turn_id, StopCause.INTERRUPTED)
         await self.turn_done(live, turn_id).wait()
-        await self.flush()
+        await self.flush(live)
         return True
 
     def turn_done(self, live: LiveSession, turn_id: str) -> trio.Event:
@@ -727,8 +843,10 @@ class Runtime:
         """Close a callback this runtime holds open that another runtime settled in the
         shared store (``row``, as the claim wrote it), as an answer here would: its turn goes
         on here."""
+        if row.session_id not in self.sessions:
+            return  # let go of meanwhile (taken over, say)
         state = machine.find_callback(self.states, row.session_id, row.callback.id)
-        if state is None or not state.open or row.session_id not in self.sessions:
+        if state is None or not state.open:
             return
         if row.callback.id in self._claiming:
             return  # this runtime's own claim, under way: its answer closes it
@@ -747,6 +865,7 @@ class Runtime:
             waited = [
                 (session.id, callback_id)
                 for session in self.states.values()
+                if session.id in self.sessions
                 for callback_id, state in session.callbacks.items()
                 if state.open
             ]
@@ -851,17 +970,79 @@ class Runtime:
         with self._renewal:
             while True:
                 await trio.sleep(self.lease_seconds / 3)
-                held = [live.id for live in self.sessions.values() if not live.state.terminated]
-                try:
-                    lost = await self.store.renew(held, self.owner, self.lease_seconds)
-                except Exception:  # a busy store: the next round retries
-                    continue
-                for session_id in lost:
-                    # Another runtime took it over (this one stalled past its lease): this
-                    # one lets it go, and leaves its turns to the new owner.
-                    live = self.sessions.pop(session_id, None)
-                    if live is not None and live.state.active is not None:
-                        self.suspend_turn(live, live.state.active)
+                async with self._renewing:
+                    await self._renew()
+
+    def _leases_in_doubt(self) -> bool:
+        """Whether no renewal started in the last lease has returned (this runtime stalled,
+        or its store is slow): another runtime may have taken its sessions over. A store
+        whose renewal failed is tried again after a third of a lease."""
+        if not self.store.durable or self._closing:
+            return False
+        now = trio.current_time()
+        if now - self._renewed_at <= self.lease_seconds:
+            return False
+        return self._renew_failure is None or now - self._renew_tried_at > self.lease_seconds / 3
+
+    async def _renew_now(self) -> None:
+        """Renew this runtime's leases at once, letting go of the sessions other runtimes
+        took over (after a renewal under way, if any). A store that fails is told by
+        :meth:`health`."""
+        if not self.store.durable:
+            return
+        tried = trio.current_time()
+        async with self._renewing:
+            if self._renew_tried_at < tried:  # none started while this one waited
+                await self._renew()
+
+    async def _renew(self) -> None:
+        """One renewal of every lease held; the sessions found taken over are let go of."""
+        held = [live.id for live in self.sessions.values() if not live.state.terminated]
+        started = self._renewing_since = self._renew_tried_at = trio.current_time()
+        try:
+            lost = await self.store.renew(held, self.owner, self.lease_seconds)
+        except Exception as error:  # a busy store: the next round retries
+            self._renew_failure = (
+                str(error) if isinstance(error, StoreError) else type(error).__name__
+            )
+            return
+        finally:
+            self._renewing_since = None
+        self._renewed_at = started
+        self._renew_failure = None
+        for session_id in lost:
+            # Another runtime took it over (this one stalled past its lease): this one lets
+            # its tree go, and leaves its turns to the new owner.
+            self.taken_over(session_id, None)
+
+    def health(self) -> RuntimeHealth:
+        """Whether this runtime can write now: not if it is closing or closed, if its store
+        failed, or if it cannot renew its leases (its store does not answer). A lost lease
+        is about one session: the runtime goes on with the others, and stays writable.
+
+        Returns:
+            ``RuntimeHealth(writable=True)``, or ``writable=False`` with the reason.
+        """
+        if self._closing:
+            return RuntimeHealth(writable=False, reason="the runtime is closing or closed")
+        try:
+            self.store.check()
+        except StoreError as error:
+            return RuntimeHealth(writable=False, reason=f"its store failed: {error}")
+        if self.store.durable:
+            since = self._renewing_since
+            if since is not None and trio.current_time() - since > self.lease_seconds:
+                return RuntimeHealth(
+                    writable=False,
+                    reason=f"its store has not answered a renewal of its leases for "
+                    f"{trio.current_time() - since:.0f} s",
+                )
+            if self._renew_failure is not None:
+                return RuntimeHealth(
+                    writable=False,
+                    reason=f"it cannot renew its leases: {self._renew_failure}",
+                )
+        return RuntimeHealth(writable=True)
 
     def _stop_turns(self) -> list[trio.Event]:
         """Stop (or, with a durable store, suspend) the trees of turns still going; the
@@ -898,12 +1079,29 @@ class Runtime:
         if self.store.durable:
             await self._renewed.wait()
         with contextlib.suppress(StoreError):  # a failed store: the callers were told
-            await self.flush()
+            await self.flush_writes()
         if self.store.durable:
             # Also once the store failed: a session it can still let go of, the next runtime
             # takes at once; the others' leases expire by themselves.
             with contextlib.suppress(StoreError):
                 await self.store.release(list(self.sessions), self.owner)
+
+
+def _taken_over(session_id: str, owner: str | None) -> LeaseLost:
+    """The error of a change to, or a wait on, session ``session_id``, which another runtime
+    (``owner``, if known) took over."""
+    lost = LeaseLost(session_id, owner)
+    host, pid = LeaseRefused._holder_of(owner or "")
+    by = "another runtime" if owner is None else f"another runtime ({owner})"
+    if pid is not None:
+        by = f"another runtime (host {host}, pid {pid})"
+    lost.args = (
+        f"session {session_id} is now run by {by}, which took it over while this runtime "
+        "stalled past its lease: this runtime let it go, and what it was changing there was "
+        "not written. Read the session again (it is read from the store, as the runtime "
+        "that holds it now runs it), and make the change again if it is not there",
+    )
+    return lost
 
 
 def _type_name(output_type: Any) -> str | None:

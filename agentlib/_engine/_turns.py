@@ -476,7 +476,7 @@ async def _call_tool(turn: _Turn, index: int) -> ToolResultEntry:
             arguments[dependency.name] = value
         # Durable before it runs: after a crash, a call that may have run is never run again.
         turn.update(index, state=CallState.RUNNING)
-        await turn.engine.flush()
+        await turn.engine.flush(turn.live)  # raises if another runtime took the session over
         value = await tool.call(arguments)
     except Exception as error:
         if agent.tool_errors == "raise":

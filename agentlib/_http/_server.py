@@ -418,8 +418,13 @@ class Server:
         return _EventStream(events(after=after), self._closing)
 
 
-async def _health(request: Request) -> Response:
-    return _json({"status": "ok"})
+async def _health(runtime: Runtime, request: Request) -> Response:
+    """200 while the runtime can write; 503, with the reason, while it cannot (its store
+    failed, it is closed, it cannot renew its leases)."""
+    health = runtime.health()
+    if health.writable:
+        return _json({"status": "ok"})
+    return _json({"status": "unavailable", "reason": health.reason}, status=503)
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -643,10 +648,16 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         method="GET",
         path="/v1/health",
-        endpoint=lambda server, request: _health(request),
+        endpoint=lambda server, request: _health(server._runtime, request),
         name="health",
-        summary="Whether the server is up.",
-        answers={200: object_schema(status=string_schema("'ok'"))},
+        summary="Whether the server is up and its runtime can write.",
+        answers={
+            200: object_schema(status=string_schema("'ok'")),
+            503: object_schema(
+                status=string_schema("'unavailable'"),
+                reason=string_schema("why the runtime cannot write"),
+            ),
+        },
         token=False,
     ),
     Operation(

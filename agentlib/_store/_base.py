@@ -171,10 +171,13 @@ class Store(abc.ABC):
     may write after another runtime took its session over. Its store refuses such a write:
     in the transaction of each commit it checks that every session the group writes to, of
     those this store object leased (by :meth:`acquire` or a :class:`SessionRow`), is still
-    leased to the owner it leased it to. If one is not, nothing of the group is written,
-    nor anything after it: :attr:`failure` becomes :class:`LeaseLost`, the store calls
-    :meth:`committed` with no op, every later :meth:`flush` and :meth:`check` raises
-    ``LeaseLost``, and the store lets go of its other sessions. A store on a database
+    leased to the owner it leased it to. If one is not, none of the writes to that session
+    is written, nor any later one until it is leased again; the rest of the group is
+    committed, and the store goes on with its other sessions. It records the refusal, a
+    :class:`LeaseLost` naming the session, which :meth:`taken_over` gives the runtime (a
+    flush returns once each write is durable or refused), and tells its listeners only of
+    the writes it committed. A lost lease is about one session, never the store. A store on
+    a database
     shared by several hosts, where an owner's death is known only by its lease expiring,
     relies on this: it may give each lease an epoch, a number bumped each time the session
     is leased to an owner other than the one holding it, remember the epoch of each lease
@@ -224,6 +227,18 @@ class Store(abc.ABC):
 
     #: Why the store can no longer commit, once it cannot: then :meth:`check` raises.
     failure: BaseException | None = None
+
+    def refuse(self, lost: LeaseLost) -> None:
+        """Record that the fence refused writes to ``lost.session_id``, which another runtime
+        took over: :meth:`taken_over` gives it to the runtime."""
+        self.__dict__.setdefault("_refused", {}).setdefault(lost.session_id, lost)
+
+    def taken_over(self) -> list[LeaseLost]:
+        """The refusals of writes to sessions other runtimes took over since the last call,
+        one for each session, oldest first (see fencing, above), and forget them: the
+        runtime lets those sessions go."""
+        refused: dict[str, LeaseLost] = self.__dict__.pop("_refused", {})
+        return list(refused.values())
 
     def damaged(self, session_id: str, table: str, reason: str) -> StoreError:
         """The error for a session the store gave back in a shape it cannot have written:
@@ -293,9 +308,10 @@ class Store(abc.ABC):
         """Return once every write made so far is durable (and reported to
         :meth:`committed`).
 
+        A write the fence refused (its session was taken over) is done too: it is never
+        written, and :meth:`taken_over` says so.
+
         Raises:
-            LeaseLost: The store refused a write: another runtime took over one of its
-                sessions.
             StoreError: The store failed, or is closed: those writes may be lost.
         """
 

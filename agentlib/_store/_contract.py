@@ -964,15 +964,16 @@ async def test_leases_hold_across_store_objects(
 
 
 @pytest.mark.trio
-async def test_a_write_to_a_session_taken_over_is_refused_and_nothing_more_is_written(
+async def test_a_write_to_a_session_taken_over_is_refused_and_the_others_go_on(
     store: Store, other_store: Store, clock: ManualClock
 ) -> None:
     """A runtime that stalled past its lease may write before its next renewal finds the
-    session taken over: its store refuses the write with LeaseLost, tells its listeners with
-    no op, writes nothing more, and lets go of its other sessions; the new owner's writes
-    are untouched."""
+    session taken over: its store refuses the writes to that session (recorded, for
+    ``taken_over``), and to it only: the rest of the group, and later writes to its other
+    sessions, are committed; the new owner's writes are untouched."""
     session, kept, later = new_id(), new_id(), new_id()
     events = events_of_a_turn(session, new_id())
+    kept_events = events_of_a_turn(kept, new_id())
     mine, theirs = store, other_store
     groups: list[Sequence[Op]] = []
     mine.listen(groups.append)
@@ -985,33 +986,63 @@ async def test_a_write_to_a_session_taken_over_is_refused_and_nothing_more_is_wr
         mine.write(EventRow(session, 2, events[1]))
         await mine.flush()  # A holds the lease: written
         mine.check()
+        assert mine.taken_over() == []
 
         clock.now += 31  # A stalled: it renewed one lease only
         assert await mine.renew([kept], "A", 30) == []
         await theirs.acquire([session], "B", 30)
         groups.clear()
-        mine.write(EventRow(session, 3, events[2]))
-        mine.write(SessionRow(later, "agent"))  # after the refused write
-        with pytest.raises(LeaseLost) as refused:
-            await mine.flush()
-        assert (refused.value.session_id, refused.value.owner) == (session, "B")
-        assert isinstance(refused.value, StoreError)
-        assert [list(ops) for ops in groups] == [[]]  # the failure, with no op
-        with pytest.raises(LeaseLost):
-            mine.check()
-        assert isinstance(mine.failure, LeaseLost)
+        refused = EventRow(session, 3, events[2])
+        made = SessionRow(later, "agent")  # after the refused write
+        mine.write(refused)
+        mine.write(made)
+        await mine.flush()
+        (lost,) = mine.taken_over()
+        assert isinstance(lost, LeaseLost)
+        assert isinstance(lost, StoreError)
+        assert (lost.session_id, lost.owner) == (session, "B")
+        assert mine.taken_over() == []  # told once
+        assert refused not in [op for ops in groups for op in ops]
+        assert made in [op for ops in groups for op in ops]
+        mine.check()
+        assert mine.failure is None
 
-        mine.write(EventRow(kept, 1, events_of_a_turn(kept, new_id())[0]))
-        with pytest.raises(LeaseLost):
-            await mine.flush()
-        assert await theirs.load(later) is None
-        assert await theirs.read_events(kept, 0, 10) == []
-        await theirs.acquire([kept], "B", 30)  # let go of, though A renewed it
+        mine.write(EventRow(session, 3, events[3]))  # refused again
+        mine.write(EventRow(kept, 1, kept_events[0]))
+        await mine.flush()
+        assert [error.session_id for error in mine.taken_over()] == [session]
+        assert (await theirs.load(later)) is not None
+        assert await theirs.read_events(kept, 0, 10) == kept_events[:1]
+        with pytest.raises(LeaseRefused):
+            await theirs.acquire([kept], "B", 30)  # still A's
 
         theirs.write(EventRow(session, 3, events[3]))
         await theirs.flush()
         stored = await load(theirs, session)
         assert await events_of(theirs, stored) == [*events[:2], events[3]]
+
+
+@pytest.mark.trio
+async def test_a_session_taken_over_is_written_again_once_leased_again(
+    store: Store, other_store: Store, clock: ManualClock
+) -> None:
+    session = new_id()
+    events = events_of_a_turn(session, new_id())
+    mine, theirs = store, other_store
+    async with opened(mine), opened(theirs):
+        mine.write(SessionRow(session, "agent", lease=("A", 30)))
+        await mine.flush()
+        clock.now += 31
+        await theirs.acquire([session], "B", 30)
+        mine.write(EventRow(session, 1, events[0]))
+        await mine.flush()
+        assert [error.session_id for error in mine.taken_over()] == [session]
+        await theirs.release([session], "B")
+        await mine.acquire([session], "A", 30)
+        mine.write(EventRow(session, 1, events[0]))
+        await mine.flush()
+        assert mine.taken_over() == []
+        assert await events_of(theirs, await load(theirs, session)) == events[:1]
 
 
 @pytest.mark.parametrize("let_go", [False, True])
@@ -1033,9 +1064,9 @@ async def test_a_session_leased_as_it_was_made_is_fenced(
         if let_go:
             await theirs.release([session], "B")
         mine.write(EventRow(session, 2, events[1]))
-        with pytest.raises(LeaseLost) as refused:
-            await mine.flush()
-        assert refused.value.owner == (None if let_go else "B")
+        await mine.flush()
+        (refused,) = mine.taken_over()
+        assert refused.owner == (None if let_go else "B")
         assert await events_of(theirs, await load(theirs, session)) == events[:1]
 
 

@@ -89,7 +89,7 @@ class MemoryStore(Store):
                 self.committed((op,))
             return
         if self.failure is not None or self._fenced(op):
-            return  # a store that refused a write writes nothing more
+            return
         if isinstance(op, SessionRow):
             known = self._sessions.get(op.session_id)
             if known is None:
@@ -131,8 +131,8 @@ class MemoryStore(Store):
 
     def _fenced(self, op: Op) -> bool:
         """Whether ``op`` writes to a session this object leased, which another owner took
-        over since: then the write is refused, nothing more is written, and the object lets
-        go of its other sessions."""
+        over since: then the write is refused (and recorded, see :meth:`taken_over`); the
+        object's other sessions go on."""
         owner = self._held.get(op.session_id)
         if owner is None:
             return False
@@ -140,13 +140,7 @@ class MemoryStore(Store):
         holder = None if lease is None else lease[0]
         if holder == owner:
             return False
-        self.failure = LeaseLost(op.session_id, holder)
-        for session_id, held_by in self._held.items():
-            session = self._sessions[session_id]
-            if session.lease is not None and session.lease[0] == held_by:
-                session.lease = None
-        self._held.clear()
-        self.committed(())
+        self.refuse(LeaseLost(op.session_id, holder))
         return True
 
     async def flush(self) -> None:
@@ -192,7 +186,7 @@ class MemoryStore(Store):
             self._held[session_id] = owner
 
     async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
-        self.check()  # a store that refused a write renews nothing
+        self.check()  # a store that failed renews nothing
         now = self._clock()
         lost = []
         for session_id in session_ids:

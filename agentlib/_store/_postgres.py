@@ -16,9 +16,9 @@ to an owner other than the one holding it. The store remembers the epoch of each
 took; every commit first locks the row of each session it writes to that this store
 leased (a takeover waits for the commit), and goes on only where the lease is still that
 owner's at that epoch: a runtime that stalled past its lease while another took the session
-over has its late write refused (:class:`LeaseLost`), and nothing of the group is written. A lease
-whose holder is a process of this host that has ended is taken at once; any other, once it
-expires.
+over has its late write refused (:class:`LeaseLost`): the transaction is rolled back, and the
+group committed again without the writes to that session. A lease whose holder is a process
+of this host that has ended is taken at once; any other, once it expires.
 
 **Following other runtimes.** Several runtimes share the database: a reader of a session that
 another runtime holds follows its events as they are committed there. Each commit notifies

@@ -82,7 +82,8 @@ class QueuedStore(Store, Generic[Lease]):
     writer's thread spends its time in the database (which lets go of the GIL).
 
     A commit that fails leaves the store failed: it writes nothing more, lets go of the
-    sessions it leased (:meth:`_let_go`), and every wait for it raises.
+    sessions it leased (:meth:`_let_go`), and every wait for it raises. A commit the fence
+    refuses (:class:`LeaseLost`) is made again without the writes to the session taken over.
     """
 
     #: What the store is named by in messages (its file, its database).
@@ -159,6 +160,19 @@ class QueuedStore(Store, Generic[Lease]):
                 raise StoreError(f"the store {self.where} is closed; open a new runtime on it")
             await self._progress.wait()
 
+    async def _commit_fenced(self, group: list[Op], payloads: list[Any]) -> list[Op]:
+        """Commit the group, but for its writes to sessions another runtime took over
+        (each refusal recorded, see :meth:`Store.taken_over`); the writes committed."""
+        while group:
+            try:
+                await self._commit_group(group, payloads)
+            except LeaseLost as lost:
+                self.refuse(lost)
+                group, payloads = _without(group, payloads, lost.session_id)
+            else:
+                break
+        return group
+
     async def _write_loop(self) -> None:
         try:
             while True:
@@ -173,7 +187,7 @@ class QueuedStore(Store, Generic[Lease]):
                 # A commit under way finishes even when the runtime is cancelled.
                 with trio.CancelScope(shield=True):
                     try:
-                        await self._commit_group(group, payloads)
+                        written = await self._commit_fenced(group, payloads)
                     except self._commit_errors as error:
                         # Nothing more is written here: the next runtime to open these
                         # sessions (in this process or another) takes them at once. Then
@@ -186,7 +200,7 @@ class QueuedStore(Store, Generic[Lease]):
                         self.committed(())
                         return
                 self._done += len(group)
-                self.committed(group)
+                self.committed(written)
                 self._progress.set()
                 self._progress = trio.Event()
                 if self._closing and not self._queue:
@@ -197,6 +211,21 @@ class QueuedStore(Store, Generic[Lease]):
             raise
         finally:
             self._stopped.set()
+
+
+def _without(group: list[Op], payloads: list[Any], session_id: str) -> tuple[list[Op], list[Any]]:
+    """The group's writes, and their payloads, but for those to ``session_id``."""
+    kept: list[Op] = []
+    kept_payloads: list[Any] = []
+    payload = iter(payloads)
+    for op in group:
+        carried = next(payload) if isinstance(op, (EventRow, EntryRow)) else None
+        if op.session_id == session_id:
+            continue
+        kept.append(op)
+        if isinstance(op, (EventRow, EntryRow)):
+            kept_payloads.append(carried)
+    return kept, kept_payloads
 
 
 def read_answer(data: Any) -> Any:
