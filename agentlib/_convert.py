@@ -27,7 +27,14 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from . import _callbacks, _content, _entries, _events, _history_items, _records
 from ._errors import ValidationError
-from ._json import TOO_DEEP, InvalidValue, checked_class, nesting_problem
+from ._json import (
+    LONE_SURROGATE,
+    TOO_DEEP,
+    InvalidValue,
+    checked_class,
+    nesting_problem,
+    storable_text,
+)
 
 __all__ = ["structure", "unstructure"]
 
@@ -124,6 +131,8 @@ def make_converter() -> cattrs.Converter:
             return _enum_member(cl, value)  # type: ignore[no-any-return]
         if not isinstance(value, str):
             raise InvalidValue(f"expected a string, got {_type_name(value)}")
+        if not storable_text(value):
+            raise InvalidValue(LONE_SURROGATE)
         return value
 
     def strict_int(value: object, cl: Any) -> int:

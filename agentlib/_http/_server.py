@@ -36,9 +36,9 @@ from .._callbacks import (
 from .._convert import structure, unstructure
 from .._engine._restore import not_found, read_states
 from .._engine._runtime import Runtime
-from .._errors import SdkError, SessionBusyError
+from .._errors import SdkError, SessionBusyError, ValidationError
 from .._events import Event
-from .._json import NotJson, read_json
+from .._json import SURROGATE_REASON, NotJson, check_key, read_json, unstorable_text
 from .._open import enter, open_runtime
 from .._records import Answered, Blocked, Busy
 from .._session import Session, Turn
@@ -451,6 +451,7 @@ async def _body(request: Request, fields: set[str]) -> dict[str, Any]:
         raise _Refused(400, "BadRequest", f"the body is not JSON: {error}") from None
     if not isinstance(data, dict):
         raise _Refused(400, "BadRequest", "the body must be a JSON object")
+    _check_text(data)
     unknown = sorted(set(data) - fields)
     if unknown:
         raise _Refused(
@@ -460,6 +461,28 @@ async def _body(request: Request, fields: set[str]) -> dict[str, Any]:
             f"{', '.join(map(repr, sorted(fields)))}",
         )
     return data
+
+
+def _check_text(data: dict[str, Any]) -> None:
+    """Refuse a body with text that no store can keep, naming its field, as a local
+    session refuses it: a lone surrogate anywhere (the JSON escape ``\\ud800`` alone), or an
+    idempotency key with NUL. Nothing was written.
+
+    Raises:
+        ValidationError: Which field, and why (never the text).
+    """
+    key = data.get("idempotency_key")
+    if isinstance(key, str):
+        check_key(key)
+    found = unstorable_text(data)
+    if found is not None:
+        field = repr(found.at.removeprefix(".")) if found.at else "the body"
+        where = f"an object key in {field}" if found.reason.startswith("an object") else field
+        message = (
+            f"{where} {SURROGATE_REASON}; send whole characters (one beyond U+FFFF escaped "
+            "as its pair, such as \\ud83d\\ude00)"
+        )
+        raise ValidationError(f"invalid request body: {message}", (f"{message} @ ${found.at}",))
 
 
 def _inputs(given: object) -> dict[str, Any]:
