@@ -530,6 +530,16 @@ def structure(data: Any, cls: type[T] | Any) -> T:
         raise validation_error(exc, describe(cls)) from exc
 
 
+def unknown_fields(data: Mapping[str, Any], value: Any) -> list[str]:
+    """The keys of ``data`` that name no field of ``value``, the instance it was read into
+    (keys in snake_case or camelCase, and ``type``), sorted; [] for a value of no attrs
+    class."""
+    if not attrs.has(type(value)):
+        return []
+    names = {field.name for field in attrs.fields(type(value))} | {"type"}
+    return sorted(str(key) for key in data if _snake(key) not in names)
+
+
 def _too_deep(at: str) -> InvalidValue:
     return InvalidValue(f"the value is {TOO_DEEP}; flatten it", at=at)
 

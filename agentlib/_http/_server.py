@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as serve_app
@@ -33,7 +34,8 @@ from .._callbacks import (
     OpenSignIn,
     SignInAnswer,
 )
-from .._convert import structure, unstructure
+from .._convert import structure, unknown_fields, unstructure
+from .._engine._machine import SessionMachine, root_of
 from .._engine._restore import not_found, read_states
 from .._engine._runtime import Runtime
 from .._errors import SdkError, SessionBusyError, ValidationError
@@ -201,14 +203,21 @@ class Server:
         session_id = request.path_params["session_id"]
         agent = self._agent(request)
         session = agent.session(session_id)
+        states: Mapping[str, SessionMachine]
         try:
-            inputs = (await session._load()).state.inputs
+            await session._load()
+            states = self._runtime.states
         except SessionBusyError:
             if not self._runtime.store.shared:
                 raise
             # Another runtime on the shared store holds it: read as the store has it.
             states, _ = await read_states(self._runtime, session_id, agent)
-            inputs = states[session_id].inputs
+        state = states[session_id]
+        # Under its own agent's path, or its root session's (a subagent's session), as a
+        # session read back from the store is found: never under another agent's.
+        if agent.name not in (state.agent, root_of(states, session_id).agent):
+            raise not_found(session_id)
+        inputs = state.inputs
         access: Access = request.state.access
         if access.session_id is not None:
             allowed = access.session_id == session_id
@@ -539,7 +548,7 @@ async def _answer_for(turn: Turn, callback_id: str, data: Any, kind: object) -> 
                 400, "BadRequest", f"'kind' must be one of {', '.join(map(repr, _KINDS))}"
             )
         cls = _KINDS[str(kind)]
-        return data if cls is None else structure(data, cls)
+        return data if cls is None else _read_answer(data, cls)
     record = await turn.get()
     callbacks = record.callbacks if isinstance(record, Blocked) else ()
     opened = next((type(open_) for open_ in callbacks if open_.id == callback_id), None)
@@ -549,10 +558,26 @@ async def _answer_for(turn: Turn, callback_id: str, data: Any, kind: object) -> 
         elif set(data) == {"credentials"}:
             opened = OpenSignIn
     if opened is OpenApproval:
-        return structure(data, ApprovalAnswer)
+        return _read_answer(data, ApprovalAnswer)
     if opened is OpenSignIn:
-        return structure(data, SignInAnswer)
+        return _read_answer(data, SignInAnswer)
     return data
+
+
+def _read_answer(data: Any, cls: Any) -> Any:
+    """``data`` read as the answer class ``cls``: its unknown fields are refused, as a
+    request body's are."""
+    answer = structure(data, cls)
+    unknown = unknown_fields(data, answer) if isinstance(data, dict) else []
+    if unknown:
+        takes = ", ".join(repr(field.name) for field in attrs.fields(type(answer)))
+        raise _Refused(
+            400,
+            "BadRequest",
+            f"unknown field(s) {', '.join(map(repr, unknown))} in 'answer': "
+            f"{type(answer).__name__} takes {takes or 'no field but type'}",
+        )
+    return answer
 
 
 class _EventStream(Response):
