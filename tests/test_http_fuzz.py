@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import trio
 from _support import approval_agent
 
 import agentlib
@@ -192,3 +197,144 @@ async def test_a_history_item_with_an_unknown_field_is_a_400_naming_it(
     camel = {"type": "tool_call", "toolCallId": "c1", "name": "n", "arguments": {}}
     fine = await http.post("/agents/echo/sessions", json={"history": [camel]})
     assert fine.status_code == 201, fine.text
+
+
+# --- what the server logs ---------------------------------------------------------------------
+
+
+async def wait_for_record(
+    caplog: pytest.LogCaptureFixture, found: Callable[[logging.LogRecord], bool]
+) -> logging.LogRecord:
+    """The first log record ``found`` takes, once there is one (the deadline catches only
+    a hang)."""
+    with trio.fail_after(30):
+        while True:
+            for record in caplog.records:
+                if found(record):
+                    return record
+            await trio.sleep(0.01)
+
+
+async def test_a_client_that_hangs_up_mid_body_is_logged_at_debug_not_as_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    store = f"sqlite:///{tmp_path / 'served.db'}"
+    async with agentlib.serve([echo_agent()], store=store, port=0) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        stream = await trio.open_tcp_stream(host, int(port))
+        head = "POST /v1/agents/echo/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+        await stream.send_all(f'{head}Content-Type: application/json\r\n\r\n{{"his'.encode())
+        await stream.aclose()
+        said = await wait_for_record(caplog, lambda record: "hung up" in record.getMessage())
+        async with httpx.AsyncClient(base_url=server.url + "/v1") as http:
+            assert (await http.get("/health")).status_code == 200
+    assert (said.name, said.levelno) == ("agentlib.serve", logging.DEBUG)
+    assert "POST /v1/agents/echo/sessions" in said.getMessage()
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert not errors, [record.getMessage() for record in errors]
+
+
+async def test_a_503_is_logged_on_the_server_with_its_cause(
+    postgres_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import psycopg
+    from conftest import POSTGRES
+
+    from agentlib.store import PostgresStore
+
+    caplog.set_level(logging.INFO)
+    store = PostgresStore(POSTGRES, schema=postgres_schema)
+    async with agentlib.serve([echo_agent()], store=store, port=0, tokens=[TOKEN]) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1", timeout=30) as http:
+            mine = {"Authorization": f"Bearer {TOKEN}"}
+            assert (await http.post("/agents/echo/sessions", headers=mine)).status_code == 201
+            with psycopg.connect(POSTGRES, autocommit=True) as connection:
+                connection.execute(f"DROP TABLE {postgres_schema}.sessions CASCADE")
+            failed = await http.get("/agents/echo/sessions/not-read-yet", headers=mine)
+            assert failed.status_code == 503, failed.text
+            assert (await http.get("/health")).status_code == 200
+    said = await wait_for_record(caplog, lambda record: record.name == "agentlib.serve")
+    assert said.levelno == logging.WARNING
+    message = said.getMessage()
+    assert "GET /v1/agents/echo/sessions/not-read-yet: 503, StoreError" in message
+    assert failed.json()["error"]["message"] in message
+    assert "caused by UndefinedTable" in message
+    assert TOKEN not in caplog.text
+
+
+ACCESS_LINE = re.compile(r"^(GET|POST) (/\S*) (\d{3}) \d+\.\dms$")
+
+
+def access_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, int]]:
+    lines = []
+    for record in caplog.records:
+        if record.name == "agentlib.access":
+            assert record.levelno == logging.INFO
+            match = ACCESS_LINE.match(record.getMessage())
+            assert match is not None, record.getMessage()
+            lines.append((match[1], match[2], int(match[3])))
+    return lines
+
+
+async def test_each_request_is_one_access_log_line_without_its_query_or_headers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    store = f"sqlite:///{tmp_path / 'served.db'}"
+    async with agentlib.serve([echo_agent()], store=store, port=0, tokens=[TOKEN]) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1", timeout=30) as http:
+            mine = {"Authorization": f"Bearer {TOKEN}"}
+            session = (await http.post("/agents/echo/sessions", headers=mine)).json()["id"]
+            path = f"/v1/agents/echo/sessions/{session}"
+            made = await http.post(
+                f"{path[3:]}/turns?wait=10", json={"content": "hi"}, headers=mine
+            )
+            turn = made.json()["turn_id"]
+            await http.get(f"{path[3:]}/events", params={"after": "secret-cursor"}, headers=mine)
+            stream = {**mine, "Accept": "text/event-stream"}
+            sse = await http.get(f"{path[3:]}/turns/{turn}/events", headers=stream)
+            assert sse.status_code == 200
+            assert "event: end" in sse.text  # the line is written once the stream ends
+            await http.get("/agents")  # no token
+            await wait_for_record(caplog, lambda record: "/v1/agents " in record.getMessage())
+    assert access_lines(caplog) == [
+        ("POST", "/v1/agents/echo/sessions", 201),
+        ("POST", f"{path}/turns", 201),
+        ("GET", f"{path}/events", 400),
+        ("GET", f"{path}/turns/{turn}/events", 200),
+        ("GET", "/v1/agents", 401),
+    ]
+    served = [
+        record.getMessage() for record in caplog.records if record.name.startswith("agentlib")
+    ]
+    assert not [line for line in served if "secret-cursor" in line or TOKEN in line]
+
+
+def test_the_serve_command_writes_the_access_log_on_stderr(tmp_path: Path) -> None:
+    (tmp_path / "my_agents.py").write_text(
+        "import agentlib\n\necho = agentlib.Agent('echo', model=agentlib.ScriptedModel([]))\n"
+    )
+    command = [sys.executable, "-m", "agentlib", "serve", "my_agents:echo", "--port", "0"]
+    command += ["--store", f"sqlite:///{tmp_path / 'served.db'}", "--token", TOKEN]
+    with subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            assert process.stdout is not None
+            url = process.stdout.readline().split(" on ")[1].split(" ")[0]
+            with httpx.Client(base_url=url, timeout=30) as http:
+                mine = {"Authorization": f"Bearer {TOKEN}"}
+                assert http.get("/agents?x=secret-query", headers=mine).status_code == 200
+                assert http.post("/agents/echo/sessions").status_code == 401
+        finally:
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    lines = [line for line in err.splitlines() if " agentlib.access INFO " in line]
+    assert [line.split(" INFO ")[1].rsplit(" ", 1)[0] for line in lines] == [
+        "GET /v1/agents 200",
+        "POST /v1/agents/echo/sessions 401",
+    ]
+    assert "secret-query" not in err
+    assert TOKEN not in err

@@ -10,8 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+import traceback
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    MutableMapping,
+)
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,7 +29,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as serve_app
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -49,6 +58,13 @@ from ._access import MOST_SECONDS, RIGHTS, Access, Principal, Tokens
 from ._wire import error_body, status_of
 
 __all__ = ["Server", "serve"]
+
+#: What the server says of the requests it fails (a 503's cause, a failure of its own) and
+#: of clients that hang up; never a header, a token or a value of a request.
+logger = logging.getLogger("agentlib.serve")
+#: One line per request, at INFO, once its response ends (an event stream's when it
+#: closes): method, path (no query), status, milliseconds. Never a header.
+access_logger = logging.getLogger("agentlib.access")
 
 #: The largest request body taken, in bytes.
 MAX_BODY = 1 << 20
@@ -169,9 +185,28 @@ class Server:
         except _Refused as refused:
             return _json({"error": {"type": refused.kind, "message": str(refused)}}, refused.status)
         except SdkError as error:
-            return _json(error_body(error), status_of(error))
+            status = status_of(error)
+            if status == 503:
+                _log_unavailable(request, error)
+            return _json(error_body(error), status)
         except ValueError as error:  # an argument the public API refused (max_steps, say)
             return _json({"error": {"type": "BadRequest", "message": str(error)}}, 400)
+        except ClientDisconnect:
+            # Gone before its body came: nobody reads the answer.
+            logger.debug("%s %s: the client hung up before its body came", *_where(request))
+            return Response(status_code=400)
+        except Exception as error:  # a failure of the server's own: said, and logged
+            _log_failure(request, error)
+            return _json(
+                {
+                    "error": {
+                        "type": "InternalServerError",
+                        "message": "the server failed on this request (its log says where); "
+                        "retry it, and report it if it fails again",
+                    }
+                },
+                500,
+            )
 
     def _authorize(self, request: Request) -> Access:
         if not self._tokens:
@@ -438,6 +473,32 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(text, status_code=status, media_type="application/json")
 
 
+def _where(request: Request) -> tuple[str, str]:
+    """A request's method and path, for the log: never its query, which may hold a
+    cursor, nor a header, which may hold a token."""
+    return request.method, request.url.path
+
+
+def _log_unavailable(request: Request, error: SdkError) -> None:
+    """Say on the server why a request got a 503: the store's (or lease's) error and its
+    cause, whose messages name the store and the failure, never a request's values."""
+    cause = error.__cause__
+    because = "" if cause is None else f"; caused by {type(cause).__name__}: {cause}"
+    logger.warning("%s %s: 503, %s: %s%s", *_where(request), type(error).__name__, error, because)
+
+
+def _log_failure(request: Request, error: Exception) -> None:
+    """Log a failure of the server's own on a request, with where it happened: the
+    frames and the class, not the message, which may quote what the request sent."""
+    frames = "".join(traceback.format_tb(error.__traceback__))
+    logger.error(
+        "%s %s: 500, the server failed with %s at\n%s",
+        *_where(request),
+        type(error).__name__,
+        frames.rstrip(),
+    )
+
+
 async def _body(request: Request, fields: set[str]) -> dict[str, Any]:
     """The request's JSON object, checked for size, syntax and fields."""
     declared = request.headers.get("content-length")
@@ -653,6 +714,43 @@ class _EventStream(Response):
         await write("", more=False)
 
 
+class _AccessLog:
+    """The application, with a line on :data:`access_logger` for each HTTP request once
+    its response has ended (or the client left): its method, path without the query,
+    status (0 if none was sent) and how long it took in milliseconds."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        began = trio.current_time()
+        status = 0
+
+        async def send_status(message: MutableMapping[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self._app(scope, receive, send_status)
+        finally:
+            if access_logger.isEnabledFor(logging.INFO):
+                # The path as it came, still percent-encoded: a line of its own, always.
+                raw = scope.get("raw_path") or scope["path"].encode()
+                path = raw.partition(b"?")[0].decode("ascii", "backslashreplace")
+                access_logger.info(
+                    "%s %s %d %.1fms",
+                    scope["method"],
+                    path,
+                    status,
+                    (trio.current_time() - began) * 1000,
+                )
+
+
 def _frame(event: Event) -> str:
     data = unstructure(event)
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -686,7 +784,7 @@ async def serve(
         for agent in agents:
             server.deploy(agent)
         stop = trio.Event()
-        app = server.app()
+        app = _AccessLog(server.app())
         binds = await nursery.start(
             lambda task_status: serve_app(
                 app,  # type: ignore[arg-type]
