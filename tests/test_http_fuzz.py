@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import signal
@@ -138,6 +139,32 @@ async def test_a_bearer_token_that_is_not_ascii_is_a_401_on_every_route(
         assert response.json()["error"]["type"] == "Unauthorized"
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
     assert (await guarded.get(path, headers=mine)).status_code == 200
+
+
+async def test_a_request_answered_before_its_body_is_read_leaves_its_connection_usable(
+    tmp_path: Path,
+) -> None:
+    mine = {**JSON, "Authorization": f"Bearer {TOKEN}"}
+    body = json.dumps({"content": "a" * 1_500_000}).encode()  # over the limit, too
+    refusals = [
+        ("POST", "/agents/echo/sessions", JSON, 401),
+        ("POST", "/agents/nobody/sessions", mine, 404),
+        ("POST", "/agents/echo/sessions", mine, 413),
+        ("GET", "/health", mine, 200),
+        ("POST", "/nowhere", mine, 404),
+    ]
+
+    def send(url: str) -> None:  # a blocking client: one connection, used again
+        with httpx.Client(base_url=url + "/v1", timeout=30) as http:
+            for method, route, headers, status in refusals * 2:
+                refused = http.request(method, route, content=body, headers=headers)
+                assert refused.status_code == status, refused.text
+                again = http.get("/agents", headers=mine)  # on the same connection
+                assert again.status_code == 200
+
+    store = f"sqlite:///{tmp_path / 'served.db'}"
+    async with agentlib.serve([echo_agent()], store=store, port=0, tokens=[TOKEN]) as server:
+        await trio.to_thread.run_sync(send, server.url)
 
 
 async def test_a_session_under_another_agents_path_is_a_404_in_memory_and_after_a_restart(

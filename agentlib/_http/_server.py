@@ -68,6 +68,9 @@ access_logger = logging.getLogger("agentlib.access")
 
 #: The largest request body taken, in bytes.
 MAX_BODY = 1 << 20
+#: The most of a refused request's body read (and dropped) so that its client, still
+#: sending it, reads the answer: past that, the connection is closed.
+MAX_DRAINED = 4 * MAX_BODY
 #: The levels of a body around its values (a session's inputs: the body, the inputs, an
 #: input's fields), which are checked on their own, as a local session checks them.
 BODY_WRAPPING = 3
@@ -714,6 +717,38 @@ class _EventStream(Response):
         await write("", more=False)
 
 
+class _Drained:
+    """The application, reading what is left of a request's body before it answers (at
+    most :data:`MAX_DRAINED` bytes, dropped): a server that answers while its client still
+    sends a body closes the connection, and the client, still writing, loses the answer
+    and the connection it meant to use again."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        ended = False
+
+        async def receive_body() -> MutableMapping[str, Any]:
+            nonlocal ended
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                ended = True
+            return message
+
+        async def send_after_body(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                size = 0
+                while not ended and size <= MAX_DRAINED:
+                    size += len((await receive_body()).get("body", b""))
+            await send(message)
+
+        await self._app(scope, receive_body, send_after_body)
+
+
 class _AccessLog:
     """The application, with a line on :data:`access_logger` for each HTTP request once
     its response has ended (or the client left): its method, path without the query,
@@ -784,7 +819,7 @@ async def serve(
         for agent in agents:
             server.deploy(agent)
         stop = trio.Event()
-        app = _AccessLog(server.app())
+        app = _AccessLog(_Drained(server.app()))
         binds = await nursery.start(
             lambda task_status: serve_app(
                 app,  # type: ignore[arg-type]
