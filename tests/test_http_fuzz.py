@@ -3,20 +3,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import attrs
 import httpx
 import pytest
 import trio
 from _support import approval_agent
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import agentlib
 from agentlib import ScriptedModel
@@ -365,3 +372,229 @@ def test_the_serve_command_writes_the_access_log_on_stderr(tmp_path: Path) -> No
     ]
     assert "secret-query" not in err
     assert TOKEN not in err
+
+
+# --- every route, fuzzed ----------------------------------------------------------------------
+
+#: The fields the routes take, and a few they do not.
+FIELDS = [
+    "content",
+    "history",
+    "inputs",
+    "idempotency_key",
+    "max_steps",
+    "rights",
+    "seconds",
+    "answer",
+    "kind",
+    "type",
+    "nope",
+]
+#: Text a client may send: anything, and the characters a store chokes on.
+TEXT = st.one_of(
+    st.text(max_size=20),
+    st.sampled_from(["\ud800", "a\udfffb", "\x00", "nul\x00key", "\U0001f600", "", "é"]),
+)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+BLOCK = st.fixed_dictionaries({"type": st.sampled_from(["text", "image", "nope"]), "text": TEXT})
+ITEM = st.fixed_dictionaries(
+    {"type": st.sampled_from(["message", "tool_call", "tool_result", "x"])},
+    optional={"role": st.sampled_from(["user", "system", "x"]), "content": st.lists(BLOCK)},
+)
+FIELD_VALUES = st.one_of(JSON_VALUES, st.lists(BLOCK, max_size=3), st.lists(ITEM, max_size=3))
+OBJECTS = st.dictionaries(st.sampled_from(FIELDS) | TEXT, FIELD_VALUES, max_size=4)
+#: Bodies no JSON parser takes whole, and bodies at the limits, by name (a name is what an
+#: example shows: the largest is a megabyte).
+ODD_BODIES = {
+    "not UTF-8": b"\xff\xfe{}",
+    "a surrogate as UTF-8": b'{"content": "\xed\xa0\x80"}',
+    "cut short": b'{"content": "\\ud800"',
+    "too deep": b"[" * 150 + b"]" * 150,
+    "inputs too deep": b'{"inputs": {"a": ' + b"[" * 120 + b"]" * 120 + b"}}",
+    "over the limit": b'{"content": "' + b"a" * (1 << 20) + b'"}',
+    "NaN": b"NaN",
+    "a float too large": b'{"max_steps": 1e999}',
+    "a long integer": b'{"seconds": 123456789012345678901234567890}',
+    "empty": b"",
+    "null": b"null",
+}
+BODIES = st.one_of(
+    OBJECTS.map(lambda data: json.dumps(data).encode()),  # escapes what UTF-8 cannot hold
+    JSON_VALUES.map(lambda data: json.dumps(data).encode()),
+    st.sampled_from(sorted(ODD_BODIES)),
+    st.binary(max_size=40),
+)
+#: Header text a client library sends: printable Latin-1 (h11 refuses control characters).
+HEADER_TEXT = st.text(
+    st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=30
+).map(lambda text: text.strip().encode("latin-1"))
+#: Query values; none is a wait a server would sit out (it would only slow the test).
+QUERY_TEXT = st.one_of(
+    st.sampled_from(["-1", "nan", "inf", "1e999", "61", "0", "1001", "abc", "as1.x.y"]),
+    st.text(max_size=20).filter(lambda text: not _a_real_wait(text)),
+)
+ROUTES = [
+    ("GET", "/v1/health"),
+    ("GET", "/v1/agents"),
+    ("POST", "/v1/agents/{agent}/sessions"),
+    ("GET", "/v1/agents/{agent}/sessions/{session}"),
+    ("POST", "/v1/agents/{agent}/sessions/{session}/cancel"),
+    ("POST", "/v1/agents/{agent}/sessions/{session}/tokens"),
+    ("POST", "/v1/agents/{agent}/sessions/{session}/turns"),
+    ("POST", "/v1/agents/{agent}/sessions/{session}/messages"),
+    ("GET", "/v1/agents/{agent}/sessions/{session}/events"),
+    ("GET", "/v1/agents/{agent}/sessions/{session}/subagents"),
+    ("GET", "/v1/agents/{agent}/sessions/{session}/turns/{turn}"),
+    ("POST", "/v1/agents/{agent}/sessions/{session}/turns/{turn}/steer"),
+    ("POST", "/v1/agents/{agent}/sessions/{session}/turns/{turn}/interrupt"),
+    ("POST", "/v1/agents/{agent}/sessions/{session}/turns/{turn}/callbacks/{callback}"),
+    ("GET", "/v1/agents/{agent}/sessions/{session}/turns/{turn}/events"),
+]
+
+
+def _a_real_wait(text: str) -> bool:
+    try:
+        return 0 < float(text) <= 60
+    except ValueError:
+        return False
+
+
+@attrs.frozen
+class Fuzzed:
+    """A server in a thread of its own, and the ids of what it holds."""
+
+    url: str
+    ids: dict[str, list[str]]
+
+
+@contextlib.contextmanager
+def served_in_a_thread(store: Any) -> Iterator[Fuzzed]:
+    """A server on ``store`` with a session of each agent (the approver's turn blocked on
+    its callback), run by ``trio.run`` in a thread, stopped and joined on exit; what
+    failed in it (the server stopping, say) is raised here."""
+    ready: Future[tuple[Fuzzed, trio.lowlevel.TrioToken, trio.Event]] = Future()
+
+    async def run() -> None:
+        agents = [echo_agent(), approval_agent([])]
+        async with agentlib.serve(agents, store=store, port=0, tokens=[TOKEN]) as server:
+            base = server.url + "/v1/agents"
+            async with httpx.AsyncClient(headers=BEARER, timeout=30) as http:
+                echo = (await http.post(f"{base}/echo/sessions")).json()["id"]
+                done = await http.post(f"{base}/echo/sessions/{echo}/turns?wait=10", json=HI)
+                held = (await http.post(f"{base}/approver/sessions")).json()["id"]
+                made = await http.post(f"{base}/approver/sessions/{held}/turns?wait=10", json=HI)
+            blocked = made.json()["record"]
+            ids = {
+                "agent": ["echo", "approver"],
+                "session": [echo, held],
+                "turn": [done.json()["turn_id"], made.json()["turn_id"]],
+                "callback": [blocked["callbacks"][0]["id"]],
+            }
+            stop = trio.Event()
+            ready.set_result((Fuzzed(server.url, ids), trio.lowlevel.current_trio_token(), stop))
+            await stop.wait()
+
+    failed: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            trio.run(run)
+        except BaseException as error:
+            failed.append(error)
+            if not ready.done():
+                ready.set_exception(error)
+
+    thread = threading.Thread(target=main, name="fuzzed-server", daemon=True)
+    thread.start()
+    fuzzed, token, stop = ready.result(timeout=60)
+    try:
+        yield fuzzed
+    finally:
+        trio.from_thread.run_sync(stop.set, trio_token=token)
+        thread.join(timeout=60)
+    if failed:
+        raise failed[0]
+
+
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+HI = {"content": "hi"}
+
+
+def fuzz_every_route(fuzzed: Fuzzed) -> None:
+    """Send requests of every route, with junk where a client can put it, and check each
+    answer: no 5xx but a 503, no traceback, and the server still answers."""
+    junk_ids = st.one_of(TEXT.filter(lambda text: "/" not in text and text), st.just("x"))
+
+    @settings(
+        max_examples=120,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(
+        route=st.sampled_from(ROUTES),
+        names=st.fixed_dictionaries(
+            {name: st.sampled_from(values) | junk_ids for name, values in fuzzed.ids.items()}
+        ),
+        body=BODIES | st.none(),
+        token=st.one_of(st.just(f"Bearer {TOKEN}".encode()), HEADER_TEXT, st.none()),
+        key=HEADER_TEXT | st.none(),
+        cursor=HEADER_TEXT | st.none(),
+        query=st.dictionaries(st.sampled_from(["wait", "after", "limit", "x"]), QUERY_TEXT),
+    )
+    def one_request(
+        route: tuple[str, str],
+        names: dict[str, str],
+        body: bytes | str | None,
+        token: bytes | None,
+        key: bytes | None,
+        cursor: bytes | None,
+        query: dict[str, str],
+    ) -> None:
+        method, template = route
+        content = ODD_BODIES[body] if isinstance(body, str) else body
+        # A lone surrogate goes as the (invalid) UTF-8 a careless client writes.
+        segments = {
+            name: quote(value.encode("utf-8", "surrogatepass"), safe="")
+            for name, value in names.items()
+        }
+        path = template.format(**segments)
+        headers: dict[str, bytes] = {"content-type": b"application/json"}
+        for name, value in (("authorization", token), ("idempotency-key", key)):
+            if value is not None:
+                headers[name] = value
+        if cursor is not None:
+            headers["last-event-id"] = cursor
+        with httpx.Client(base_url=fuzzed.url, timeout=60) as http:
+            response = http.request(method, path, content=content, headers=headers, params=query)
+            assert response.status_code < 500 or response.status_code == 503, (
+                method,
+                path,
+                response.status_code,
+                response.text[:500],
+            )
+            assert "Traceback" not in response.text
+            if response.status_code >= 400:
+                said = response.json()  # an error, or the record of a conflict (a 409)
+                assert said["error"]["message"] if "error" in said else said["type"], said
+            assert http.get("/v1/health").status_code == 200
+
+    one_request()
+
+
+def test_no_request_to_any_route_fails_the_server_on_sqlite(tmp_path: Path) -> None:
+    with served_in_a_thread(f"sqlite:///{tmp_path / 'fuzzed.db'}") as fuzzed:
+        fuzz_every_route(fuzzed)
+
+
+def test_no_request_to_any_route_fails_the_server_on_postgresql(postgres_schema: str) -> None:
+    from conftest import POSTGRES
+
+    from agentlib.store import PostgresStore
+
+    with served_in_a_thread(PostgresStore(POSTGRES, schema=postgres_schema)) as fuzzed:
+        fuzz_every_route(fuzzed)
