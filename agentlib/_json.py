@@ -149,22 +149,38 @@ def text_problem(value: object) -> str | None:
     return None
 
 
+#: The annotations of the fields :func:`check_text_fields` reads: text, or a tuple of texts
+#: (as classes, or as the strings they are until attrs resolves them).
+_TEXT_TYPES: tuple[object, ...] = (
+    str,
+    Union[str, None],
+    tuple[str, ...],
+    Union[tuple[str, ...], None],
+    "str",
+    "str | None",
+    "tuple[str, ...]",
+    "tuple[str, ...] | None",
+)
+
+
 @functools.cache
-def _field_names(cls: type[Any]) -> tuple[str, ...]:
-    return tuple(field.name for field in attrs.fields(cls))
+def _text_fields(cls: type[Any]) -> tuple[str, ...]:
+    return tuple(
+        field.name for field in attrs.fields(cls) if field.type is str or field.type in _TEXT_TYPES
+    )
 
 
 def check_text_fields(instance: object) -> None:
-    """Refuse an attrs instance whose string fields (or the strings of its tuple fields)
-    hold text no store can keep: called by data classes when they are built.
+    """Refuse an attrs instance whose text fields (``str``, or a tuple of them) hold text
+    no store can keep: called by data classes when they are built.
 
     Raises:
         InvalidValue: A field holds a lone surrogate; the error names the field.
     """
-    for name in _field_names(typing.cast(Any, type(instance))):
+    for name in _text_fields(typing.cast(Any, type(instance))):
         value = getattr(instance, name)
         if type(value) is str:
-            if not storable_text(value):
+            if not value.isascii() and not storable_text(value):
                 raise InvalidValue(
                     f"{name} {SURROGATE_REASON}; send whole characters", at=f".{name}"
                 )
