@@ -68,8 +68,8 @@ access_logger = logging.getLogger("agentlib.access")
 
 #: The largest request body taken, in bytes.
 MAX_BODY = 1 << 20
-#: The most of a refused request's body read (and dropped) so that its client, still
-#: sending it, reads the answer: past that, the connection is closed.
+#: The most of a request's body left unread that is read (and dropped) before its answer,
+#: so that its client, still sending it, reads the answer: past that, the connection closes.
 MAX_DRAINED = 4 * MAX_BODY
 #: The levels of a body around its values (a session's inputs: the body, the inputs, an
 #: input's fields), which are checked on their own, as a local session checks them.
@@ -479,7 +479,14 @@ def _json(data: Any, status: int = 200) -> Response:
 def _where(request: Request) -> tuple[str, str]:
     """A request's method and path, for the log: never its query, which may hold a
     cursor, nor a header, which may hold a token."""
-    return request.method, request.url.path
+    return request.method, _path_of(request.scope)
+
+
+def _path_of(scope: Scope) -> str:
+    """The path of a request as it came, still percent-encoded (so that it is one line of
+    a log, always), without its query."""
+    raw = scope.get("raw_path") or scope["path"].encode()
+    return str(raw.partition(b"?")[0].decode("ascii", "backslashreplace"))
 
 
 def _log_unavailable(request: Request, error: SdkError) -> None:
@@ -774,13 +781,10 @@ class _AccessLog:
             await self._app(scope, receive, send_status)
         finally:
             if access_logger.isEnabledFor(logging.INFO):
-                # The path as it came, still percent-encoded: a line of its own, always.
-                raw = scope.get("raw_path") or scope["path"].encode()
-                path = raw.partition(b"?")[0].decode("ascii", "backslashreplace")
                 access_logger.info(
                     "%s %s %d %.1fms",
                     scope["method"],
-                    path,
+                    _path_of(scope),
                     status,
                     (trio.current_time() - began) * 1000,
                 )
