@@ -598,3 +598,30 @@ def test_no_request_to_any_route_fails_the_server_on_postgresql(postgres_schema:
 
     with served_in_a_thread(PostgresStore(POSTGRES, schema=postgres_schema)) as fuzzed:
         fuzz_every_route(fuzzed)
+
+
+async def test_a_failure_of_the_server_is_a_500_in_json_logged_with_where_not_what(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "-".join(("s3cret", "value"))  # not in the source its frames show
+
+    async def fails(self: object, request: object) -> object:
+        raise RuntimeError(f"a value of the request: {secret}")
+
+    from agentlib._http._server import Server
+
+    monkeypatch.setattr(Server, "_list_agents", fails)  # a fault of the server's own
+    store = f"sqlite:///{tmp_path / 'served.db'}"
+    async with agentlib.serve([echo_agent()], store=store, port=0) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1", timeout=30) as http:
+            failed = await http.get("/agents")
+            assert (await http.get("/health")).status_code == 200
+    assert failed.status_code == 500
+    assert failed.json()["error"]["type"] == "InternalServerError"
+    assert "s3cret-value" not in failed.text
+    said = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert [record.name for record in said] == ["agentlib.serve"]
+    message = said[0].getMessage()
+    assert message.startswith("GET /v1/agents: 500, the server failed with RuntimeError at\n")
+    assert "in fails" in message
+    assert "s3cret-value" not in caplog.text
