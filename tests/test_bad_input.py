@@ -907,21 +907,21 @@ async def test_imported_history_with_a_lone_surrogate_is_refused_naming_the_item
     assert "$[2].content[0].text" in str(info.value)
 
 
-async def test_nul_in_a_message_and_an_input_is_stored_and_read_back_unchanged(
-    tmp_path: Any,
+async def test_nul_in_a_message_an_input_and_history_is_stored_and_read_back_unchanged(
+    store: Any,
 ) -> None:
     def echo(request: agentlib.ModelRequest) -> str:
         return "|".join(entry.text for entry in request.entries if entry.role == "user")
 
     agent = agentlib.Agent("a", model=agentlib.FunctionModel(echo))
-    store = f"sqlite:///{tmp_path / 's.db'}"
-    async with agentlib.open_runtime(store):
-        session = await agent.start_session(inputs=[Repo(name="a\x00b")])
+    history = [message("user", text(text="old \x00 one"))]
+    async with agentlib.open_runtime(store()):
+        session = await agent.start_session(inputs=[Repo(name="a\x00b")], history=history)
         first = await session.run("nul \x00 inside")
         session_id = session.id
-    async with agentlib.open_runtime(store):  # read back from the file
+    async with agentlib.open_runtime(store()):  # read back from the store
         second = await agent.session(session_id).run("again")
     assert isinstance(first, agentlib.Completed)
     assert isinstance(second, agentlib.Completed)
-    assert first.text == "nul \x00 inside"
-    assert second.text == "nul \x00 inside|again"
+    assert first.text == "old \x00 one|nul \x00 inside"
+    assert second.text == "old \x00 one|nul \x00 inside|again"
