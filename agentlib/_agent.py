@@ -16,6 +16,7 @@ from ._history import parse_history
 from ._history_items import HistoryImportEntry
 from ._hooks import Hook
 from ._inputs import SessionInput, stored_inputs
+from ._json import check_key
 from ._models._base import Model, ToolSchema, check_for_model
 from ._models._chat import model_from_string
 from ._models._options import ChatOptions
@@ -263,6 +264,7 @@ class Agent:
                 ``agentlib_sync``).
         """
         check_trio()
+        check_key(idempotency_key)
         door = current_door()
         entries = history_for(self.model, history)
         session: Session = await door.start_session(

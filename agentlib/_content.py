@@ -11,7 +11,14 @@ from typing import Any, ClassVar, Literal, Union
 
 import attrs
 
-from ._json import InvalidValue, as_json, check_json_object, known_tag_refused, raw_field
+from ._json import (
+    InvalidValue,
+    as_json,
+    check_json_object,
+    check_text_fields,
+    known_tag_refused,
+    raw_field,
+)
 
 __all__ = [
     "AudioContentBlock",
@@ -78,6 +85,9 @@ class ContentAnnotations:
     priority: float | None = attrs.field(default=None, validator=_check_priority)
     last_modified: str | None = attrs.field(default=None, validator=_check_timestamp)
 
+    def __attrs_post_init__(self) -> None:
+        check_text_fields(self)
+
 
 @attrs.frozen(kw_only=True)
 class _Block:
@@ -85,6 +95,9 @@ class _Block:
     meta: dict[str, Any] | None = attrs.field(
         default=None, converter=as_json, validator=check_json_object
     )
+
+    def __attrs_post_init__(self) -> None:
+        check_text_fields(self)  # what a store cannot keep is refused as the block is built
 
 
 @attrs.frozen(kw_only=True)
@@ -274,6 +287,7 @@ class EmbeddedResourceContentBlock(_Block):
     blob: str | None = None
 
     def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
         if (self.text is None) == (self.blob is None):
             raise InvalidValue(
                 "an embedded resource holds exactly one of text and blob"
@@ -304,6 +318,9 @@ class UnknownContentBlock:
         validator=known_tag_refused(lambda: ContentBlock, "content block")
     )
     raw: Mapping[str, Any] = raw_field()
+
+    def __attrs_post_init__(self) -> None:
+        check_text_fields(self)
 
 
 ContentBlock = Union[

@@ -27,7 +27,14 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from . import _callbacks, _content, _entries, _events, _history_items, _records
 from ._errors import ValidationError
-from ._json import TOO_DEEP, InvalidValue, checked_class, nesting_problem
+from ._json import (
+    LONE_SURROGATE,
+    TOO_DEEP,
+    InvalidValue,
+    checked_class,
+    nesting_problem,
+    storable_text,
+)
 
 __all__ = ["structure", "unstructure"]
 
@@ -124,6 +131,8 @@ def make_converter() -> cattrs.Converter:
             return _enum_member(cl, value)  # type: ignore[no-any-return]
         if not isinstance(value, str):
             raise InvalidValue(f"expected a string, got {_type_name(value)}")
+        if not storable_text(value):
+            raise InvalidValue(LONE_SURROGATE)
         return value
 
     def strict_int(value: object, cl: Any) -> int:
@@ -519,6 +528,16 @@ def structure(data: Any, cls: type[T] | Any) -> T:
         return CONVERTER.structure(data, cls)  # type: ignore[no-any-return]
     except (cattrs.BaseValidationError, InvalidValue) as exc:
         raise validation_error(exc, describe(cls)) from exc
+
+
+def unknown_fields(data: Mapping[str, Any], value: Any) -> list[str]:
+    """The keys of ``data`` that name no field of ``value``, the instance it was read into
+    (keys in snake_case or camelCase, and ``type``), sorted; [] for a value of no attrs
+    class."""
+    if not attrs.has(type(value)):
+        return []
+    names = {field.name for field in attrs.fields(type(value))} | {"type"}
+    return sorted(str(key) for key in data if _snake(key) not in names)
 
 
 def _too_deep(at: str) -> InvalidValue:

@@ -7,10 +7,11 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import attrs
 import cattrs
 
 from ._content import TextContentBlock
-from ._convert import CONVERTER, validation_error
+from ._convert import CONVERTER, unknown_fields, validation_error
 from ._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry, UnknownEntry
 from ._errors import ValidationError
 from ._history_items import (
@@ -76,6 +77,15 @@ def parse_history(items: Iterable[HistoryImportEntry | Mapping[str, Any]]) -> li
             parsed.append(CONVERTER.structure(item, HistoryImportEntry))  # type: ignore[arg-type]
         except (cattrs.BaseValidationError, InvalidValue) as exc:
             problems.extend(validation_error(exc, "history", path=f"$[{index}]").errors)
+            continue
+        unknown = unknown_fields(item, parsed[-1])  # as a request body's are refused
+        if unknown:
+            cls = type(parsed[-1])
+            takes = ", ".join(repr(field.name) for field in attrs.fields(cls))
+            problems.append(
+                f"unknown field(s) {', '.join(map(repr, unknown))}: a {cls.type!r} item "
+                f"takes {takes} @ $[{index}]"
+            )
     if problems:
         raise ValidationError("invalid history: " + "; ".join(problems), tuple(problems))
     return _to_entries(parsed)

@@ -13,7 +13,7 @@ from ._content import (
     TextContentBlock,
     _to_tuple,
 )
-from ._json import InvalidValue, as_json, check_json_object, json_field
+from ._json import InvalidValue, as_json, check_json_object, check_text_fields, json_field
 
 __all__ = [
     "HistoryImportEntry",
@@ -63,6 +63,9 @@ class HistoryImportReasoning:
     type: ClassVar[str] = "reasoning"
     text: str
 
+    def __attrs_post_init__(self) -> None:
+        check_text_fields(self)
+
 
 @attrs.frozen(kw_only=True)
 class HistoryImportToolCall:
@@ -80,6 +83,9 @@ class HistoryImportToolCall:
     name: str
     arguments: Any = json_field()
     tool_kind: Literal["builtin", "local", "mcp", "client", "plugin", "connector"] = "local"
+
+    def __attrs_post_init__(self) -> None:
+        check_text_fields(self)
 
 
 def _check_error(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -115,6 +121,7 @@ class HistoryImportToolResult:
     )
 
     def __attrs_post_init__(self) -> None:
+        check_text_fields(self)
         if self.result is not None and self.error is not None:
             raise InvalidValue("a tool result has result or error, not both")
 
@@ -136,6 +143,9 @@ class HistoryImportSnapshot:
     task_name: str
     snapshot_type: str
     value: Any = json_field()
+
+    def __attrs_post_init__(self) -> None:
+        check_text_fields(self)
 
 
 HistoryImportEntry = Union[

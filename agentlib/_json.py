@@ -122,6 +122,104 @@ def checked_class(cls: Any) -> bool:
 #: Types whose values are JSON as they are (subclasses are walked: ``bool`` is ``int``'s).
 JSON_SCALARS = (str, int, bool)
 
+#: Half of a UTF-16 surrogate pair. A Python string may hold one on its own (``json.loads``
+#: makes one of the escape ``"\\ud800"``), but UTF-8 cannot encode it: no store, response
+#: or log line can carry it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+#: What is wrong with text that holds a lone surrogate.
+SURROGATE_REASON = (
+    "holds a lone surrogate (a half of a UTF-16 pair, such as the escape \\ud800), which "
+    "UTF-8 cannot encode"
+)
+#: Why a string with a lone surrogate is refused, and what to send instead.
+LONE_SURROGATE = f"a string {SURROGATE_REASON}; send whole characters"
+
+
+def storable_text(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8: it holds no lone surrogate."""
+    return text.isascii() or _SURROGATE.search(text) is None
+
+
+def text_problem(value: object) -> str | None:
+    """Why ``value``, a string that agentlib would store, is refused; None when it is not
+    a string or can be stored. The reason never holds the text."""
+    if type(value) is str and not storable_text(value):
+        return LONE_SURROGATE
+    return None
+
+
+#: The annotations of the fields :func:`check_text_fields` reads: text, or a tuple of texts
+#: (as classes, or as the strings they are until attrs resolves them).
+_TEXT_TYPES: tuple[object, ...] = (
+    str,
+    Union[str, None],
+    tuple[str, ...],
+    Union[tuple[str, ...], None],
+    "str",
+    "str | None",
+    "tuple[str, ...]",
+    "tuple[str, ...] | None",
+)
+
+
+@functools.cache
+def _text_fields(cls: type[Any]) -> tuple[str, ...]:
+    return tuple(
+        field.name for field in attrs.fields(cls) if field.type is str or field.type in _TEXT_TYPES
+    )
+
+
+def check_text_fields(instance: object) -> None:
+    """Refuse an attrs instance whose text fields (``str``, or a tuple of them) hold text
+    no store can keep: called by data classes when they are built.
+
+    Raises:
+        InvalidValue: A field holds a lone surrogate; the error names the field.
+    """
+    for name in _text_fields(typing.cast(Any, type(instance))):
+        value = getattr(instance, name)
+        if type(value) is str:
+            if not value.isascii() and not storable_text(value):
+                raise InvalidValue(
+                    f"{name} {SURROGATE_REASON}; send whole characters", at=f".{name}"
+                )
+        elif type(value) is tuple:
+            for index, item in enumerate(value):
+                if type(item) is str and not storable_text(item):
+                    raise InvalidValue(
+                        f"{name} {SURROGATE_REASON}; send whole characters", at=f".{name}[{index}]"
+                    )
+
+
+def key_problem(key: object) -> str | None:
+    """Why ``key``, an idempotency key, is refused; None for None or a key every store
+    keeps: a string without NUL (PostgreSQL's text cannot hold it) or a lone surrogate.
+    The reason follows "it" and never holds the key."""
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        return f"must be a string, not {type(key).__name__}"
+    if "\x00" in key:
+        return "holds a NUL character (\\u0000), which a store cannot keep in a key"
+    if not storable_text(key):
+        return SURROGATE_REASON
+    return None
+
+
+def check_key(key: object, name: str = "idempotency_key") -> None:
+    """Refuse an idempotency key that a store cannot keep, before anything is written.
+
+    Raises:
+        ValidationError: ``key`` is not a string, or holds NUL or a lone surrogate; the
+            message names ``name``, never the key.
+    """
+    problem = key_problem(key)
+    if problem is not None:
+        raise ValidationError(
+            f"invalid {name}: it {problem}; send a key of printable text, such as a UUID"
+        )
+
 
 def _walk(value: object, *, strict: bool) -> Problem | None:
     """The first problem of ``value``, walked without recursion so that no depth breaks it.
@@ -130,12 +228,18 @@ def _walk(value: object, *, strict: bool) -> Problem | None:
     :func:`agentlib.unstructure` takes it: sets count as arrays, and attrs classes and
     dataclasses as objects, except agentlib's own, which checked their data when built.
     """
-    if value is None or type(value) in JSON_SCALARS or _flat(value):
+    if value is None or _flat(value, strict):
         return None  # the common cases, without building a stack
+    if type(value) in JSON_SCALARS:
+        return Problem(LONE_SURROGATE) if strict and text_problem(value) else None
     stack: list[tuple[object, int, _Link]] = [(value, 0, None)]
     while stack:
         item, depth, link = stack.pop()
-        if item is None or isinstance(item, (bool, int, str)):
+        if item is None or isinstance(item, (bool, int)):
+            continue
+        if isinstance(item, str):
+            if strict and not storable_text(item):
+                return Problem(LONE_SURROGATE, _path(link))
             continue
         if isinstance(item, float):
             if strict and not math.isfinite(item):
@@ -148,6 +252,8 @@ def _walk(value: object, *, strict: bool) -> Problem | None:
             children = []
             for key, child in item.items():
                 if isinstance(key, str):
+                    if strict and not storable_text(key):
+                        return Problem(f"an object key: {LONE_SURROGATE}", _path(link))
                     children.append((child, key))
                 elif strict:
                     return Problem(
@@ -172,14 +278,44 @@ def _walk(value: object, *, strict: bool) -> Problem | None:
     return None
 
 
-def _flat(value: object) -> bool:
+def unstorable_text(value: object) -> Problem | None:
+    """Where JSON ``value`` (as ``json.loads`` gives it) holds a string or an object key
+    that no store can keep (a lone surrogate), at any depth; None when it holds none."""
+    if _flat(value, strict=True):
+        return None
+    stack: list[tuple[object, _Link]] = [(value, None)]
+    while stack:
+        item, link = stack.pop()
+        if type(item) is str:
+            if not storable_text(item):
+                return Problem(LONE_SURROGATE, _path(link))
+        elif type(item) is list:
+            stack.extend((child, (link, index)) for index, child in enumerate(item))
+        elif type(item) is dict:
+            for key, child in item.items():
+                if not storable_text(key):
+                    return Problem(f"an object key: {LONE_SURROGATE}", _path(link))
+                stack.append((child, (link, key)))
+    return None
+
+
+def _flat(value: object, strict: bool) -> bool:
     """Whether ``value`` is an empty object, or a dict of string keys, or a list, whose
-    values are all None, strings, integers or booleans: JSON at any nesting limit."""
+    values are all None, strings, integers or booleans: JSON at any nesting limit (and,
+    ``strict``, each string one that can be stored)."""
     if type(value) is dict:
-        return set(map(type, value)) <= _STR and set(map(type, value.values())) <= _FLAT_TYPES
+        return (
+            set(map(type, value)) <= _STR
+            and set(map(type, value.values())) <= _FLAT_TYPES
+            and (not strict or (_storable(value) and _storable(value.values())))
+        )
     if type(value) is list:
-        return set(map(type, value)) <= _FLAT_TYPES
+        return set(map(type, value)) <= _FLAT_TYPES and (not strict or _storable(value))
     return type(value) is _EmptyObject
+
+
+def _storable(items: typing.Iterable[object]) -> bool:
+    return all(storable_text(item) for item in items if type(item) is str)
 
 
 _STR = frozenset((str,))

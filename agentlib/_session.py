@@ -49,7 +49,7 @@ from ._errors import (
     add_note,
 )
 from ._events import CallbackOpened, Event, TurnEnded
-from ._json import InvalidValue
+from ._json import InvalidValue, check_key
 from ._models._base import check_for_model
 from ._output import parse_output
 from ._records import (
@@ -244,6 +244,7 @@ class Session:
             UnsupportedSessionProcedureError: The session is a subagent's: its references
                 only read, and interrupt its turns.
         """
+        check_key(idempotency_key)
         key = idempotency_key
         live = await self._held("send_message")
         if live is None:
@@ -296,6 +297,7 @@ class Session:
         max_steps: int | None,
     ) -> tuple[Turn | Busy[Turn], bool]:
         """Start a turn; and whether it is new (not one an idempotency key started)."""
+        check_key(key)
         if max_steps is not None:
             check_max_steps(max_steps)
         live = await self._held(procedure)

@@ -833,3 +833,95 @@ def test_sign_in_answer_constructor_error_hides_the_credentials() -> None:
         SignInAnswer(credentials={"notion": b"sk-secret"})  # type: ignore[dict-item]
 
     assert "sk-secret" not in str(info.value)
+
+
+# --- text that no store can keep --------------------------------------------------------------
+
+#: A lone surrogate, as ``json.loads`` makes of the escape "\ud800": UTF-8 cannot encode it.
+LONE = "left \ud800 right"
+
+
+def stored_rows(path: str) -> int:
+    """How many sessions and events the SQLite file at ``path`` holds."""
+    import sqlite3
+
+    with sqlite3.connect(path) as connection:
+        sessions = connection.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        events = connection.execute("SELECT count(*) FROM events").fetchone()[0]
+    return int(sessions) + int(events)
+
+
+async def test_a_message_with_a_lone_surrogate_is_refused_before_anything_is_written(
+    tmp_path: Any,
+) -> None:
+    agent = agentlib.Agent("a", model=ScriptedModel(["fine"]))
+    db = tmp_path / "s.db"
+    async with agentlib.open_runtime(f"sqlite:///{db}"):
+        session = await agent.start_session()
+        with pytest.raises(agentlib.ValidationError, match="lone surrogate") as info:
+            await session.run(LONE)
+        with pytest.raises(agentlib.ValidationError, match=r"lone surrogate.*\$\[0\]\.text"):
+            await session.run([{"type": "text", "text": LONE}])
+        record = await session.run("still here")  # the session and its runtime go on
+    assert isinstance(record, agentlib.Completed)
+    assert "text" in str(info.value)
+    assert LONE not in str(info.value)
+
+
+@pytest.mark.parametrize("key", [LONE, "nul\x00key"], ids=["surrogate", "nul"])
+async def test_an_idempotency_key_no_store_keeps_is_refused_naming_it(key: str) -> None:
+    agent = agentlib.Agent("a", model=ScriptedModel(["fine"] * 3))
+    async with agentlib.open_runtime():
+        with pytest.raises(agentlib.ValidationError, match="invalid idempotency_key") as started:
+            await agent.start_session(idempotency_key=key)
+        session = await agent.start_session()
+        with pytest.raises(agentlib.ValidationError, match="invalid idempotency_key") as run:
+            await session.run("hi", idempotency_key=key)
+        with pytest.raises(agentlib.ValidationError, match="invalid idempotency_key") as sent:
+            await session.send_message("hi", idempotency_key=key)
+        record = await session.run("hi", idempotency_key="a fine key")
+    assert isinstance(record, agentlib.Completed)
+    for error in (started, run, sent):
+        assert key not in str(error.value)
+        assert "printable text" in str(error.value)
+
+
+async def test_a_session_input_with_a_lone_surrogate_is_refused_naming_its_field() -> None:
+    agent = agentlib.Agent("a", model=ScriptedModel([]))
+    async with agentlib.open_runtime():
+        with pytest.raises(agentlib.ValidationError, match="lone surrogate") as info:
+            await agent.start_session(inputs=[Repo(name=LONE)])
+    assert "'name' of input 'repo'" in str(info.value)
+    assert LONE not in str(info.value)
+
+
+async def test_imported_history_with_a_lone_surrogate_is_refused_naming_the_item() -> None:
+    agent = agentlib.Agent("a", model=ScriptedModel([]))
+    history = [message("user", text()), message("assistant", text()), message("user", text())]
+    history[2]["content"] = [text(text=LONE)]
+    async with agentlib.open_runtime():
+        with pytest.raises(agentlib.ValidationError, match="lone surrogate") as info:
+            await agent.start_session(history=history)
+        with pytest.raises(agentlib.ValidationError, match="lone surrogate"):
+            await agent.start_session(history=[agentlib.HistoryImportReasoning(text=LONE)])
+    assert "$[2].content[0].text" in str(info.value)
+
+
+async def test_nul_in_a_message_an_input_and_history_is_stored_and_read_back_unchanged(
+    store: Any,
+) -> None:
+    def echo(request: agentlib.ModelRequest) -> str:
+        return "|".join(entry.text for entry in request.entries if entry.role == "user")
+
+    agent = agentlib.Agent("a", model=agentlib.FunctionModel(echo))
+    history = [message("user", text(text="old \x00 one"))]
+    async with agentlib.open_runtime(store()):
+        session = await agent.start_session(inputs=[Repo(name="a\x00b")], history=history)
+        first = await session.run("nul \x00 inside")
+        session_id = session.id
+    async with agentlib.open_runtime(store()):  # read back from the store
+        second = await agent.session(session_id).run("again")
+    assert isinstance(first, agentlib.Completed)
+    assert isinstance(second, agentlib.Completed)
+    assert first.text == "old \x00 one|nul \x00 inside"
+    assert second.text == "old \x00 one|nul \x00 inside|again"

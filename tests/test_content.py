@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import math
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -557,3 +558,26 @@ def test_unknown_content_block_round_trips_inside_a_message() -> None:
     )
 
     assert roundtrip(entry, agentlib.Entry) == entry
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda text: agentlib.TextContentBlock(text=text), "text"),
+        (lambda text: agentlib.ImageContentBlock(uri="u", alt_text=text), "alt_text"),
+        (lambda text: agentlib.AudioContentBlock(uri=text), "uri"),
+        (lambda text: agentlib.ResourceLinkContentBlock(uri="u", title=text), "title"),
+        (lambda text: agentlib.EmbeddedResourceContentBlock(uri="u", text=text), "text"),
+        (lambda text: agentlib.UnknownContentBlock(original_type=text), "original_type"),
+        (lambda text: agentlib.ContentAnnotations(audience=["user", text]), "audience[1]"),
+    ],
+)
+def test_a_block_with_a_lone_surrogate_in_a_text_field_is_refused_naming_it(
+    build: Any, field: str
+) -> None:
+    with pytest.raises(agentlib.ValidationError, match="lone surrogate") as info:
+        build("left \udc00 right")
+    assert f"@ $.{field}" in str(info.value)
+    assert "left" not in str(info.value)
+    kept = build("whole characters: é \U0001f600")  # a pair, written as one character
+    assert agentlib.structure(agentlib.unstructure(kept), type(kept)) == kept

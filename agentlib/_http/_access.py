@@ -76,7 +76,11 @@ class Tokens:
     def _scoped(self, given: str) -> Access | None:
         prefix, _, rest = given.partition(".")
         payload, _, signature = rest.partition(".")
-        if prefix != _PREFIX or not hmac.compare_digest(signature, self._sign(payload)):
+        # Compared as bytes: compare_digest takes only ASCII str, and a token is what the
+        # client sent (any text a header holds).
+        if prefix != _PREFIX or not hmac.compare_digest(
+            signature.encode(), self._sign(payload).encode()
+        ):
             return None
         try:
             claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))

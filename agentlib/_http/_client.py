@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import json
 import math
 import random
 import re
@@ -273,7 +274,7 @@ class _Wire:
             failure: Exception
             try:
                 response = await self.client.request(
-                    method, url, json=body, params=sent, timeout=self._timeout(held)
+                    method, url, params=sent, timeout=self._timeout(held), **_json_body(body)
                 )
             except httpx.TransportError as error:
                 if isinstance(error, httpx.UnsupportedProtocol):
@@ -897,3 +898,14 @@ _ANSWERS = (AllowApproval, DenyApproval, Credentials, SignInAnswer, KeepCallback
 
 
 set_remote(RemoteAgent)
+
+
+def _json_body(body: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A request's JSON body, as UTF-8. A lone surrogate, which UTF-8 cannot encode, is
+    written as its JSON escape (it is only ever inside a string): the server refuses it by
+    the field's name, as a local session refuses it."""
+    if body is None:
+        return {}
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    data = text.encode("utf-8", "backslashreplace")
+    return {"content": data, "headers": {"content-type": "application/json"}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -63,6 +64,7 @@ def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--store: {error}")
     tokens = [*args.token, *filter(None, os.environ.get("AGENTLIB_TOKENS", "").split(","))]
     serving = trio.Event()
+    show_logs()
     try:
         trio.run(
             functools.partial(
@@ -100,6 +102,20 @@ def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             return 1
         raise
     return 0
+
+
+def show_logs() -> None:
+    """Write the server's log on stderr, from INFO up (the access log's line per request,
+    a 503's cause, a failure), unless the logging of the process is set up already."""
+    root = logging.getLogger()
+    served = logging.getLogger("agentlib")
+    if root.handlers or served.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    served.addHandler(handler)
+    if served.level == logging.NOTSET:
+        served.setLevel(logging.INFO)
 
 
 def _leaves(error: BaseException) -> list[BaseException]:

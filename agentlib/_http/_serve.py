@@ -31,7 +31,10 @@ def serve(
             print(server.url)
 
     Sessions, turns, records, events and errors are the public API's, as JSON under
-    ``/v1`` (see the "Deploying" guide); events also stream as Server-Sent Events.
+    ``/v1`` (see the "Deploying" guide); events also stream as Server-Sent Events. Each
+    request is a line of the ``agentlib.access`` log, at INFO, and a 503's cause or a
+    failure of the server's own one of ``agentlib.serve``: your application's logging
+    shows them (``agentlib serve`` writes them on stderr).
 
     Args:
         agents: The agents to serve; ``server.deploy(agent)`` adds more, or replaces one.

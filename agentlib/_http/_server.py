@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+import traceback
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    MutableMapping,
+)
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import attrs
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as serve_app
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -33,12 +43,13 @@ from .._callbacks import (
     OpenSignIn,
     SignInAnswer,
 )
-from .._convert import structure, unstructure
+from .._convert import structure, unknown_fields, unstructure
+from .._engine._machine import SessionMachine, root_of
 from .._engine._restore import not_found, read_states
 from .._engine._runtime import Runtime
 from .._errors import SdkError, SessionBusyError, ValidationError
 from .._events import Event
-from .._json import NotJson, read_json
+from .._json import SURROGATE_REASON, NotJson, check_key, read_json, unstorable_text
 from .._open import enter, open_runtime
 from .._records import Answered, Blocked, Busy
 from .._session import Session, Turn
@@ -73,8 +84,18 @@ __all__ = ["OPERATIONS", "Server", "serve"]
 
 B = TypeVar("B")
 
+#: What the server says of the requests it fails (a 503's cause, a failure of its own) and
+#: of clients that hang up; never a header, a token or a value of a request.
+logger = logging.getLogger("agentlib.serve")
+#: One line per request, at INFO, once its response ends (an event stream's when it
+#: closes): method, path (no query), status, milliseconds. Never a header.
+access_logger = logging.getLogger("agentlib.access")
+
 #: The largest request body taken, in bytes.
 MAX_BODY = 1 << 20
+#: The most of a request's body left unread that is read (and dropped) before its answer,
+#: so that its client, still sending it, reads the answer: past that, the connection closes.
+MAX_DRAINED = 4 * MAX_BODY
 #: The levels of a body around its values (a session's inputs: the body, the inputs, an
 #: input's fields), which are checked on their own, as a local session checks them.
 BODY_WRAPPING = 3
@@ -173,9 +194,28 @@ class Server:
         except _Refused as refused:
             return _json({"error": {"type": refused.kind, "message": str(refused)}}, refused.status)
         except SdkError as error:
-            return _json(error_body(error), status_of(error))
+            status = status_of(error)
+            if status == 503:
+                _log_unavailable(request, error)
+            return _json(error_body(error), status)
         except ValueError as error:  # an argument the public API refused (max_steps, say)
             return _json({"error": {"type": "BadRequest", "message": str(error)}}, 400)
+        except ClientDisconnect:
+            # Gone before its body came: nobody reads the answer.
+            logger.debug("%s %s: the client hung up before its body came", *_where(request))
+            return Response(status_code=400)
+        except Exception as error:  # a failure of the server's own: said, and logged
+            _log_failure(request, error)
+            return _json(
+                {
+                    "error": {
+                        "type": "InternalServerError",
+                        "message": "the server failed on this request (its log says where); "
+                        "retry it, and report it if it fails again",
+                    }
+                },
+                500,
+            )
 
     def _authorize(self, request: Request) -> Access:
         if not self._tokens:
@@ -207,14 +247,21 @@ class Server:
         session_id = request.path_params["session_id"]
         agent = self._agent(request)
         session = agent.session(session_id)
+        states: Mapping[str, SessionMachine]
         try:
-            inputs = (await session._load()).state.inputs
+            await session._load()
+            states = self._runtime.states
         except SessionBusyError:
             if not self._runtime.store.shared:
                 raise
             # Another runtime on the shared store holds it: read as the store has it.
             states, _ = await read_states(self._runtime, session_id, agent)
-            inputs = states[session_id].inputs
+        state = states[session_id]
+        # Under its own agent's path, or its root session's (a subagent's session), as a
+        # session read back from the store is found: never under another agent's.
+        if agent.name not in (state.agent, root_of(states, session_id).agent):
+            raise not_found(session_id)
+        inputs = state.inputs
         access: Access = request.state.access
         if access.session_id is not None:
             allowed = access.session_id == session_id
@@ -432,6 +479,39 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(text, status_code=status, media_type="application/json")
 
 
+def _where(request: Request) -> tuple[str, str]:
+    """A request's method and path, for the log: never its query, which may hold a
+    cursor, nor a header, which may hold a token."""
+    return request.method, _path_of(request.scope)
+
+
+def _path_of(scope: Scope) -> str:
+    """The path of a request as it came, still percent-encoded (so that it is one line of
+    a log, always), without its query."""
+    raw = scope.get("raw_path") or scope["path"].encode()
+    return str(raw.partition(b"?")[0].decode("ascii", "backslashreplace"))
+
+
+def _log_unavailable(request: Request, error: SdkError) -> None:
+    """Say on the server why a request got a 503: the store's (or lease's) error and its
+    cause, whose messages name the store and the failure, never a request's values."""
+    cause = error.__cause__
+    because = "" if cause is None else f"; caused by {type(cause).__name__}: {cause}"
+    logger.warning("%s %s: 503, %s: %s%s", *_where(request), type(error).__name__, error, because)
+
+
+def _log_failure(request: Request, error: Exception) -> None:
+    """Log a failure of the server's own on a request, with where it happened: the
+    frames and the class, not the message, which may quote what the request sent."""
+    frames = "".join(traceback.format_tb(error.__traceback__))
+    logger.error(
+        "%s %s: 500, the server failed with %s at\n%s",
+        *_where(request),
+        type(error).__name__,
+        frames.rstrip(),
+    )
+
+
 async def _body(request: Request, cls: type[B]) -> B:
     """The request's JSON object, checked for size, syntax and fields, as a ``cls``."""
     fields = set(field_names(cls))
@@ -455,6 +535,7 @@ async def _body(request: Request, cls: type[B]) -> B:
         raise _Refused(400, "BadRequest", f"the body is not JSON: {error}") from None
     if not isinstance(data, dict):
         raise _Refused(400, "BadRequest", "the body must be a JSON object")
+    _check_text(data)
     unknown = sorted(set(data) - fields)
     if unknown:
         raise _Refused(
@@ -472,6 +553,28 @@ def _read_body(data: dict[str, Any], cls: type[B]) -> B:
         return structure(data, cls)
     except ValidationError as error:  # named for the body, not for its class
         raise ValidationError(f"invalid body: {'; '.join(error.errors)}", error.errors) from error
+
+
+def _check_text(data: dict[str, Any]) -> None:
+    """Refuse a body with text that no store can keep, naming its field, as a local
+    session refuses it: a lone surrogate anywhere (the JSON escape ``\\ud800`` alone), or an
+    idempotency key with NUL. Nothing was written.
+
+    Raises:
+        ValidationError: Which field, and why (never the text).
+    """
+    key = data.get("idempotency_key")
+    if isinstance(key, str):
+        check_key(key)
+    found = unstorable_text(data)
+    if found is not None:
+        field = repr(found.at.removeprefix(".")) if found.at else "the body"
+        where = f"an object key in {field}" if found.reason.startswith("an object") else field
+        message = (
+            f"{where} {SURROGATE_REASON}; send whole characters (one beyond U+FFFF escaped "
+            "as its pair, such as \\ud83d\\ude00)"
+        )
+        raise ValidationError(f"invalid request body: {message}", (f"{message} @ ${found.at}",))
 
 
 def _inputs(given: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
@@ -520,7 +623,7 @@ async def _answer_for(turn: Turn, callback_id: str, data: Any, kind: str | None)
     the open callback of that id takes it, or by its shape."""
     if kind is not None:
         cls = _KINDS[kind]
-        return data if cls is None else structure(data, cls)
+        return data if cls is None else _read_answer(data, cls)
     record = await turn.get()
     callbacks = record.callbacks if isinstance(record, Blocked) else ()
     opened = next((type(open_) for open_ in callbacks if open_.id == callback_id), None)
@@ -530,10 +633,26 @@ async def _answer_for(turn: Turn, callback_id: str, data: Any, kind: str | None)
         elif set(data) == {"credentials"}:
             opened = OpenSignIn
     if opened is OpenApproval:
-        return structure(data, ApprovalAnswer)
+        return _read_answer(data, ApprovalAnswer)
     if opened is OpenSignIn:
-        return structure(data, SignInAnswer)
+        return _read_answer(data, SignInAnswer)
     return data
+
+
+def _read_answer(data: Any, cls: Any) -> Any:
+    """``data`` read as the answer class ``cls``: its unknown fields are refused, as a
+    request body's are."""
+    answer = structure(data, cls)
+    unknown = unknown_fields(data, answer) if isinstance(data, dict) else []
+    if unknown:
+        takes = ", ".join(repr(field.name) for field in attrs.fields(type(answer)))
+        raise _Refused(
+            400,
+            "BadRequest",
+            f"unknown field(s) {', '.join(map(repr, unknown))} in 'answer': "
+            f"{type(answer).__name__} takes {takes or 'no field but type'}",
+        )
+    return answer
 
 
 class _EventStream(Response):
@@ -607,6 +726,72 @@ class _EventStream(Response):
             with trio.CancelScope(shield=True):
                 await self._events.aclose()  # type: ignore[attr-defined]
         await write("", more=False)
+
+
+class _Drained:
+    """The application, reading what is left of a request's body before it answers (at
+    most :data:`MAX_DRAINED` bytes, dropped): a server that answers while its client still
+    sends a body closes the connection, and the client, still writing, loses the answer
+    and the connection it meant to use again."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        ended = False
+
+        async def receive_body() -> MutableMapping[str, Any]:
+            nonlocal ended
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                ended = True
+            return message
+
+        async def send_after_body(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                size = 0
+                while not ended and size <= MAX_DRAINED:
+                    size += len((await receive_body()).get("body", b""))
+            await send(message)
+
+        await self._app(scope, receive_body, send_after_body)
+
+
+class _AccessLog:
+    """The application, with a line on :data:`access_logger` for each HTTP request once
+    its response has ended (or the client left): its method, path without the query,
+    status (0 if none was sent) and how long it took in milliseconds."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        began = trio.current_time()
+        status = 0
+
+        async def send_status(message: MutableMapping[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self._app(scope, receive, send_status)
+        finally:
+            if access_logger.isEnabledFor(logging.INFO):
+                access_logger.info(
+                    "%s %s %d %.1fms",
+                    scope["method"],
+                    _path_of(scope),
+                    status,
+                    (trio.current_time() - began) * 1000,
+                )
 
 
 def _frame(event: Event) -> str:
@@ -852,7 +1037,7 @@ async def serve(
         for agent in agents:
             server.deploy(agent)
         stop = trio.Event()
-        app = server.app()
+        app = _AccessLog(_Drained(server.app()))
         binds = await nursery.start(
             lambda task_status: serve_app(
                 app,  # type: ignore[arg-type]
