@@ -278,6 +278,32 @@ def _walk(value: object, *, strict: bool) -> Problem | None:
     return None
 
 
+def read_whole_text(text: str) -> Any:
+    """``json.loads(text)``, each lone surrogate of its strings (an escape such as
+    ``\\ud800`` without its pair) read as U+FFFD, the replacement character, as a UTF-8
+    decoder reads bytes it cannot decode: for what a model's provider sends, which agentlib
+    stores as it came but for that.
+
+    Raises:
+        ValueError: ``text`` is not JSON.
+        RecursionError: It nests deeper than the parser recurses.
+    """
+    value = json.loads(text)
+    if "\\ud" in text or "\\uD" in text:  # a surrogate comes only from an escape
+        return _whole_text(value)
+    return value
+
+
+def _whole_text(value: Any) -> Any:
+    if type(value) is str:
+        return value if storable_text(value) else _SURROGATE.sub("\ufffd", value)
+    if type(value) is list:
+        return [_whole_text(item) for item in value]
+    if type(value) is dict:
+        return {_whole_text(key): _whole_text(item) for key, item in value.items()}
+    return value
+
+
 def unstorable_text(value: object) -> Problem | None:
     """Where JSON ``value`` (as ``json.loads`` gives it) holds a string or an object key
     that no store can keep (a lone surrogate), at any depth; None when it holds none."""

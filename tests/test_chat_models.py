@@ -1409,3 +1409,29 @@ async def test_an_empty_reply_still_counts_its_tokens(server: Server) -> None:
     assert isinstance(record, Completed)
     assert record.text == ""
     assert record.usage == Usage(input_tokens=9, output_tokens=0, total_tokens=9)
+
+
+@pytest.mark.parametrize("name", ["openai/chat_text.json", "openai/stream_text.sse"])
+async def test_a_lone_surrogate_a_model_sent_reads_as_the_replacement_character_and_is_stored(
+    server: Server, tmp_path: Any, name: str
+) -> None:
+    """A provider's JSON may escape half of a UTF-16 pair alone (``\\ud800``), which no
+    store can keep: the reply reads it as U+FFFD, as UTF-8 bytes it cannot decode."""
+    played = recording(name)
+    if played.chunks is None:
+        played = attrs.evolve(played, body=played.body.replace(b" answer", b" answer\\ud800"))
+    else:
+        chunks = tuple(chunk.replace(b" answer", b" answer\\ud800") for chunk in played.chunks)
+        played = attrs.evolve(played, chunks=chunks)
+    server.play(played)
+    store = f"sqlite:///{tmp_path / 'replies.db'}"
+    agent = Agent("a", model=openai(server, stream=name.endswith(".sse")))
+    async with agentlib.open_runtime(store):
+        session = await agent.start_session()
+        record = await session.run("What is 1 + 2?")
+    assert isinstance(record, Completed)
+    assert record.output == "The answer\ufffd is 3."
+    async with agentlib.open_runtime(store):  # read back from the file
+        stored = await agent.session(session.id).turn(record.turn_id).get()
+    assert isinstance(stored, Completed)
+    assert stored.output == "The answer\ufffd is 3."

@@ -11,13 +11,13 @@ answer that was not streamed gives.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from .._errors import ModelError
+from .._json import read_whole_text
 from .._usage import Usage
 from ._base import ModelReply
 from ._wire import (
@@ -95,7 +95,7 @@ class StreamReader:
     def _event(self, data: str) -> dict[str, Any]:
         provider, key = self.codec.dialect.provider, self.codec.key
         try:
-            chunk = json.loads(data)
+            chunk = read_whole_text(data)
         except ValueError:
             chunk, problem = None, "that is not JSON"
         except RecursionError:  # the parser recurses once per level of the text

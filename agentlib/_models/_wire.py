@@ -36,7 +36,7 @@ from .._content import (
 )
 from .._entries import ContextMessage, Entry, MessageEntry, ToolCallEntry, ToolResultEntry
 from .._errors import ModelError, ValidationError
-from .._json import NotJson, read_json
+from .._json import NotJson, read_json, read_whole_text
 from .._usage import Usage
 from ._base import ModelReply, ModelRequest, ToolCallRequest, ToolSchema
 
@@ -408,7 +408,7 @@ class ChatCodec:
             ModelError: The body is not JSON, or is nested too deeply to read.
         """
         try:
-            return json.loads(text)
+            return read_whole_text(text)
         except ValueError:
             problem = "that is not JSON"
         except RecursionError:  # the parser recurses once per level of the text
