@@ -742,3 +742,44 @@ async def test_a_request_that_waited_too_long_is_refused_not_done(postgres_schem
     assert reply["error"]["type"] == "SessionBusyError"
     assert "nothing was done" in reply["error"]["message"]
     assert isinstance(record, Completed)  # not cancelled
+
+
+async def settled(call: Any) -> Any:
+    """What ``call()`` returns once it does not fail for another session's refused writes: a
+    call made while the refused session's turn still writes shares its commits, and fails
+    with it (a few times at most: its turn stops at the first)."""
+    for _ in range(5):
+        try:
+            return await call()
+        except agentlib.StoreError:
+            pass
+    return await call()
+
+
+def replies_unkeepable_text(request: agentlib.ModelRequest) -> str:
+    """A model whose reply to "odd" holds a lone surrogate, which no UTF-8 encodes."""
+    last = request.entries[-1]
+    said = last.content[0].text if isinstance(last, agentlib.MessageEntry) else ""  # type: ignore[union-attr]
+    return "odd \udc80 reply" if said == "odd" else "fine"
+
+
+async def test_a_turn_whose_text_postgresql_cannot_keep_fails_and_the_runtime_goes_on(
+    postgres_schema: str,
+) -> None:
+    """Text with a lone surrogate, or an idempotency key with NUL, reaching the store fails
+    that session with a StoreError naming it, not the text; the runtime and its other sessions
+    go on."""
+    agent = agentlib.Agent("a", model=agentlib.FunctionModel(replies_unkeepable_text))
+    async with agentlib.open_runtime(shared(postgres_schema)):
+        odd, other = await agent.start_session(), await agent.start_session()
+        with pytest.raises(agentlib.StoreError) as raised, trio.fail_after(30):
+            await odd.run("odd")
+        assert odd.id in str(raised.value)
+        assert "\udc80" not in str(raised.value)
+        assert "odd reply" not in str(raised.value)
+        with pytest.raises(agentlib.StoreError) as raised, trio.fail_after(30):
+            await other.run("x", idempotency_key="key\x00")
+        assert other.id in str(raised.value)
+        assert "key\x00" not in str(raised.value)
+        with trio.fail_after(30):
+            assert isinstance(await settled(agent.start_session), agentlib.Session)

@@ -174,11 +174,26 @@ class Runtime:
         batch, self._unseen = self._unseen, []
         try:
             await self.store.flush()
-        except BaseException:
+        except BaseException as error:
             self._unseen[:0] = batch
+            if isinstance(error, StoreError):
+                self._refused()
             raise
         for live, seq in batch:
             live.log.made_visible(seq)
+
+    def _refused(self) -> None:
+        """The store failed, or refused a session's writes: every reader hears of it (their
+        waits return, and raise StoreError where the store no longer writes their session),
+        and the turns of a session it refused stop here, writing nothing more, as if its
+        lease were lost."""
+        for live in self.sessions.values():
+            live.log.wake()
+            if self.store.failure is None and live.state.active is not None:
+                try:
+                    self.store.check_session(live.id)
+                except StoreError:
+                    self.suspend_turn(live, live.state.active)
 
     async def _publish(self) -> None:
         """Show readers the events the store made durable, as it does (a durable store)."""
@@ -188,10 +203,9 @@ class Runtime:
             try:
                 await self.flush()
             except StoreError:
-                # Every reader hears of it: their waits return, and raise StoreError.
-                for live in self.sessions.values():
-                    live.log.wake()
-                return
+                if self.store.failure is not None:
+                    return
+                # The store refused one session's rows and wrote the others': go on.
 
     def spawn(self, function: Callable[..., Awaitable[None]], *args: Any, name: str) -> None:
         """Run ``function(*args)`` in the runtime's nursery; it must not raise."""

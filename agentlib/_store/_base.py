@@ -260,6 +260,19 @@ class Store(abc.ABC):
                 "the disk, then open a new runtime on the store"
             ) from self.failure
 
+    def check_session(self, session_id: str) -> None:
+        """Raise if the store can no longer commit, or no longer writes this session; return
+        at once otherwise. A reader following the session calls it each time it wakes.
+
+        This one is :meth:`check`: a store that refuses one session's writes and goes on
+        with the others (a row the database cannot keep) overrides it.
+
+        Raises:
+            LeaseLost: As :meth:`check`.
+            StoreError: The store failed, or refused the session's writes.
+        """
+        self.check()
+
     @abc.abstractmethod
     async def open(self, start_soon: Callable[..., Any]) -> None:
         """Prepare the store (connect, create or check its tables) before the runtime uses

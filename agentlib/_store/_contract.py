@@ -1060,3 +1060,79 @@ async def test_damaged_is_a_store_error_naming_the_session_and_the_table(store: 
     assert isinstance(error, StoreError)
     assert session in str(error)
     assert "turns" in str(error)
+
+
+#: Text no database need keep: lone surrogates (which no UTF-8 encodes), and NUL (which a
+#: PostgreSQL text column refuses).
+UNKEEPABLE = ("\ud800", "b\udfffc", "nul\x00")
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("bad", UNKEEPABLE, ids=["surrogate", "low-surrogate", "nul"])
+async def test_a_session_whose_rows_cannot_be_kept_is_refused_and_the_others_are_written(
+    store: Store, bad: str
+) -> None:
+    """A store may keep any text; one that cannot keep a write's refuses that session's
+    writes, then and after: the flush that waited for them raises a StoreError naming the
+    session (never the text); the other sessions' writes of the same commit are written,
+    and the store goes on committing."""
+    seen = recording(store)
+    refused, keyed, first, last = new_id(), new_id(), new_id(), new_id()
+    turn = new_id()
+    kept_message, first_message = user_message(turn, "kept"), user_message(turn, "first")
+    acknowledged: list[Op] = [
+        SessionRow(refused, "agent"),
+        TurnRow(refused, turn, 1),
+        EntryRow(refused, 0, kept_message),
+    ]
+    bad_message = user_message(turn, bad)
+    events = events_of_a_turn(first, turn)
+    group: list[Op] = [
+        SessionRow(first, "agent"),
+        TurnRow(first, turn, 1),
+        EntryRow(refused, 1, bad_message),
+        EntryRow(first, 0, first_message),
+        SessionRow(keyed, "agent", idempotency_key=f"key-{bad}"),
+        SessionRow(last, "agent", inputs={"name": "last"}),
+        *(EventRow(first, seq, event) for seq, event in enumerate(events, 1)),
+    ]
+    async with opened(store):
+        write_all(store, acknowledged)
+        await store.flush()
+        write_all(store, group)
+        raised: StoreError | None = None
+        try:
+            await store.flush()
+        except StoreError as error:
+            raised = error
+        store.check()  # the store has not failed
+        # The other sessions of the commit are whole.
+        assert list((await load(store, first)).entries) == [first_message]
+        assert await events_of(store, await load(store, first)) == events
+        assert (await load(store, last)).row.inputs == {"name": "last"}
+        # Nothing acknowledged is lost; a session is written whole, or up to the refusal.
+        entries = list((await load(store, refused)).entries)
+        kept_entry = len(entries) == 2
+        assert entries == [kept_message, bad_message][: len(entries)]
+        kept_key = await store.load(keyed) is not None
+        assert (raised is None) == (kept_entry and kept_key)
+        if raised is not None:
+            unkept = [s for s, kept in ((refused, kept_entry), (keyed, kept_key)) if not kept]
+            assert any(s in str(raised) for s in unkept), "it names no session it refused"
+            assert bad not in str(raised), "it quotes the text"
+            assert "key-" not in str(raised), "it quotes the key"
+        later, after = new_id(), SessionRow(refused, "agent", terminated=True)
+        store.write(after)
+        store.write(SessionRow(later, "agent"))
+        if kept_entry:
+            await store.flush()
+        else:
+            # Its rows would no longer follow one another: nothing more of it is written.
+            with pytest.raises(StoreError, match=refused):
+                await store.flush()
+        assert (await load(store, refused)).row.terminated == kept_entry
+        assert await store.load(later) is not None
+        assert (after in seen, group[2] in seen) == (kept_entry, kept_entry)
+        assert [op for op in seen if op.session_id == first] == [
+            op for op in group if op.session_id == first
+        ]

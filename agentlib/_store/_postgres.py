@@ -400,7 +400,15 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         return (op.lease[0], 1)  # a new session's first lease: epoch 1
 
     async def _commit_group(self, group: Sequence[Op], payloads: Sequence[Any]) -> None:
-        await self._in_thread(self._commit, group, payloads, dict(self._held))
+        import psycopg
+
+        try:
+            await self._in_thread(self._commit, group, payloads, dict(self._held))
+        except StoreError as error:
+            if isinstance(error.__cause__, psycopg.DataError):
+                # Rows the database refuses (text with NUL): the database itself is fine.
+                raise error.__cause__ from None
+            raise
 
     async def _let_go(self, held: Mapping[str, tuple[str, int]]) -> None:
         self._held.clear()
