@@ -783,3 +783,21 @@ async def test_a_turn_whose_text_postgresql_cannot_keep_fails_and_the_runtime_go
         assert "key\x00" not in str(raised.value)
         with trio.fail_after(30):
             assert isinstance(await settled(agent.start_session), agentlib.Session)
+
+
+@pytest.mark.parametrize("odd", ["a\x00b", "\ud800"], ids=["nul", "surrogate"])
+async def test_a_session_id_postgresql_cannot_hold_is_not_found(
+    postgres_schema: str, odd: str
+) -> None:
+    """A session id with NUL or a lone surrogate is no session's: SessionNotFoundError (a 404
+    over HTTP), not a StoreError; the store goes on."""
+    agent = agentlib.Agent("a", model=ScriptedModel(["done"]))
+    async with agentlib.open_runtime(shared(postgres_schema)) as runtime:
+        with pytest.raises(agentlib.SessionNotFoundError):
+            await agent.session(odd).run("hi")
+        with pytest.raises(agentlib.SessionNotFoundError):
+            async for _ in agent.session(odd).iter_events():
+                pass
+        runtime.store.check()
+        session = await agent.start_session()
+        assert isinstance(await session.run("hi"), Completed)

@@ -1136,3 +1136,28 @@ async def test_a_session_whose_rows_cannot_be_kept_is_refused_and_the_others_are
         assert [op for op in seen if op.session_id == first] == [
             op for op in group if op.session_id == first
         ]
+
+
+#: Ids a client may send that no session has: with NUL, with a lone surrogate, huge.
+ODD_IDS = ("a\x00b", "\ud800", "\udcff\x00", "x" * 100_000)
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("odd", ODD_IDS, ids=["nul", "surrogate", "both", "huge"])
+async def test_an_id_the_store_cannot_hold_reads_as_nothing(store: Store, odd: str) -> None:
+    """Whatever a client puts in an id or a key, a session the store does not have reads as
+    not found, never as a failure: the store is not failed for it, and renewing or letting go
+    of it skips it."""
+    kept = new_id()
+    async with opened(store):
+        store.write(SessionRow(kept, "agent"))
+        await store.flush()
+        assert await store.load(odd) is None
+        assert await store.session_for_key(odd) is None
+        assert await store.read_events(odd, 0, 100) == []
+        if store.shared:
+            assert await store.wait_for_events(odd, 0) is None
+        assert await store.renew([odd], "owner", 30.0) == []
+        await store.release([odd], "owner")
+        store.check()
+        assert await store.load(kept) is not None

@@ -251,6 +251,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
     """
 
     shared = True
+    _keeps_nul = False  # a text column refuses it
     #: Runtimes on several hosts share it: a dead one's sessions move on within seconds.
     lease_seconds = 10.0
 
@@ -619,6 +620,8 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         )
 
     async def load(self, session_id: str) -> StoredSession | None:
+        if not self.can_hold(session_id):
+            return None
         return await self._in_thread(self._load, session_id)
 
     def _load(self, session_id: str) -> StoredSession | None:
@@ -626,6 +629,9 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             return read_session(db.execute, self._reads, session_id, at, self._damaged)
 
     async def session_for_key(self, key: str) -> str | None:
+        if not self.can_hold(key):
+            return None
+
         def read() -> str | None:
             with self._reading("the session an idempotency key started") as (db, _):
                 row = db.execute(
@@ -639,6 +645,9 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         return await self._in_thread(read)
 
     async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
+        if not self.can_hold(session_id):
+            return []
+
         def read() -> list[Event]:
             with self._reading(f"session {session_id}") as (db, at):
                 return read_event_page(
@@ -650,6 +659,8 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
     # -- following other runtimes ------------------------------------------------------------
 
     async def wait_for_events(self, session_id: str, after: int) -> Progress | None:
+        if not self.can_hold(session_id):
+            return None
         self._listen()
         changed = self._waiting.setdefault(session_id, _Wait())  # before the read
         progress = await self._in_thread(self._progress_of, session_id)
@@ -929,6 +940,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
 
     async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
         self.check()  # a store that can no longer commit takes no lease
+        session_ids = [s for s in session_ids if self.can_hold(s)]  # never stored
 
         def lease() -> dict[str, int]:
             now = self._clock()
@@ -976,6 +988,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
 
     async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
         self.check()
+        session_ids = [s for s in session_ids if self.can_hold(s)]  # never stored: skipped
 
         def lease() -> list[str]:
             now = self._clock()
@@ -1009,7 +1022,8 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
         for session_id in session_ids:
             self._held.pop(session_id, None)
-        await self._in_thread(self._free, [(session_id, owner) for session_id in session_ids])
+        leases = [(session_id, owner) for session_id in session_ids if self.can_hold(session_id)]
+        await self._in_thread(self._free, leases)
 
     def _free(self, leases: Sequence[tuple[str, str]]) -> None:
         """End the leases (session id, owner); a session another owner holds now is left

@@ -106,6 +106,21 @@ class QueuedStore(Store, Generic[Lease]):
     where: str
     #: What a failed commit raises: the store fails with it.
     _commit_errors: tuple[type[BaseException], ...] = (StoreError, LeaseLost)
+    #: Whether the database keeps NUL in text.
+    _keeps_nul = True
+
+    def can_hold(self, text: str) -> bool:
+        """Whether the database can keep ``text`` (an id, a key): one it cannot was never
+        written, and reads as not found rather than as a failure."""
+        if not self._keeps_nul and "\x00" in text:
+            return False
+        if text.isascii():
+            return True
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            return False
+        return True
 
     def _start_queue(self) -> None:
         self._queue: list[Op] = []
