@@ -801,3 +801,47 @@ async def test_a_session_id_postgresql_cannot_hold_is_not_found(
         runtime.store.check()
         session = await agent.start_session()
         assert isinstance(await session.run("hi"), Completed)
+
+
+def named(schema: str) -> PostgresStore:
+    """A store whose connections name themselves ``schema`` (their application_name)."""
+    joiner = "&" if "?" in POSTGRES else "?"
+    return PostgresStore(f"{POSTGRES}{joiner}application_name={schema}", schema=schema)
+
+
+def terminate_backends(schema: str) -> int:
+    """End the database's sessions of the connections named ``schema`` (as a restart of
+    PostgreSQL, a failover or an administrator does): how many."""
+    import psycopg
+
+    with psycopg.connect(POSTGRES, autocommit=True) as db:
+        ended = db.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = %s",
+            (schema,),
+        ).fetchone()
+    return int(ended[0]) if ended else 0
+
+
+async def test_turns_go_on_after_the_databases_sessions_of_the_store_are_ended(
+    postgres_schema: str,
+) -> None:
+    """The connections the store holds are ended under it: what it commits next is committed
+    on new ones, never a failed store; every turn completes."""
+    agent = agentlib.Agent("a", model=ScriptedModel(["done"] * 20))
+    async with agentlib.open_runtime(named(postgres_schema)) as runtime:
+        sessions = [await agent.start_session() for _ in range(4)]
+        for session in sessions:
+            assert isinstance(await session.run("hi"), Completed)
+        for _ in range(3):
+            assert terminate_backends(postgres_schema) > 0
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    for session in sessions:
+                        nursery.start_soon(run_completes, session)
+        runtime.store.check()
+
+
+async def run_completes(session: agentlib.Session) -> None:
+    record = await session.run("again")
+    assert isinstance(record, Completed), record

@@ -89,6 +89,9 @@ __all__ = ["MIGRATIONS", "POLL_SECONDS", "PostgresStore"]
 #: How often a wait for another runtime's events reads the session's progress, in case a
 #: notification was lost (PostgreSQL delivers them at most once).
 POLL_SECONDS = 1.0
+#: How long a commit is tried again after failures that left nothing written (a connection
+#: the database ended, none to be had, a deadlock), before the store fails.
+RETRY_SECONDS = 10.0
 
 T = TypeVar("T")
 
@@ -310,6 +313,9 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             max_size=self.pool_size,
             open=False,
             name="agentlib",
+            # A connection the database ended while it was idle (a restart, a failover, an
+            # administrator) is replaced before it is used, rather than failing its user.
+            check=psycopg_pool.ConnectionPool.check_connection,
         )
         try:
             await self._in_thread(self._reach)  # a database out of reach says why, at once
@@ -402,14 +408,33 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
 
     async def _commit_group(self, group: Sequence[Op], payloads: Sequence[Any]) -> None:
         import psycopg
+        import psycopg_pool
 
-        try:
-            await self._in_thread(self._commit, group, payloads, dict(self._held))
-        except StoreError as error:
-            if isinstance(error.__cause__, psycopg.DataError):
-                # Rows the database refuses (text with NUL): the database itself is fine.
-                raise error.__cause__ from None
-            raise
+        deadline = trio.current_time() + RETRY_SECONDS
+        pause = 0.05
+        while True:
+            committing = [False]  # set once the transaction's statements all ran
+            try:
+                await self._in_thread(self._commit, group, payloads, dict(self._held), committing)
+                return
+            except StoreError as error:
+                cause = error.__cause__
+                if isinstance(cause, psycopg.DataError):
+                    # Rows the database refuses (text with NUL): the database itself is fine.
+                    raise cause from None
+                # Tried again only where nothing was written for sure: the transaction was
+                # rolled back (a deadlock, a serialization failure), or it failed before its
+                # COMMIT was sent (a connection ended under it), or it never had a
+                # connection. A COMMIT whose answer was lost may have committed: the store
+                # fails then, as a retry could write the group twice.
+                rolled_back = isinstance(cause, psycopg.errors.TransactionRollback) or (
+                    isinstance(cause, (psycopg.OperationalError, psycopg_pool.PoolTimeout))
+                    and not committing[0]
+                )
+                if not rolled_back or trio.current_time() + pause > deadline:
+                    raise
+            await trio.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     async def _let_go(self, held: Mapping[str, tuple[str, int]]) -> None:
         self._held.clear()
@@ -418,7 +443,11 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         )
 
     def _commit(
-        self, group: Sequence[Op], payloads: Sequence[Any], held: dict[str, tuple[str, int]]
+        self,
+        group: Sequence[Op],
+        payloads: Sequence[Any],
+        held: dict[str, tuple[str, int]],
+        committing: list[bool],
     ) -> None:
         with self._connection() as db, db.transaction(), db.cursor() as cursor:
             self._fence(cursor, group, held)
@@ -461,6 +490,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             self._record_last(cursor, last)
             if told:
                 cursor.executemany("SELECT pg_notify(%s, %s)", told)
+            committing[0] = True  # the block's end sends COMMIT
 
     def _fence(
         self, cursor: psycopg.Cursor[Any], group: Sequence[Op], held: dict[str, tuple[str, int]]
