@@ -6,9 +6,14 @@ with a session of its own, run turns one after the other for ``--seconds``. Mean
 the same database but another schema, a second server is started, given a few clients of
 its own, and killed with SIGKILL at a random moment, again and again.
 
+With ``--end-connections N``, the database also ends the loaded server's connections every
+N seconds (``pg_terminate_backend``, as a restart of PostgreSQL, a failover or an
+administrator does): the store must go on, on new ones.
+
 Usage::
 
     python bench/load.py [--clients 200] [--seconds 60] [--store postgresql://127.0.0.1/test]
+                         [--end-connections N] [--log FILE]
 
 Prints one JSON line: the turns that completed (``ok``), those whose run raised
 (``failed``, with the errors' messages counted in ``errors``), those whose record was
@@ -59,8 +64,9 @@ calculator = agentlib.Agent("calc", "You add numbers.", agentlib.FunctionModel(_
 
 
 def store_url(database: str, schema: str) -> str:
+    """The store on ``schema``, whose connections are named after it (application_name)."""
     joiner = "&" if "?" in database else "?"
-    return f"{database}{joiner}schema={schema}"
+    return f"{database}{joiner}schema={schema}&application_name={schema}"
 
 
 def start(process: subprocess.Popen[str]) -> str:
@@ -139,7 +145,36 @@ async def crash_loop(store: str, stop: trio.Event, tally: collections.Counter[st
             tally["kills"] += 1
 
 
-async def run(database: str, count: int, seconds: float, log: Any) -> dict[str, Any]:
+def end_connections(database: str, schema: str) -> int:
+    """End the database sessions of the connections named ``schema``: how many."""
+    import psycopg
+
+    with psycopg.connect(database, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = %s",
+            (schema,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def connections_ended(
+    database: str, schema: str, every: float, stop: trio.Event, tally: collections.Counter[str]
+) -> None:
+    """End the connections named ``schema`` every ``every`` seconds, until ``stop``."""
+    while True:
+        with trio.move_on_after(every):
+            await stop.wait()
+        if stop.is_set():
+            return
+        tally["connections_ended"] += await trio.to_thread.run_sync(
+            end_connections, database, schema
+        )
+
+
+async def run(
+    database: str, count: int, seconds: float, log: Any, every: float | None
+) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     loaded, crashing = f"load_{tag}", f"load_crash_{tag}"
     tally: collections.Counter[str] = collections.Counter()
@@ -150,6 +185,8 @@ async def run(database: str, count: int, seconds: float, log: Any) -> dict[str, 
             started = time.perf_counter()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(crash_loop, store_url(database, crashing), stop, kills)
+                if every is not None:
+                    nursery.start_soon(connections_ended, database, loaded, every, stop, kills)
                 await clients(url, count, seconds, tally)
                 stop.set()
             elapsed = time.perf_counter() - started
@@ -166,6 +203,7 @@ async def run(database: str, count: int, seconds: float, log: Any) -> dict[str, 
         "failed": tally["failed"],
         "unknown": tally["unknown"],
         "kills": kills["kills"],
+        "connections_ended": kills["connections_ended"],
         "server_alive": alive,
         "errors": errors,
     }
@@ -177,10 +215,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--store", default="postgresql://127.0.0.1:5432/test")
     parser.add_argument("--log", help="a file for the loaded server's log (default: none)")
+    parser.add_argument(
+        "--end-connections",
+        type=float,
+        metavar="N",
+        help="end the loaded server's database connections every N seconds",
+    )
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         log = subprocess.DEVNULL if args.log is None else stack.enter_context(open(args.log, "w"))
-        figures = trio.run(run, args.store, args.clients, args.seconds, log)
+        figures = trio.run(run, args.store, args.clients, args.seconds, log, args.end_connections)
     print(json.dumps(figures), flush=True)
 
 
