@@ -845,3 +845,44 @@ async def test_turns_go_on_after_the_databases_sessions_of_the_store_are_ended(
 async def run_completes(session: agentlib.Session) -> None:
     record = await session.run("again")
     assert isinstance(record, Completed), record
+
+
+@pytest.mark.slow
+async def test_tens_of_remote_clients_lose_no_turn_while_the_servers_connections_are_ended(
+    postgres_schema: str,
+) -> None:
+    """30 remote clients run turns on one server while the database ends its connections
+    again and again (every 15 turns done): every turn completes, none fails or reads
+    UnknownOutcome."""
+    agent = agentlib.Agent("calc", model=agentlib.FunctionModel(lambda _: "done"))
+    records: list[agentlib.TurnState[Any]] = []
+    done = trio.Condition()
+    async with agentlib.serve([agent], store=named(postgres_schema), port=0) as server:
+        remote = agentlib.Agent.load_from(server.url, "calc")
+
+        async def client() -> None:
+            session = await remote.start_session()
+            for _ in range(6):
+                records.append(await session.run("add"))
+                async with done:
+                    done.notify_all()
+
+        async def end_connections() -> None:
+            ended = 0
+            while len(records) < 30 * 6:
+                async with done:
+                    await done.wait()
+                if len(records) >= 15 * (ended + 1):
+                    ended += 1
+                    await trio.to_thread.run_sync(terminate_backends, postgres_schema)
+
+        with trio.fail_after(120):  # only catches a hang
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(end_connections)
+                async with trio.open_nursery() as clients:
+                    for _ in range(30):
+                        clients.start_soon(client)
+    assert len(records) == 30 * 6
+    assert all(isinstance(record, Completed) for record in records), {
+        type(record).__name__ for record in records
+    }

@@ -413,7 +413,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         deadline = trio.current_time() + RETRY_SECONDS
         pause = 0.05
         while True:
-            committing = [False]  # set once the transaction's statements all ran
+            committing: list[int] = []  # the transaction's id, once its COMMIT is sent
             try:
                 await self._in_thread(self._commit, group, payloads, dict(self._held), committing)
                 return
@@ -422,19 +422,61 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
                 if isinstance(cause, psycopg.DataError):
                     # Rows the database refuses (text with NUL): the database itself is fine.
                     raise cause from None
-                # Tried again only where nothing was written for sure: the transaction was
-                # rolled back (a deadlock, a serialization failure), or it failed before its
-                # COMMIT was sent (a connection ended under it), or it never had a
-                # connection. A COMMIT whose answer was lost may have committed: the store
-                # fails then, as a retry could write the group twice.
-                rolled_back = isinstance(cause, psycopg.errors.TransactionRollback) or (
-                    isinstance(cause, (psycopg.OperationalError, psycopg_pool.PoolTimeout))
-                    and not committing[0]
+                # Tried again only where nothing was written: the transaction was rolled
+                # back (a deadlock, a serialization failure), or it failed before its COMMIT
+                # was sent (a connection ended under it), or it never had a connection. A
+                # COMMIT whose answer was lost may have committed: the database says
+                # whether it did, as a retry could write the group twice.
+                if not isinstance(
+                    cause,
+                    (
+                        psycopg.errors.TransactionRollback,
+                        psycopg.OperationalError,
+                        psycopg_pool.PoolTimeout,
+                    ),
+                ):
+                    raise
+                unanswered = committing and not isinstance(
+                    cause, psycopg.errors.TransactionRollback
                 )
-                if not rolled_back or trio.current_time() + pause > deadline:
+                if unanswered and await self._committed(committing[0], deadline):
+                    return
+                if trio.current_time() + pause > deadline:
                     raise
             await trio.sleep(pause)
             pause = min(pause * 2, 1.0)
+
+    async def _committed(self, transaction: int, deadline: float) -> bool:
+        """Whether the transaction committed, as the database says once it knows (until
+        ``deadline``).
+
+        Raises:
+            StoreError: The database does not say, by the deadline.
+        """
+
+        def status() -> str | None:
+            with self._connection() as db:
+                row = db.execute("SELECT txid_status(%s)", (transaction,)).fetchone()
+            return None if row is None else row[0]
+
+        while True:
+            try:
+                said = await self._in_thread(status)
+            except StoreError:
+                if trio.current_time() > deadline:
+                    raise
+                said = "in progress"
+            if said == "committed":
+                return True
+            if said != "in progress":  # aborted: nothing of it was written
+                return False
+            if trio.current_time() > deadline:
+                raise StoreError(
+                    f"the store {self.where} cannot tell whether a commit went through (its "
+                    "connection ended at its COMMIT): check the database, then open a new "
+                    "runtime on it"
+                )
+            await trio.sleep(0.1)
 
     async def _let_go(self, held: Mapping[str, tuple[str, int]]) -> None:
         self._held.clear()
@@ -447,7 +489,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         group: Sequence[Op],
         payloads: Sequence[Any],
         held: dict[str, tuple[str, int]],
-        committing: list[bool],
+        committing: list[int],
     ) -> None:
         with self._connection() as db, db.transaction(), db.cursor() as cursor:
             self._fence(cursor, group, held)
@@ -490,7 +532,10 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             self._record_last(cursor, last)
             if told:
                 cursor.executemany("SELECT pg_notify(%s, %s)", told)
-            committing[0] = True  # the block's end sends COMMIT
+            # The block's end sends COMMIT: should its answer be lost, the database tells
+            # whether this transaction committed.
+            (transaction,) = cursor.execute("SELECT txid_current()").fetchone() or (0,)
+            committing.append(transaction)
 
     def _fence(
         self, cursor: psycopg.Cursor[Any], group: Sequence[Op], held: dict[str, tuple[str, int]]
