@@ -423,7 +423,7 @@ class Session:
                 if log.finished(position):
                     return
                 await log.wait_beyond(position)
-                self._runtime.store.check()
+                self._runtime.store.check_session(live.id)
 
     async def _events_elsewhere(
         self, after: TurnState[Any] | str | None
@@ -939,7 +939,7 @@ class Turn:
             if log.finished(delivered):
                 return None  # the runtime closed: the turn stays as it is, for the next one
             await waiter.wait(log, delivered)
-            runtime.store.check()
+            runtime.store.check_session(live.id)
 
     async def answer(
         self, callback_id: str, answer: object
@@ -1045,7 +1045,7 @@ class Turn:
                 if log.finished(position):
                     return  # the runtime closed: the turn stays as it is, for the next one
                 await log.wait_beyond(position)
-                self._session._runtime.store.check()
+                self._session._runtime.store.check_session(live.id)
 
     async def _events_elsewhere(
         self, after: TurnState[Any] | str | None

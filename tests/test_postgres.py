@@ -742,3 +742,148 @@ async def test_a_request_that_waited_too_long_is_refused_not_done(postgres_schem
     assert reply["error"]["type"] == "SessionBusyError"
     assert "nothing was done" in reply["error"]["message"]
     assert isinstance(record, Completed)  # not cancelled
+
+
+async def settled(call: Any) -> Any:
+    """What ``call()`` returns once it does not fail for another session's refused writes: a
+    call made while the refused session's turn still writes shares its commits, and fails
+    with it (a few times at most: its turn stops at the first)."""
+    for _ in range(5):
+        try:
+            return await call()
+        except agentlib.StoreError:
+            pass
+    return await call()
+
+
+def replies_unkeepable_text(request: agentlib.ModelRequest) -> str:
+    """A model whose reply to "odd" holds a lone surrogate, which no UTF-8 encodes."""
+    last = request.entries[-1]
+    said = last.content[0].text if isinstance(last, agentlib.MessageEntry) else ""  # type: ignore[union-attr]
+    return "odd \udc80 reply" if said == "odd" else "fine"
+
+
+async def test_a_turn_whose_text_postgresql_cannot_keep_fails_and_the_runtime_goes_on(
+    postgres_schema: str,
+) -> None:
+    """Text with a lone surrogate reaching the store fails that session with a StoreError
+    naming it, not the text; an idempotency key with NUL is refused before anything is
+    written; the runtime and its other sessions go on."""
+    agent = agentlib.Agent("a", model=agentlib.FunctionModel(replies_unkeepable_text))
+    async with agentlib.open_runtime(shared(postgres_schema)):
+        odd, other = await agent.start_session(), await agent.start_session()
+        with pytest.raises(agentlib.StoreError) as raised, trio.fail_after(30):
+            await odd.run("odd")
+        assert odd.id in str(raised.value)
+        assert "\udc80" not in str(raised.value)
+        assert "odd reply" not in str(raised.value)
+        with pytest.raises(agentlib.ValidationError) as refused, trio.fail_after(30):
+            await other.run("x", idempotency_key="key\x00")
+        assert "idempotency_key" in str(refused.value)
+        assert "key\x00" not in str(refused.value)
+        assert isinstance(await settled(lambda: other.run("x")), Completed)
+        with trio.fail_after(30):
+            assert isinstance(await settled(agent.start_session), agentlib.Session)
+
+
+@pytest.mark.parametrize("odd", ["a\x00b", "\ud800"], ids=["nul", "surrogate"])
+async def test_a_session_id_postgresql_cannot_hold_is_not_found(
+    postgres_schema: str, odd: str
+) -> None:
+    """A session id with NUL or a lone surrogate is no session's: SessionNotFoundError (a 404
+    over HTTP), not a StoreError; the store goes on."""
+    agent = agentlib.Agent("a", model=ScriptedModel(["done"]))
+    async with agentlib.open_runtime(shared(postgres_schema)) as runtime:
+        with pytest.raises(agentlib.SessionNotFoundError):
+            await agent.session(odd).run("hi")
+        with pytest.raises(agentlib.SessionNotFoundError):
+            async for _ in agent.session(odd).iter_events():
+                pass
+        runtime.store.check()
+        session = await agent.start_session()
+        assert isinstance(await session.run("hi"), Completed)
+
+
+def named(schema: str) -> PostgresStore:
+    """A store whose connections name themselves ``schema`` (their application_name)."""
+    joiner = "&" if "?" in POSTGRES else "?"
+    return PostgresStore(f"{POSTGRES}{joiner}application_name={schema}", schema=schema)
+
+
+def terminate_backends(schema: str) -> int:
+    """End the database's sessions of the connections named ``schema`` (as a restart of
+    PostgreSQL, a failover or an administrator does): how many."""
+    import psycopg
+
+    with psycopg.connect(POSTGRES, autocommit=True) as db:
+        ended = db.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = %s",
+            (schema,),
+        ).fetchone()
+    return int(ended[0]) if ended else 0
+
+
+async def test_turns_go_on_after_the_databases_sessions_of_the_store_are_ended(
+    postgres_schema: str,
+) -> None:
+    """The connections the store holds are ended under it: what it commits next is committed
+    on new ones, never a failed store; every turn completes."""
+    agent = agentlib.Agent("a", model=ScriptedModel(["done"] * 20))
+    async with agentlib.open_runtime(named(postgres_schema)) as runtime:
+        sessions = [await agent.start_session() for _ in range(4)]
+        for session in sessions:
+            assert isinstance(await session.run("hi"), Completed)
+        for _ in range(3):
+            assert terminate_backends(postgres_schema) > 0
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    for session in sessions:
+                        nursery.start_soon(run_completes, session)
+        runtime.store.check()
+
+
+async def run_completes(session: agentlib.Session) -> None:
+    record = await session.run("again")
+    assert isinstance(record, Completed), record
+
+
+@pytest.mark.slow
+async def test_tens_of_remote_clients_lose_no_turn_while_the_servers_connections_are_ended(
+    postgres_schema: str,
+) -> None:
+    """30 remote clients run turns on one server while the database ends its connections
+    again and again (every 15 turns done): every turn completes, none fails or reads
+    UnknownOutcome."""
+    agent = agentlib.Agent("calc", model=agentlib.FunctionModel(lambda _: "done"))
+    records: list[agentlib.TurnState[Any]] = []
+    done = trio.Condition()
+    async with agentlib.serve([agent], store=named(postgres_schema), port=0) as server:
+        remote = agentlib.Agent.load_from(server.url, "calc")
+
+        async def client() -> None:
+            session = await remote.start_session()
+            for _ in range(6):
+                records.append(await session.run("add"))
+                async with done:
+                    done.notify_all()
+
+        async def end_connections() -> None:
+            ended = 0
+            while len(records) < 30 * 6:
+                async with done:
+                    await done.wait()
+                if len(records) >= 15 * (ended + 1):
+                    ended += 1
+                    await trio.to_thread.run_sync(terminate_backends, postgres_schema)
+
+        with trio.fail_after(120):  # only catches a hang
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(end_connections)
+                async with trio.open_nursery() as clients:
+                    for _ in range(30):
+                        clients.start_soon(client)
+    assert len(records) == 30 * 6
+    assert all(isinstance(record, Completed) for record in records), {
+        type(record).__name__ for record in records
+    }

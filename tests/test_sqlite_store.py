@@ -16,6 +16,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -400,3 +401,41 @@ async def test_a_full_disk_leaves_the_block_without_an_exception_group(
     if then == "raised again":
         assert len(leaving) == 1
         assert leaving[0] is caught[0]
+
+
+async def settled(call: Any) -> Any:
+    """What ``call()`` returns once it does not fail for another session's refused writes: a
+    call made while the refused session's turn still writes shares its commits, and fails
+    with it (a few times at most: its turn stops at the first)."""
+    for _ in range(5):
+        try:
+            return await call()
+        except agentlib.StoreError:
+            pass
+    return await call()
+
+
+def replies_unkeepable_text(request: agentlib.ModelRequest) -> str:
+    """A model whose reply to "odd" is text with a lone surrogate, which no UTF-8 encodes."""
+    last = request.entries[-1]
+    said = last.content[0].text if isinstance(last, agentlib.MessageEntry) else ""  # type: ignore[union-attr]
+    return "odd \udc80 reply" if said == "odd" else "fine"
+
+
+async def test_a_turn_whose_text_the_file_cannot_keep_fails_and_the_runtime_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A lone surrogate reaching the store fails that session's turn with a StoreError naming
+    the session, not the text; the runtime and its other sessions go on, and the store
+    closes cleanly."""
+    agent = Agent("a", model=agentlib.FunctionModel(replies_unkeepable_text))
+    async with agentlib.open_runtime(f"sqlite:///{tmp_path / 's.db'}"):
+        odd, other = await agent.start_session(), await agent.start_session()
+        with pytest.raises(StoreError) as raised, trio.fail_after(WAIT):
+            await odd.run("odd")
+        assert odd.id in str(raised.value)
+        assert "\udc80" not in str(raised.value)
+        assert "odd reply" not in str(raised.value)
+        with trio.fail_after(WAIT):
+            assert isinstance(await settled(lambda: other.run("hello")), Completed)
+            assert isinstance(await other.run("again"), Completed)

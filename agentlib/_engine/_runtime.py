@@ -232,8 +232,10 @@ class Runtime:
         batch, self._unseen = self._unseen, []
         try:
             await self.store.flush()
-        except BaseException:
+        except BaseException as error:
             self._unseen[:0] = batch
+            if isinstance(error, StoreError):
+                self._refused()
             raise
         finally:
             self._let_go_taken_over()
@@ -290,6 +292,19 @@ class Runtime:
             if live.id not in self.sessions and self.states.get(live.id) is live.state:
                 del self.states[live.id]
 
+    def _refused(self) -> None:
+        """The store failed, or refused a session's writes: every reader hears of it (their
+        waits return, and raise StoreError where the store no longer writes their session),
+        and the turns of a session it refused stop here, writing nothing more, as if its
+        lease were lost."""
+        for live in self.sessions.values():
+            live.log.wake()
+            if self.store.failure is None and live.state.active is not None:
+                try:
+                    self.store.check_session(live.id)
+                except StoreError:
+                    self.suspend_turn(live, live.state.active)
+
     async def _publish(self) -> None:
         """Show readers the events the store made durable, as it does (a durable store)."""
         while True:
@@ -298,10 +313,9 @@ class Runtime:
             try:
                 await self.flush_writes()
             except StoreError:
-                # Every reader hears of it: their waits return, and raise StoreError.
-                for live in self.sessions.values():
-                    live.log.wake()
-                return
+                if self.store.failure is not None:
+                    return
+                # The store refused one session's rows and wrote the others': go on.
 
     def spawn(self, function: Callable[..., Awaitable[None]], *args: Any, name: str) -> None:
         """Run ``function(*args)`` in the runtime's nursery; it must not raise."""

@@ -231,13 +231,13 @@ class Store(abc.ABC):
     def refuse(self, lost: LeaseLost) -> None:
         """Record that the fence refused writes to ``lost.session_id``, which another runtime
         took over: :meth:`taken_over` gives it to the runtime."""
-        self.__dict__.setdefault("_refused", {}).setdefault(lost.session_id, lost)
+        self.__dict__.setdefault("_taken_over", {}).setdefault(lost.session_id, lost)
 
     def taken_over(self) -> list[LeaseLost]:
         """The refusals of writes to sessions other runtimes took over since the last call,
         one for each session, oldest first (see fencing, above), and forget them: the
         runtime lets those sessions go."""
-        refused: dict[str, LeaseLost] = self.__dict__.pop("_refused", {})
+        refused: dict[str, LeaseLost] = self.__dict__.pop("_taken_over", {})
         return list(refused.values())
 
     def damaged(self, session_id: str, table: str, reason: str) -> StoreError:
@@ -274,6 +274,19 @@ class Store(abc.ABC):
                 f"the store failed ({self.failure}); what was not acknowledged is lost: check "
                 "the disk, then open a new runtime on the store"
             ) from self.failure
+
+    def check_session(self, session_id: str) -> None:
+        """Raise if the store can no longer commit, or no longer writes this session; return
+        at once otherwise. A reader following the session calls it each time it wakes.
+
+        This one is :meth:`check`: a store that refuses one session's writes and goes on
+        with the others (a row the database cannot keep) overrides it.
+
+        Raises:
+            LeaseLost: As :meth:`check`.
+            StoreError: The store failed, or refused the session's writes.
+        """
+        self.check()
 
     @abc.abstractmethod
     async def open(self, start_soon: Callable[..., Any]) -> None:

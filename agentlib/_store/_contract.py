@@ -115,6 +115,14 @@ def user_message(turn_id: str, value: str) -> MessageEntry:
     return MessageEntry(id=new_id(), turn_id=turn_id, role="user", content=text(value))
 
 
+def unchecked_message(turn_id: str, value: str) -> MessageEntry:
+    """A user message of text ``value`` that the data model would refuse (a lone surrogate):
+    what a store is given when text reaches it past the model's checks."""
+    message = user_message(turn_id, "placeholder")
+    object.__setattr__(message.content[0], "text", value)
+    return message
+
+
 def events_of_a_turn(session_id: str, turn_id: str, first_seq: int = 1) -> list[Event]:
     """A turn's worth of events of several types, numbered from ``first_seq``."""
     message = user_message(turn_id, "hello")
@@ -1091,3 +1099,104 @@ async def test_damaged_is_a_store_error_naming_the_session_and_the_table(store: 
     assert isinstance(error, StoreError)
     assert session in str(error)
     assert "turns" in str(error)
+
+
+#: Text no database need keep: lone surrogates (which no UTF-8 encodes), and NUL (which a
+#: PostgreSQL text column refuses).
+UNKEEPABLE = ("\ud800", "b\udfffc", "nul\x00")
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("bad", UNKEEPABLE, ids=["surrogate", "low-surrogate", "nul"])
+async def test_a_session_whose_rows_cannot_be_kept_is_refused_and_the_others_are_written(
+    store: Store, bad: str
+) -> None:
+    """A store may keep any text; one that cannot keep a write's refuses that session's
+    writes, then and after: the flush that waited for them raises a StoreError naming the
+    session (never the text); the other sessions' writes of the same commit are written,
+    and the store goes on committing."""
+    seen = recording(store)
+    refused, keyed, first, last = new_id(), new_id(), new_id(), new_id()
+    turn = new_id()
+    kept_message, first_message = user_message(turn, "kept"), user_message(turn, "first")
+    acknowledged: list[Op] = [
+        SessionRow(refused, "agent"),
+        TurnRow(refused, turn, 1),
+        EntryRow(refused, 0, kept_message),
+    ]
+    bad_message = unchecked_message(turn, bad)
+    events = events_of_a_turn(first, turn)
+    group: list[Op] = [
+        SessionRow(first, "agent"),
+        TurnRow(first, turn, 1),
+        EntryRow(refused, 1, bad_message),
+        EntryRow(first, 0, first_message),
+        SessionRow(keyed, "agent", idempotency_key=f"key-{bad}"),
+        SessionRow(last, "agent", inputs={"name": "last"}),
+        *(EventRow(first, seq, event) for seq, event in enumerate(events, 1)),
+    ]
+    async with opened(store):
+        write_all(store, acknowledged)
+        await store.flush()
+        write_all(store, group)
+        raised: StoreError | None = None
+        try:
+            await store.flush()
+        except StoreError as error:
+            raised = error
+        store.check()  # the store has not failed
+        # The other sessions of the commit are whole.
+        assert list((await load(store, first)).entries) == [first_message]
+        assert await events_of(store, await load(store, first)) == events
+        assert (await load(store, last)).row.inputs == {"name": "last"}
+        # Nothing acknowledged is lost; a session is written whole, or up to the refusal.
+        entries = list((await load(store, refused)).entries)
+        kept_entry = len(entries) == 2
+        assert entries == [kept_message, bad_message][: len(entries)]
+        kept_key = await store.load(keyed) is not None
+        assert (raised is None) == (kept_entry and kept_key)
+        if raised is not None:
+            unkept = [s for s, kept in ((refused, kept_entry), (keyed, kept_key)) if not kept]
+            assert any(s in str(raised) for s in unkept), "it names no session it refused"
+            assert bad not in str(raised), "it quotes the text"
+            assert "key-" not in str(raised), "it quotes the key"
+        later, after = new_id(), SessionRow(refused, "agent", terminated=True)
+        store.write(after)
+        store.write(SessionRow(later, "agent"))
+        if kept_entry:
+            await store.flush()
+        else:
+            # Its rows would no longer follow one another: nothing more of it is written.
+            with pytest.raises(StoreError, match=refused):
+                await store.flush()
+        assert (await load(store, refused)).row.terminated == kept_entry
+        assert await store.load(later) is not None
+        assert (after in seen, group[2] in seen) == (kept_entry, kept_entry)
+        assert [op for op in seen if op.session_id == first] == [
+            op for op in group if op.session_id == first
+        ]
+
+
+#: Ids a client may send that no session has: with NUL, with a lone surrogate, huge.
+ODD_IDS = ("a\x00b", "\ud800", "\udcff\x00", "x" * 100_000)
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("odd", ODD_IDS, ids=["nul", "surrogate", "both", "huge"])
+async def test_an_id_the_store_cannot_hold_reads_as_nothing(store: Store, odd: str) -> None:
+    """Whatever a client puts in an id or a key, a session the store does not have reads as
+    not found, never as a failure: the store is not failed for it, and renewing or letting go
+    of it skips it."""
+    kept = new_id()
+    async with opened(store):
+        store.write(SessionRow(kept, "agent"))
+        await store.flush()
+        assert await store.load(odd) is None
+        assert await store.session_for_key(odd) is None
+        assert await store.read_events(odd, 0, 100) == []
+        if store.shared:
+            assert await store.wait_for_events(odd, 0) is None
+        assert await store.renew([odd], "owner", 30.0) == []
+        await store.release([odd], "owner")
+        store.check()
+        assert await store.load(kept) is not None

@@ -89,6 +89,9 @@ __all__ = ["MIGRATIONS", "POLL_SECONDS", "PostgresStore"]
 #: How often a wait for another runtime's events reads the session's progress, in case a
 #: notification was lost (PostgreSQL delivers them at most once).
 POLL_SECONDS = 1.0
+#: How long a commit is tried again after failures that left nothing written (a connection
+#: the database ended, none to be had, a deadlock), before the store fails.
+RETRY_SECONDS = 10.0
 
 T = TypeVar("T")
 
@@ -251,6 +254,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
     """
 
     shared = True
+    _keeps_nul = False  # a text column refuses it
     #: Runtimes on several hosts share it: a dead one's sessions move on within seconds.
     lease_seconds = 10.0
 
@@ -309,6 +313,9 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             max_size=self.pool_size,
             open=False,
             name="agentlib",
+            # A connection the database ended while it was idle (a restart, a failover, an
+            # administrator) is replaced before it is used, rather than failing its user.
+            check=psycopg_pool.ConnectionPool.check_connection,
         )
         try:
             await self._in_thread(self._reach)  # a database out of reach says why, at once
@@ -400,7 +407,76 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         return (op.lease[0], 1)  # a new session's first lease: epoch 1
 
     async def _commit_group(self, group: Sequence[Op], payloads: Sequence[Any]) -> None:
-        await self._in_thread(self._commit, group, payloads, dict(self._held))
+        import psycopg
+        import psycopg_pool
+
+        deadline = trio.current_time() + RETRY_SECONDS
+        pause = 0.05
+        while True:
+            committing: list[int] = []  # the transaction's id, once its COMMIT is sent
+            try:
+                await self._in_thread(self._commit, group, payloads, dict(self._held), committing)
+                return
+            except StoreError as error:
+                cause = error.__cause__
+                if isinstance(cause, psycopg.DataError):
+                    # Rows the database refuses (text with NUL): the database itself is fine.
+                    raise cause from None
+                # Tried again only where nothing was written: the transaction was rolled
+                # back (a deadlock, a serialization failure), or it failed before its COMMIT
+                # was sent (a connection ended under it), or it never had a connection. A
+                # COMMIT whose answer was lost may have committed: the database says
+                # whether it did, as a retry could write the group twice.
+                if not isinstance(
+                    cause,
+                    (
+                        psycopg.errors.TransactionRollback,
+                        psycopg.OperationalError,
+                        psycopg_pool.PoolTimeout,
+                    ),
+                ):
+                    raise
+                unanswered = committing and not isinstance(
+                    cause, psycopg.errors.TransactionRollback
+                )
+                if unanswered and await self._committed(committing[0], deadline):
+                    return
+                if trio.current_time() + pause > deadline:
+                    raise
+            await trio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    async def _committed(self, transaction: int, deadline: float) -> bool:
+        """Whether the transaction committed, as the database says once it knows (until
+        ``deadline``).
+
+        Raises:
+            StoreError: The database does not say, by the deadline.
+        """
+
+        def status() -> str | None:
+            with self._connection() as db:
+                row = db.execute("SELECT txid_status(%s)", (transaction,)).fetchone()
+            return None if row is None else row[0]
+
+        while True:
+            try:
+                said = await self._in_thread(status)
+            except StoreError:
+                if trio.current_time() > deadline:
+                    raise
+                said = "in progress"
+            if said == "committed":
+                return True
+            if said != "in progress":  # aborted: nothing of it was written
+                return False
+            if trio.current_time() > deadline:
+                raise StoreError(
+                    f"the store {self.where} cannot tell whether a commit went through (its "
+                    "connection ended at its COMMIT): check the database, then open a new "
+                    "runtime on it"
+                )
+            await trio.sleep(0.1)
 
     async def _let_go(self, held: Mapping[str, tuple[str, int]]) -> None:
         self._held.clear()
@@ -409,7 +485,11 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         )
 
     def _commit(
-        self, group: Sequence[Op], payloads: Sequence[Any], held: dict[str, tuple[str, int]]
+        self,
+        group: Sequence[Op],
+        payloads: Sequence[Any],
+        held: dict[str, tuple[str, int]],
+        committing: list[int],
     ) -> None:
         with self._connection() as db, db.transaction(), db.cursor() as cursor:
             self._fence(cursor, group, held)
@@ -452,6 +532,10 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             self._record_last(cursor, last)
             if told:
                 cursor.executemany("SELECT pg_notify(%s, %s)", told)
+            # The block's end sends COMMIT: should its answer be lost, the database tells
+            # whether this transaction committed.
+            (transaction,) = cursor.execute("SELECT txid_current()").fetchone() or (0,)
+            committing.append(transaction)
 
     def _fence(
         self, cursor: psycopg.Cursor[Any], group: Sequence[Op], held: dict[str, tuple[str, int]]
@@ -611,6 +695,8 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         )
 
     async def load(self, session_id: str) -> StoredSession | None:
+        if not self.can_hold(session_id):
+            return None
         return await self._in_thread(self._load, session_id)
 
     def _load(self, session_id: str) -> StoredSession | None:
@@ -618,6 +704,9 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             return read_session(db.execute, self._reads, session_id, at, self._damaged)
 
     async def session_for_key(self, key: str) -> str | None:
+        if not self.can_hold(key):
+            return None
+
         def read() -> str | None:
             with self._reading("the session an idempotency key started") as (db, _):
                 row = db.execute(
@@ -631,6 +720,9 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         return await self._in_thread(read)
 
     async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
+        if not self.can_hold(session_id):
+            return []
+
         def read() -> list[Event]:
             with self._reading(f"session {session_id}") as (db, at):
                 return read_event_page(
@@ -642,6 +734,8 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
     # -- following other runtimes ------------------------------------------------------------
 
     async def wait_for_events(self, session_id: str, after: int) -> Progress | None:
+        if not self.can_hold(session_id):
+            return None
         self._listen()
         changed = self._waiting.setdefault(session_id, _Wait())  # before the read
         progress = await self._in_thread(self._progress_of, session_id)
@@ -921,6 +1015,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
 
     async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
         self.check()  # a store that can no longer commit takes no lease
+        session_ids = [s for s in session_ids if self.can_hold(s)]  # never stored
 
         def lease() -> dict[str, int]:
             now = self._clock()
@@ -968,6 +1063,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
 
     async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
         self.check()
+        session_ids = [s for s in session_ids if self.can_hold(s)]  # never stored: skipped
 
         def lease() -> list[str]:
             now = self._clock()
@@ -1001,7 +1097,8 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
         for session_id in session_ids:
             self._held.pop(session_id, None)
-        await self._in_thread(self._free, [(session_id, owner) for session_id in session_ids])
+        leases = [(session_id, owner) for session_id in session_ids if self.can_hold(session_id)]
+        await self._in_thread(self._free, leases)
 
     def _free(self, leases: Sequence[tuple[str, str]]) -> None:
         """End the leases (session id, owner); a session another owner holds now is left

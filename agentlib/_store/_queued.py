@@ -4,6 +4,7 @@ committed in groups by a writer task, and rows read back into a :class:`StoredSe
 from __future__ import annotations
 
 import abc
+import bisect
 import contextlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -66,6 +67,17 @@ class Place:
     table: str = "sessions"
 
 
+#: What each kind of write holds, as a refusal names it.
+_KINDS: dict[type[Any], str] = {
+    SessionRow: "session row (inputs, key)",
+    TurnRow: "turns",
+    EventRow: "events",
+    EntryRow: "history entries",
+    KeyRow: "idempotency keys",
+    CallbackRow: "callbacks",
+}
+
+
 def dump(value: Any) -> str:
     """A value as a store keeps it: its converter JSON, compact."""
     return json.dumps(unstructure(value), separators=(",", ":"), ensure_ascii=False)
@@ -84,12 +96,32 @@ class QueuedStore(Store, Generic[Lease]):
     A commit that fails leaves the store failed: it writes nothing more, lets go of the
     sessions it leased (:meth:`_let_go`), and every wait for it raises. A commit the fence
     refuses (:class:`LeaseLost`) is made again without the writes to the session taken over.
+    A commit that raises anything else (a row the database cannot keep: text with a lone
+    surrogate, say) is tried again one session at a time: the sessions whose rows are written
+    are acknowledged; one whose rows are not is refused, now and for every later write (its
+    rows would no longer follow one another), and each flush that waited for one of its
+    writes raises a :class:`StoreError` naming it.
     """
 
     #: What the store is named by in messages (its file, its database).
     where: str
     #: What a failed commit raises: the store fails with it.
     _commit_errors: tuple[type[BaseException], ...] = (StoreError, LeaseLost)
+    #: Whether the database keeps NUL in text.
+    _keeps_nul = True
+
+    def can_hold(self, text: str) -> bool:
+        """Whether the database can keep ``text`` (an id, a key): one it cannot was never
+        written, and reads as not found rather than as a failure."""
+        if not self._keeps_nul and "\x00" in text:
+            return False
+        if text.isascii():
+            return True
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            return False
+        return True
 
     def _start_queue(self) -> None:
         self._queue: list[Op] = []
@@ -97,7 +129,12 @@ class QueuedStore(Store, Generic[Lease]):
         self._rows = EventRows()  # the writer's
         self._held: dict[str, Lease] = {}  # session id -> the lease this store took
         self._queued = 0  # writes made so far
-        self._done = 0  # writes committed so far
+        self._done = 0  # writes committed (or refused) so far
+        # The sessions whose rows could not be written, and why (in words that quote none).
+        self._unwritable: dict[str, str] = {}
+        # The numbers of the writes refused (from 0, in the order written), with their
+        # session: a flush that waited for one raises.
+        self._refusals: list[tuple[int, str]] = []
         self._wake = trio.Event()
         self._progress = trio.Event()
         self._closing = False
@@ -153,22 +190,49 @@ class QueuedStore(Store, Generic[Lease]):
         self._wake.set()
 
     async def flush(self) -> None:
-        target = self._queued
+        start, target = self._done, self._queued
         while self._done < target:
             self.check()
             if self._closing:
                 raise StoreError(f"the store {self.where} is closed; open a new runtime on it")
             await self._progress.wait()
+        refusals = self._refusals
+        if refusals and refusals[-1][0] >= start:
+            first = bisect.bisect_left(refusals, (start, ""))
+            if first < len(refusals) and refusals[first][0] < target:
+                raise self._refusal(refusals[first][1])
+
+    def check_session(self, session_id: str) -> None:
+        self.check()
+        if session_id in self._unwritable:
+            raise self._refusal(session_id)
+
+    def _refusal(self, session_id: str) -> StoreError:
+        # Without its cause: a driver's error may hold the rows it could not write.
+        return StoreError(
+            f"the store {self.where} could not write the rows of session {session_id} "
+            f"({self._unwritable[session_id]}); what it wrote of the session before is kept, "
+            "and nothing more of it is written: end the session, and start another without "
+            "that text"
+        )
 
     async def _commit_fenced(self, group: list[Op], payloads: list[Any]) -> list[Op]:
         """Commit the group, but for its writes to sessions another runtime took over
-        (each refusal recorded, see :meth:`Store.taken_over`); the writes committed."""
+        (each refusal recorded, see :meth:`Store.taken_over`), and for those of sessions
+        whose rows cannot be written (see :meth:`_commit_apart`); the writes committed."""
+        if self._unwritable:
+            return await self._commit_apart(group, payloads)
         while group:
             try:
                 await self._commit_group(group, payloads)
             except LeaseLost as lost:
                 self.refuse(lost)
                 group, payloads = _without(group, payloads, lost.session_id)
+            except self._commit_errors:
+                raise
+            except Exception:
+                # A row of the group cannot be written: the others are.
+                return await self._commit_apart(group, payloads)
             else:
                 break
         return group
@@ -186,6 +250,7 @@ class QueuedStore(Store, Generic[Lease]):
                 payloads, self._payloads = self._payloads, []
                 # A commit under way finishes even when the runtime is cancelled.
                 with trio.CancelScope(shield=True):
+                    written: Sequence[Op] = group
                     try:
                         written = await self._commit_fenced(group, payloads)
                     except self._commit_errors as error:
@@ -211,6 +276,50 @@ class QueuedStore(Store, Generic[Lease]):
             raise
         finally:
             self._stopped.set()
+
+    async def _commit_apart(self, group: Sequence[Op], payloads: Sequence[Any]) -> list[Op]:
+        """Commit the group one session at a time (in the order of their first writes),
+        refusing the writes of the sessions whose rows cannot be written, or were refused
+        before, or whose parent session's were; returns the writes committed, in order.
+
+        Raises:
+            StoreError: As :meth:`_commit_group` (but :class:`LeaseLost`, recorded).
+        """
+        first = self._done  # the number of the group's first write
+        apart: dict[str, tuple[list[int], list[Op], list[Any]]] = {}
+        payload = iter(payloads)
+        for number, op in enumerate(group, first):
+            numbers, ops, rows = apart.setdefault(op.session_id, ([], [], []))
+            numbers.append(number)
+            ops.append(op)
+            if isinstance(op, (EventRow, EntryRow)):
+                rows.append(next(payload))
+        written: set[int] = set()
+        for session_id, (numbers, ops, rows) in apart.items():
+            parents = {op.parent_id for op in ops if isinstance(op, SessionRow)}
+            refused = next((p for p in parents if p in self._unwritable), None)
+            if refused is not None:
+                self._unwritable.setdefault(session_id, f"its parent session {refused} was refused")
+            if session_id not in self._unwritable:
+                try:
+                    await self._commit_group(ops, rows)
+                    written.update(numbers)
+                    continue
+                except LeaseLost as lost:  # taken over: not written, and not this store's
+                    self.refuse(lost)
+                    continue
+                except self._commit_errors:
+                    raise
+                except Exception as error:
+                    kinds = ", ".join(sorted({_KINDS.get(type(op), "other") for op in ops}))
+                    # Its message may quote what could not be written: only its class is said.
+                    self._unwritable[session_id] = (
+                        f"{type(error).__name__} writing its {kinds}: the database cannot keep "
+                        "what they hold, such as text with a lone surrogate or NUL"
+                    )
+            self._refusals.extend((number, session_id) for number in numbers)
+        self._refusals.sort()
+        return [op for number, op in enumerate(group, first) if number in written]
 
 
 def _without(group: list[Op], payloads: list[Any], session_id: str) -> tuple[list[Op], list[Any]]:

@@ -479,6 +479,8 @@ class SQLiteStore(QueuedStore[str]):
         )
 
     async def load(self, session_id: str) -> StoredSession | None:
+        if not self.can_hold(session_id):
+            return None
         return await self._in_thread(self._load, session_id)
 
     def _load(self, session_id: str) -> StoredSession | None:
@@ -486,6 +488,9 @@ class SQLiteStore(QueuedStore[str]):
             return read_session(db.execute, _READS, session_id, at, self._damaged)
 
     async def session_for_key(self, key: str) -> str | None:
+        if not self.can_hold(key):
+            return None
+
         def read() -> str | None:
             with self._reading("the session an idempotency key started") as (db, _):
                 row = db.execute(
@@ -496,6 +501,9 @@ class SQLiteStore(QueuedStore[str]):
         return await self._in_thread(read)
 
     async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
+        if not self.can_hold(session_id):
+            return []
+
         def read() -> list[Event]:
             with self._reading(f"session {session_id}") as (db, at):
                 return read_event_page(
@@ -508,6 +516,7 @@ class SQLiteStore(QueuedStore[str]):
 
     async def acquire(self, session_ids: Sequence[str], owner: str, seconds: float) -> None:
         self.check()  # a store that can no longer commit takes no lease
+        session_ids = [s for s in session_ids if self.can_hold(s)]  # never stored
 
         def lease() -> None:
             now = self._clock()
@@ -535,6 +544,7 @@ class SQLiteStore(QueuedStore[str]):
 
     async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
         self.check()  # a store that writes nothing more let its leases go, and keeps none
+        session_ids = [s for s in session_ids if self.can_hold(s)]  # never stored: skipped
 
         def lease() -> list[str]:
             now = self._clock()
@@ -580,7 +590,8 @@ class SQLiteStore(QueuedStore[str]):
     async def release(self, session_ids: Sequence[str], owner: str) -> None:
         for session_id in session_ids:
             self._held.pop(session_id, None)
-        await self._in_thread(self._free, [(session_id, owner) for session_id in session_ids])
+        leases = [(session_id, owner) for session_id in session_ids if self.can_hold(session_id)]
+        await self._in_thread(self._free, leases)
 
     def _free(self, leases: Sequence[tuple[str, str]], wait: float = 30.0) -> None:
         """End the leases (session id, owner), in one transaction on a connection of its
