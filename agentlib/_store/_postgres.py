@@ -226,6 +226,24 @@ class _Wait:
     seq: int = -1
 
 
+#: How long a transaction of the store may sit idle before the database ends it, in ms.
+IDLE_IN_TRANSACTION_MS = 5_000
+
+
+def _configure(connection: Any) -> None:
+    """Set up a new connection of the pool. A runtime stopped (SIGSTOP, a frozen VM) or
+    stalled inside a transaction would keep its rows locked, and no other runtime could take
+    its sessions over until it went on: the database ends such a transaction once it has
+    sat idle for :data:`IDLE_IN_TRANSACTION_MS`, so its locks go with it. When the runtime
+    goes on, its commit fails with nothing written, and is tried again on a new connection
+    (where the fence refuses the writes to sessions taken over meanwhile)."""
+    connection.execute(
+        "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+        (str(IDLE_IN_TRANSACTION_MS),),
+    )
+    connection.commit()
+
+
 def shown(conninfo: str) -> str:
     """The database ``conninfo`` names, as messages show it: without its password."""
     parts = urllib.parse.urlsplit(conninfo)
@@ -316,6 +334,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             # A connection the database ended while it was idle (a restart, a failover, an
             # administrator) is replaced before it is used, rather than failing its user.
             check=psycopg_pool.ConnectionPool.check_connection,
+            configure=_configure,
         )
         try:
             await self._in_thread(self._reach)  # a database out of reach says why, at once
