@@ -250,7 +250,9 @@ class LeaseRefused(SessionBusyError):
 
 class LeaseLost(StoreError):
     """Another runtime took over a session this one leased: this one stalled past its
-    lease. The store refused its write, and writes nothing more: open a new runtime.
+    lease. The store refused the writes to that session (and its subagents' sessions), and
+    this runtime let it go: read again, it is read from the store, as the other runtime has
+    it. Every other session goes on.
 
     Attributes:
         session_id: The session taken over.
@@ -265,7 +267,7 @@ class LeaseLost(StoreError):
         where = "the store" if store is None else f"the store {store}"
         super().__init__(
             f"{where} refused a write: session {session_id} {now}: this runtime stalled past "
-            "its lease, and writes nothing more; open a new runtime on the store"
+            "its lease, and let the session go; read it again to see it as the other has it"
         )
         self.session_id = session_id
         self.owner = owner
