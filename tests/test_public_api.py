@@ -176,7 +176,7 @@ def test_the_lease_errors_are_caught_as_a_busy_session_and_a_store_error() -> No
     assert "retry" in str(refused)
     lost = agentlib.LeaseLost("s-1", "runtime-b", store="/data/s.db")
     assert "/data/s.db" in str(lost)
-    assert "open a new runtime" in str(lost)
+    assert "let the session go" in str(lost)
 
 
 # --- agentlib.store -----------------------------------------------------------------------
