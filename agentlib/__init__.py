@@ -27,6 +27,7 @@ from ._content import UnknownContentBlock as UnknownContentBlock
 from ._convert import structure as structure
 from ._convert import unstructure as unstructure
 from ._engine._runtime import Runtime as Runtime
+from ._engine._runtime import RuntimeHealth as RuntimeHealth
 from ._entries import ContextMessage as ContextMessage
 from ._entries import Entry as Entry
 from ._entries import MessageEntry as MessageEntry
@@ -182,6 +183,7 @@ __all__ = [
     "ResourceLinkContentBlock",
     "Running",
     "Runtime",
+    "RuntimeHealth",
     "SQLiteStore",
     "ScriptedModel",
     "SdkError",

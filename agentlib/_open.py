@@ -41,7 +41,7 @@ class _Door:
         idempotency_key: str | None,
         **handlers: Any,
     ) -> Session:
-        live = await self.runtime.start_session(agent, history, inputs, idempotency_key)
+        live = await self.runtime._start_session(agent, history, inputs, idempotency_key)
         return Session(self.runtime, live.id, agent=agent, **handlers)
 
     def session(self, agent: AgentDefinition, session_id: str, **handlers: Any) -> Session:
@@ -80,7 +80,7 @@ def start_session_soon(
         on_sign_in=on_sign_in,
         on_client_tool=on_client_tool,
     )
-    send(runtime.make_session, agent, stored, entries, session.id)
+    send(runtime._make_session, agent, stored, entries, session.id)
     return session
 
 

@@ -216,7 +216,7 @@ class Session:
             RuntimeError: This is not trio code (asyncio, say).
         """
         check_trio()
-        return await self._runtime.session(self.id, self._agent)
+        return await self._runtime._session(self.id, self._agent)
 
     def turn(self, turn_id: str) -> Turn:
         """A reference to a turn of this session; sends no request.
@@ -255,7 +255,7 @@ class Session:
                 return Turn(self, reply["turn_id"], started=reply["started"])
             live = await self._writable("send_message")  # this runtime holds it now
         blocks = message_content(content, self._agent.model)
-        turn_id, started = await self._runtime.send_message(
+        turn_id, started = await self._runtime._send_message(
             live, blocks, key, self._agent.output_type
         )
         return Turn(self, turn_id, started=started)
@@ -319,9 +319,9 @@ class Session:
                 return Turn(self, reply["turn_id"], started=True), reply["new"]
             live = await self._writable(procedure)  # this runtime holds it now
         blocks = message_content(content, self._agent.model)
-        started = self._runtime.start_turn(live, blocks, key, output_type, max_steps)
+        started = self._runtime._start_turn(live, blocks, key, output_type, max_steps)
         if isinstance(started, machine.Started):
-            await self._runtime.flush(live)  # a started turn is acknowledged once durable
+            await self._runtime._flush(live)  # a started turn is acknowledged once durable
             return Turn(self, started.turn_id, started=True), started.new
         return Busy(turn=Turn(self, started.turn_id, started=None)), False
 
@@ -573,8 +573,8 @@ class Session:
             if await self._ask("cancel") is not None:
                 return
             live = await self._writable("cancel")  # this runtime holds it now
-        await self._runtime.cancel(live)
-        await self._runtime.flush(live)
+        await self._runtime._cancel(live)
+        await self._runtime._flush(live)
 
     async def subagents(self) -> list[Session]:
         """References to this session's direct subagent sessions, newest first.
@@ -589,7 +589,7 @@ class Session:
             children = [node.row.session_id for node in tree if node.row.parent_id == self.id]
         else:
             children = list(live.state.children)
-            agents = {child_id: self._runtime.live(child_id).agent for child_id in children}
+            agents = {child_id: self._runtime._live(child_id).agent for child_id in children}
         return [
             Session(
                 self._runtime,
@@ -609,8 +609,8 @@ class Session:
             UnsupportedSessionProcedureError: It is a subagent's.
         """
         live = await self._load()
-        self._runtime.check_open()
-        self._runtime.check_writable(live, procedure)
+        self._runtime._check_open()
+        self._runtime._check_writable(live, procedure)
         return live
 
     async def _held(self, procedure: str | None = None) -> LiveSession | None:
@@ -636,7 +636,7 @@ class Session:
         Raises:
             SdkError: What the procedure raised there.
         """
-        self._runtime.check_open()
+        self._runtime._check_open()
         reply = await ask(self._runtime, self.id, self._agent, {"procedure": procedure, **body})
         if reply is not None:
             raise_failure(reply)
@@ -717,7 +717,7 @@ class Turn:
                 raise
             record = await self._record_elsewhere()  # another runtime holds it
         else:
-            record = self._session._runtime.record(live, turn.id)
+            record = self._session._runtime._record(live, turn.id)
         return _for_reader(record, self._session._agent.output_type)
 
     async def _result_elsewhere(
@@ -892,7 +892,7 @@ class Turn:
         except trio.Cancelled as cancelled:
             add_note(cancelled, leaving_note(turn.id, turn.session_id))
             raise
-        return _for_reader(runtime.record(live, turn.id), wanted)
+        return _for_reader(runtime._record(live, turn.id), wanted)
 
     async def _follow(
         self,
@@ -930,7 +930,7 @@ class Turn:
             waiter.settle()
             if waiter.blocked and not waiter.watched:
                 # Once the handlers at work have finished, the turn is blocked, or going on.
-                state = runtime.record(live, turn.id)
+                state = runtime._record(live, turn.id)
                 if isinstance(state, Blocked):
                     return _for_reader(state, wanted)
                 waiter.blocked = False
@@ -977,13 +977,13 @@ class Turn:
             if not runtime.store.shared:
                 raise
             # Another runtime on the shared store holds it: claimed in the store.
-            return await runtime.answer_elsewhere(
+            return await runtime._answer_elsewhere(
                 self._session.id, self._session._agent, callback_id, answer, key
             )
         runtime = self._session._runtime
-        runtime.check_open()
-        answered = await runtime.answer(live, callback_id, answer, key)
-        await runtime.flush(live)  # a taken answer is acknowledged once durable
+        runtime._check_open()
+        answered = await runtime._answer(live, callback_id, answer, key)
+        await runtime._flush(live)  # a taken answer is acknowledged once durable
         return answered
 
     async def _report(
@@ -1001,9 +1001,9 @@ class Turn:
                 return decode_told(reply["told"])
             live = await session._load()  # this runtime holds it now
         runtime = session._runtime
-        runtime.check_open()
-        told = await runtime.report(live, callback_id, failure)
-        await runtime.flush(live)
+        runtime._check_open()
+        told = await runtime._report(live, callback_id, failure)
+        await runtime._flush(live)
         return told
 
     async def iter_events(
@@ -1090,8 +1090,8 @@ class Turn:
         blocks = message_content(content, session._agent.model)
         live, turn = await self._turn()
         runtime = session._runtime
-        if runtime.steer(live, turn.id, blocks, key):
-            await runtime.flush(live)  # acknowledged once durable
+        if runtime._steer(live, turn.id, blocks, key):
+            await runtime._flush(live)  # acknowledged once durable
             return self
         return TurnConflict(turn_id=self.id)
 
@@ -1108,6 +1108,6 @@ class Turn:
             if reply is not None:
                 return self if reply["interrupted"] else TurnConflict(turn_id=self.id)
             live = await session._load()  # this runtime holds it now
-        if await session._runtime.interrupt(live, self.id):  # acknowledged once durable
+        if await session._runtime._interrupt(live, self.id):  # acknowledged once durable
             return self
         return TurnConflict(turn_id=self.id)

@@ -68,6 +68,7 @@ from agentlib import RequestApproval as RequestApproval
 from agentlib import ResourceLinkContentBlock as ResourceLinkContentBlock
 from agentlib import Running as Running
 from agentlib import Runtime as Runtime
+from agentlib import RuntimeHealth as RuntimeHealth
 from agentlib import ScriptedModel as ScriptedModel
 from agentlib import SdkError as SdkError
 from agentlib import ServerUnreachableError as ServerUnreachableError
@@ -184,6 +185,7 @@ __all__ = [
     "ResourceLinkContentBlock",
     "Running",
     "Runtime",
+    "RuntimeHealth",
     "SQLiteStore",
     "ScriptedModel",
     "SdkError",

@@ -170,7 +170,7 @@ async def durable(n: int) -> None:
             after = rss_kib()
             gc.collect()
             blocks_after = sys.getallocatedblocks()
-            held_sessions = len(runtime.sessions)
+            held_sessions = len(runtime._sessions)
         size = os.path.getsize(f"{directory}/sessions.db")
     emit(mode="durable", n=n, rss_after_first_tenth_kib=before, rss_after_kib=after,
          rss_samples_kib=samples, growth_kib=after - before,

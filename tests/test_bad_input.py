@@ -765,7 +765,7 @@ async def start_with_inputs(inputs: object) -> object:
             return await agent.start_session(inputs=inputs)  # type: ignore[arg-type]
         except Exception as error:  # re-raised outside the runtime's nursery
             refused = error
-        started = dict(runtime.sessions)
+        started = dict(runtime._sessions)
     assert started == {}, "a refused start started a session"
     raise refused
 

@@ -1416,7 +1416,7 @@ async def test_bad_inputs_raise_validation_error_before_the_session_starts(
     async with agentlib.open_runtime() as runtime:
         with pytest.raises(ValidationError, match=fragment) as info:
             await agent.start_session(inputs=inputs)
-        started = dict(runtime.sessions)
+        started = dict(runtime._sessions)
 
     assert isinstance(info.value, ValueError)
     assert started == {}

@@ -57,8 +57,8 @@ async def test_idle_sessions_beyond_the_kept_are_let_go_and_read_back_when_used(
     async with agentlib.open_runtime(f"sqlite:///{tmp_path}/s.db") as runtime:
         sessions = [await agent.start_session() for _ in range(10)]
         first = [await session.run(f"hello {i}") for i, session in enumerate(sessions)]
-        assert len(runtime.sessions) <= KEPT + 1
-        assert sessions[0].id not in runtime.sessions
+        assert len(runtime._sessions) <= KEPT + 1
+        assert sessions[0].id not in runtime._sessions
         # Read back as it was, and it goes on.
         assert await sessions[0].turn(first[0].turn_id).get() == first[0]
         events = [event async for event in sessions[0].turn(first[0].turn_id).iter_events()]
@@ -83,7 +83,7 @@ async def test_a_session_let_go_of_is_no_longer_leased() -> None:
         for session in sessions:
             await session.run("hi")
         await trio.testing.wait_all_tasks_blocked()
-        assert sessions[0].id not in runtime.sessions
+        assert sessions[0].id not in runtime._sessions
         async with agentlib.open_runtime(MemoryStore(shared_with=shared)):
             # Another runtime takes it at once: its lease ended when it was let go of.
             record = await agent.session(sessions[0].id).run("over here")
@@ -103,7 +103,7 @@ async def test_a_blocked_turn_keeps_its_session(tmp_path: Path) -> None:
         assert isinstance(record, Blocked)
         for _ in range(KEPT + 3):
             await (await agent.start_session()).run("hi")
-        assert waiting.id in runtime.sessions
+        assert waiting.id in runtime._sessions
         turn = waiting.turn(record.turn_id)
         await turn.answer(record.callbacks[0].id, AllowApproval())
         ended = await turn.result()
@@ -130,7 +130,7 @@ async def test_a_reader_following_a_session_keeps_it(tmp_path: Path) -> None:
             await trio.testing.wait_all_tasks_blocked()
             for _ in range(KEPT + 3):
                 await (await agent.start_session()).run("hi")
-            assert followed.id in runtime.sessions
+            assert followed.id in runtime._sessions
             await followed.run("second")
             with trio.fail_after(30):
                 await following.wait()
@@ -146,7 +146,7 @@ async def test_an_idempotency_key_finds_a_session_let_go_of(tmp_path: Path) -> N
         await keyed.run("hi")
         for _ in range(KEPT + 3):
             await (await agent.start_session()).run("hi")
-        assert keyed.id not in runtime.sessions
+        assert keyed.id not in runtime._sessions
         again = await agent.start_session(idempotency_key="k-1")
     assert again.id == keyed.id
 
@@ -167,13 +167,13 @@ async def test_a_tree_of_sessions_is_let_go_of_whole_and_read_back_from_a_subage
         (sub,) = await session.subagents()
         for _ in range(KEPT + 3):
             await (await agent.start_session()).run("hi")
-        assert session.id not in runtime.sessions
-        assert sub.id not in runtime.sessions
+        assert session.id not in runtime._sessions
+        assert sub.id not in runtime._sessions
         (sub_turn,) = [
             event.turn_id async for event in sub.iter_events() if isinstance(event, TurnEnded)
         ]
         history = await texts(sub, sub_turn or "")
-        assert session.id in runtime.sessions  # read back with it
+        assert session.id in runtime._sessions  # read back with it
     assert isinstance(record, Completed)
     assert history == ["help", "helped: help"]
 
@@ -184,4 +184,4 @@ async def test_in_memory_sessions_are_all_kept() -> None:
         sessions = [await agent.start_session() for _ in range(KEPT + 3)]
         for session in sessions:
             await session.run("hi")
-        assert all(session.id in runtime.sessions for session in sessions)
+        assert all(session.id in runtime._sessions for session in sessions)

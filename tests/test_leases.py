@@ -415,9 +415,9 @@ async def test_a_runtime_whose_session_was_taken_over_lets_it_go_and_serves_the_
             assert len(waited) == 1  # the wait on it here was told
             assert "is now run by another runtime" in str(waited[0])
             assert runs.read_text() == ""
-            assert taken.id not in stalled.sessions
+            assert taken.id not in stalled._sessions
             with trio.fail_after(WAIT):  # its state is forgotten once its turn has left
-                while taken.id in stalled.states:
+                while taken.id in stalled._states:
                     await trio.sleep(0.01)
             assert stalled.health().writable
 

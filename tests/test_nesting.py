@@ -231,7 +231,7 @@ async def test_start_session_with_history_too_deep_starts_nothing() -> None:
     async with agentlib.open_runtime() as runtime:
         with pytest.raises(ValidationError) as raised:
             await Agent("a", model=ScriptedModel([])).start_session(history=history)
-        assert runtime.sessions == {}
+        assert runtime._sessions == {}
     assert_refused_saying_where(raised.value, f"$[0].value{TOO_DEEP_AT}")
 
 
@@ -265,7 +265,7 @@ async def test_a_session_input_too_deep_is_a_validation_error_naming_only_its_fi
             await Agent("a", model=ScriptedModel([])).start_session(
                 inputs=[Notes(tags={SECRET: nested(DEEP)})]
             )
-        assert runtime.sessions == {}
+        assert runtime._sessions == {}
     message = str(raised.value)
     assert "field 'tags' of input 'notes' is nested deeper than the limit" in message
     assert SECRET not in message

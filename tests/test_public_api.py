@@ -240,3 +240,29 @@ def test_store_class_or_function_belongs_to_agentlib_store(name: str) -> None:
 def test_op_is_the_union_of_the_row_classes() -> None:
     rows = {name for name in STORE_NAMES if name.endswith("Row")}
     assert {member.__name__ for member in typing.get_args(agentlib.store.Op)} == rows
+
+
+def test_a_runtime_shows_only_what_its_users_use() -> None:
+    """The runtime's public side (and its reference page): its store, its name in the
+    leases, its settings and its health; the engine's methods are underscored."""
+    public = {name for name in dir(agentlib.Runtime) if not name.startswith("_")}
+    public |= {field.name for field in agentlib.Runtime.__attrs_attrs__}  # type: ignore[attr-defined]
+    public = {name for name in public if not name.startswith("_")}
+    assert public == {"event_retention", "health", "lease_seconds", "owner", "store"}
+    assert agentlib_sync.Runtime is agentlib.Runtime
+    assert agentlib_sync.RuntimeHealth is agentlib.RuntimeHealth
+
+
+async def test_a_runtime_reports_its_settings_and_health(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    async with agentlib.open_runtime(store, event_retention=50, lease_seconds=7) as runtime:
+        assert runtime is agentlib.current_runtime()
+        assert isinstance(runtime.store, agentlib.SQLiteStore)
+        assert runtime.lease_seconds == 7
+        assert runtime.event_retention == 50
+        host, pid, _ = runtime.owner.split(":")
+        assert pid.isdigit()
+        assert runtime.health() == agentlib.RuntimeHealth(writable=True, reason=None)
+    closed = runtime.health()
+    assert not closed.writable
+    assert closed.reason

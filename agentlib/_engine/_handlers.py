@@ -69,7 +69,7 @@ def start_run(
         runs = owner.handler_runs = own(owner.handler_runs)
         run = runs[callback.id] = HandlerRun(callback)
         name = f"agentlib handler {callback.id}"
-        engine.spawn(_run, engine, owner, handler, run, name=name)
+        engine._spawn(_run, engine, owner, handler, run, name=name)
     return run
 
 
@@ -84,7 +84,7 @@ async def _run(engine: Engine, owner: LiveSession, handler: Handler, run: Handle
                 if run.for_client_tool and owner.agent.tool_errors == "report":
                     # As for a failing tool: the model is told, and the turn goes on.
                     message = f"{type(error).__name__}: {error}"
-                    engine.close_callback(owner, callback.id, error=message)
+                    engine._close_callback(owner, callback.id, error=message)
                 else:
                     run.error = error
                 return
@@ -92,7 +92,7 @@ async def _run(engine: Engine, owner: LiveSession, handler: Handler, run: Handle
                 run.kept_open = True
                 return
             try:
-                await engine.answer(owner, callback.id, answer)
+                await engine._answer(owner, callback.id, answer)
             except SdkError as error:
                 run.error = unsent(callback, error)
     finally:
@@ -207,7 +207,7 @@ class Waiter(RunsWatched):
     live: LiveSession
 
     def is_open(self, callback: Callback) -> bool:
-        found = find_callback(self.engine.states, self.live.id, callback.id)
+        found = find_callback(self.engine._states, self.live.id, callback.id)
         return found is not None and found.open
 
     def handle(self, callback: Callback) -> None:
@@ -218,7 +218,7 @@ class Waiter(RunsWatched):
         if handler is None:
             self.blocked = True
             return
-        owner = self.engine.live(callback.session_id)
+        owner = self.engine._live(callback.session_id)
         self.watched[callback.id] = start_run(self.engine, owner, callback, handler)
 
     async def wait(self, log: EventLog, seq: int) -> None:

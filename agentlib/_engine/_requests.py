@@ -51,17 +51,17 @@ class Runtime(Protocol):
     store: Store
     owner: str
     lease_seconds: float
-    sessions: dict[str, LiveSession]
+    _sessions: dict[str, LiveSession]
 
-    async def session(self, session_id: str, agent: AgentDefinition) -> LiveSession: ...
+    async def _session(self, session_id: str, agent: AgentDefinition) -> LiveSession: ...
 
-    def check_open(self) -> None: ...
+    def _check_open(self) -> None: ...
 
-    def check_writable(self, live: LiveSession, procedure: str) -> None: ...
+    def _check_writable(self, live: LiveSession, procedure: str) -> None: ...
 
-    async def flush(self, *written: LiveSession) -> None: ...
+    async def _flush(self, *written: LiveSession) -> None: ...
 
-    def start_turn(
+    def _start_turn(
         self,
         live: LiveSession,
         content: tuple[Any, ...],
@@ -70,19 +70,19 @@ class Runtime(Protocol):
         max_steps: int | None,
     ) -> machine.Started | machine.Occupied: ...
 
-    async def send_message(
+    async def _send_message(
         self, live: LiveSession, content: tuple[Any, ...], key: str | None, output_type: Any
     ) -> tuple[str, bool]: ...
 
-    def steer(
+    def _steer(
         self, live: LiveSession, turn_id: str, content: tuple[Any, ...], key: str | None = None
     ) -> bool: ...
 
-    async def interrupt(self, live: LiveSession, turn_id: str) -> bool: ...
+    async def _interrupt(self, live: LiveSession, turn_id: str) -> bool: ...
 
-    async def cancel(self, live: LiveSession) -> None: ...
+    async def _cancel(self, live: LiveSession) -> None: ...
 
-    async def report(
+    async def _report(
         self, live: LiveSession, callback_id: str, failure: str
     ) -> Answered | AlreadySettled | NotFound | None: ...
 
@@ -239,7 +239,7 @@ async def _reply_to(
 async def holds(runtime: Runtime, session_id: str, agent: AgentDefinition) -> bool:
     """Whether this runtime holds the session now, taking it if no other runtime does."""
     try:
-        await runtime.session(session_id, agent)
+        await runtime._session(session_id, agent)
     except SessionBusyError:
         return False
     return True
@@ -294,7 +294,7 @@ async def perform(runtime: Runtime, request: Request) -> dict[str, Any]:
     """Do what ``request`` asks of a session this runtime holds, as the local call does;
     the reply: what it returned, or the error it raised. A request that waited longer than
     :data:`STALE_SECONDS` is refused: its sender may long have gone."""
-    live = runtime.sessions.get(request.session_id)
+    live = runtime._sessions.get(request.session_id)
     if live is None or not live.ready:
         return _RELEASED
     if request.age > STALE_SECONDS:
@@ -308,37 +308,37 @@ async def perform(runtime: Runtime, request: Request) -> dict[str, Any]:
     body = request.body
     procedure = body["procedure"]
     try:
-        runtime.check_open()
+        runtime._check_open()
         try:
-            live = await runtime.session(request.session_id, live.agent)  # noted as used
+            live = await runtime._session(request.session_id, live.agent)  # noted as used
         except SessionBusyError:  # let go meanwhile
             return _RELEASED
         if procedure == "interrupt":
-            return {"interrupted": await runtime.interrupt(live, body["turn_id"])}
+            return {"interrupted": await runtime._interrupt(live, body["turn_id"])}
         if procedure == "report":
-            told = await runtime.report(live, body["callback_id"], body["failure"])
-            await runtime.flush(live)
+            told = await runtime._report(live, body["callback_id"], body["failure"])
+            await runtime._flush(live)
             return {"told": encode_told(told)}
-        runtime.check_writable(live, procedure)
+        runtime._check_writable(live, procedure)
         if procedure == "cancel":
-            await runtime.cancel(live)
-            await runtime.flush(live)
+            await runtime._cancel(live)
+            await runtime._flush(live)
             return {}
         content = decode_content(body["content"])
         if procedure == "steer":
             live.state.turn(body["turn_id"])  # raises TurnNotFoundError
-            steered = runtime.steer(live, body["turn_id"], content, body["key"])
-            await runtime.flush(live)
+            steered = runtime._steer(live, body["turn_id"], content, body["key"])
+            await runtime._flush(live)
             return {"steered": steered}
         if procedure == "send_message":
-            turn_id, started = await runtime.send_message(
+            turn_id, started = await runtime._send_message(
                 live, content, body["key"], live.agent.output_type
             )
             return {"turn_id": turn_id, "started": started}
-        started_turn = runtime.start_turn(
+        started_turn = runtime._start_turn(
             live, content, body["key"], live.agent.output_type, body.get("max_steps")
         )
-        await runtime.flush(live)
+        await runtime._flush(live)
         if isinstance(started_turn, machine.Started):
             return {"turn_id": started_turn.turn_id, "new": started_turn.new}
         return {"busy": started_turn.turn_id}

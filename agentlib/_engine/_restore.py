@@ -50,15 +50,15 @@ async def restore(engine: Engine, session_id: str, agent: AgentDefinition) -> No
         StoreError: The store failed, or holds a tree it cannot have written (damaged).
     """
     store = engine.store
-    await engine.flush_writes()  # what this runtime wrote of a tree it let go of is read back
+    await engine._flush_writes()  # what this runtime wrote of a tree it let go of is read back
     tree, agents = await read_tree(engine, session_id, agent)
     states = await _states(store, tree, agents)
     ids = [node.row.session_id for node in tree]
     await store.acquire(ids, engine.owner, engine.lease_seconds)
     try:
-        engine.states.update(states)
+        engine._states.update(states)
         for node in tree:
-            live = engine.adopt(
+            live = engine._adopt(
                 states[node.row.session_id],
                 agents[node.row.session_id],
                 first_seq=node.first_seq,
@@ -68,21 +68,21 @@ async def restore(engine: Engine, session_id: str, agent: AgentDefinition) -> No
             if live.state.parent_id is not None and live.state.active is None:
                 live.log.close()  # a subagent's session ended with its one turn
         # Callbacks another runtime settled in a shared store while none held the tree.
-        engine.commit(machine.show_settled(engine.states, tree[0].row.session_id))
-        plan, facts = machine.restart(engine.states, tree[0].row.session_id)
-        engine.commit(facts)
+        engine._commit(machine.show_settled(engine._states, tree[0].row.session_id))
+        plan, facts = machine.restart(engine._states, tree[0].row.session_id)
+        engine._commit(facts)
     except BaseException:
         for node in tree:
-            engine.states.pop(node.row.session_id, None)
-            engine.sessions.pop(node.row.session_id, None)
+            engine._states.pop(node.row.session_id, None)
+            engine._sessions.pop(node.row.session_id, None)
         with trio.CancelScope(shield=True), contextlib.suppress(StoreError):
             await store.release(ids, engine.owner)
         raise
     for resumed_session, turn_id in plan.resume:
-        engine.spawn_turn(engine.live(resumed_session), turn_id, resume=True)
-    held = [engine.live(node.row.session_id) for node in tree]
+        engine._spawn_turn(engine._live(resumed_session), turn_id, resume=True)
+    held = [engine._live(node.row.session_id) for node in tree]
     try:
-        await engine.flush(*held)
+        await engine._flush(*held)
     finally:
         for live in held:
             live.ready = True
@@ -229,7 +229,7 @@ def _agents(
 ) -> dict[str, AgentDefinition]:
     """Each session's agent: the root's, then each subagent's among its parent's."""
     root = tree[0].row
-    root_agent = agent if agent.name == root.agent else engine.agents.get(root.agent)
+    root_agent = agent if agent.name == root.agent else engine._agents.get(root.agent)
     if root_agent is None or root_agent.name != root.agent:
         raise SessionNotFoundError(
             f"session {session_id} belongs to a tree of sessions whose root {root.session_id} "

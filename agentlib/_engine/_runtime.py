@@ -101,9 +101,12 @@ class Runtime:
         owner: This runtime's name in the store's leases.
         lease_seconds: How long a lease on a session lasts without renewal.
         event_retention: How many events each session keeps (None: all).
-        sessions: The sessions this runtime holds, by id. With a durable store, it keeps
-            only the :data:`IDLE_KEPT` idle trees of sessions used last: the others are
-            read back from the store when they are used.
+
+    It holds the sessions it runs (with a durable store, only the :data:`IDLE_KEPT` idle
+    trees of sessions used last: the others are read back from the store when used); its
+    methods for them are the engine's own, and sessions are reached through
+    :class:`agentlib.Agent` and :class:`agentlib.Session`. :meth:`health` says whether it
+    can write now.
     """
 
     _nursery: trio.Nursery
@@ -111,43 +114,45 @@ class Runtime:
     owner: str = attrs.field(factory=_owner_name)
     lease_seconds: float = 30.0
     event_retention: int | None = None
-    sessions: dict[str, LiveSession] = attrs.field(factory=dict)
-    states: dict[str, SessionMachine] = attrs.field(factory=dict, repr=False)
-    agents: dict[str, Any] = attrs.field(factory=dict)  # Agents, by name
-    _session_keys: dict[str, str] = attrs.field(factory=dict)
-    _loads: trio.Lock = attrs.field(factory=trio.Lock)
-    _renewal: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    _renewed: trio.Event = attrs.field(factory=trio.Event)
-    _closing: bool = False
+    _sessions: dict[str, LiveSession] = attrs.field(factory=dict, init=False)
+    _states: dict[str, SessionMachine] = attrs.field(factory=dict, repr=False, init=False)
+    _agents: dict[str, Any] = attrs.field(factory=dict, init=False)  # Agents, by name
+    _session_keys: dict[str, str] = attrs.field(factory=dict, init=False)
+    _loads: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _renewal: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
+    _renewed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _closing: bool = attrs.field(default=False, init=False)
     # Events written and not yet durable, oldest first: (session, seq).
-    _unseen: list[tuple[LiveSession, int]] = attrs.field(factory=list)
-    _written: trio.Event = attrs.field(factory=trio.Event)
+    _unseen: list[tuple[LiveSession, int]] = attrs.field(factory=list, init=False)
+    _written: trio.Event = attrs.field(factory=trio.Event, init=False)
     # The callbacks this runtime is claiming in a shared store, while it claims them (with
     # how many claims of each are under way).
-    _claiming: collections.Counter[str] = attrs.field(factory=collections.Counter)
-    # Sessions started without waiting that could not be made, and why (make_session).
-    unmade: dict[str, Exception] = attrs.field(factory=dict)
+    _claiming: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
+    # Sessions started without waiting that could not be made, and why (_make_session).
+    _unmade: dict[str, Exception] = attrs.field(factory=dict, init=False)
     # With a durable store, the roots of the trees of sessions held, least recently used
     # first.
-    _recent: collections.OrderedDict[str, None] = attrs.field(factory=collections.OrderedDict)
+    _recent: collections.OrderedDict[str, None] = attrs.field(
+        factory=collections.OrderedDict, init=False
+    )
     # The leases: when the last renewal that returned started (trio's clock), when the
     # last one was tried, when the one under way started, why the last one failed; and how
     # many sessions were found taken over, and the last.
-    _renewed_at: float = attrs.field(factory=trio.current_time)
-    _renew_tried_at: float = -math.inf
-    _renewing_since: float | None = None
-    _renew_failure: str | None = None
-    _renewing: trio.Lock = attrs.field(factory=trio.Lock)
-    _taken: int = 0
-    _last_taken: LeaseLost | None = None
+    _renewed_at: float = attrs.field(factory=trio.current_time, init=False)
+    _renew_tried_at: float = attrs.field(default=-math.inf, init=False)
+    _renewing_since: float | None = attrs.field(default=None, init=False)
+    _renew_failure: str | None = attrs.field(default=None, init=False)
+    _renewing: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+    _taken: int = attrs.field(default=0, init=False)
+    _last_taken: LeaseLost | None = attrs.field(default=None, init=False)
 
     # -- doing what the machine decided -------------------------------------------------------
 
-    def commit(self, facts: Iterable[Op]) -> None:
+    def _commit(self, facts: Iterable[Op]) -> None:
         """Do what the facts of a transition ask: write them to the store; publish their
         events (to readers once durable); wake the waits on the callbacks they close; and
         note the ends of turns. The machine applied them already."""
-        durable, write, sessions = self.store.durable, self.store.write, self.sessions
+        durable, write, sessions = self.store.durable, self.store.write, self._sessions
         for fact in facts:
             write(fact)
             if type(fact) is EventRow:
@@ -164,7 +169,7 @@ class Runtime:
                 if type(event) is TurnEnded:
                     self._turn_ended(live, event)
             elif type(fact) is CallbackRow and fact.state != "open":
-                live = self.sessions.get(fact.session_id)
+                live = self._sessions.get(fact.session_id)
                 if live is not None:
                     self._callback_closed(live, fact.callback.id)
 
@@ -179,7 +184,7 @@ class Runtime:
         run = live.handler_runs.get(callback_id)
         if run is not None:
             run.scope.cancel()  # its answer is moot now
-        self.wake_turn(live, state.callback.turn_id)
+        self._wake_turn(live, state.callback.turn_id)
 
     def _turn_ended(self, live: LiveSession, ended: TurnEnded) -> None:
         """Prune the session's oldest events beyond the retention (never those of the turn
@@ -198,7 +203,7 @@ class Runtime:
         if not live.readers:
             log.pack()  # idle, unless another turn starts
 
-    async def flush(self, *written: LiveSession) -> None:
+    async def _flush(self, *written: LiveSession) -> None:
         """Return once everything written so far is durable, and readers see its events:
         what a caller is told after this survives any crash.
 
@@ -213,7 +218,7 @@ class Runtime:
             StoreError: The store failed.
         """
         taken = self._taken
-        await self.flush_writes()
+        await self._flush_writes()
         for live in written:
             if live.taken_over is not None:
                 raise _taken_over(live.id, live.taken_over.owner)
@@ -221,7 +226,7 @@ class Runtime:
             assert self._last_taken is not None
             raise _taken_over(self._last_taken.session_id, self._last_taken.owner)
 
-    async def flush_writes(self) -> None:
+    async def _flush_writes(self) -> None:
         """Return once each write made so far is durable, or refused for a session another
         runtime took over (whose tree this runtime lets go of), and readers see the events
         made durable.
@@ -249,33 +254,33 @@ class Runtime:
         for lost in self.store.taken_over():
             self._taken += 1
             self._last_taken = lost
-            self.taken_over(lost.session_id, lost.owner)
+            self._taken_over(lost.session_id, lost.owner)
 
-    def taken_over(self, session_id: str, owner: str | None) -> None:
+    def _taken_over(self, session_id: str, owner: str | None) -> None:
         """Another runtime (``owner``, if known) took over session ``session_id``, and with
         it its whole tree of subagent sessions: this one stalled past its lease. Hold the
         tree no more: its turns stop here without writing anything (the other runtime runs
         them), its handler runs stop, and its readers and waiters raise ``LeaseLost`` (read
         again, the session is read from the store, as the other runtime has it). Every other
         session goes on."""
-        if session_id not in self.sessions:
+        if session_id not in self._sessions:
             return
-        root_id = machine.root_of(self.states, session_id).id
+        root_id = machine.root_of(self._states, session_id).id
         tree = self._tree(root_id)
         for live in tree:
             active = live.state.active
             if active is not None:
-                self.suspend_turn(live, active)
+                self._suspend_turn(live, active)
         self._recent.pop(root_id, None)
         for live in tree:
-            self.sessions.pop(live.id, None)
+            self._sessions.pop(live.id, None)
             if live.state.key is not None:
                 self._session_keys.pop(live.state.key, None)
             live.taken_over = _taken_over(live.id, owner)
             for run in live.handler_runs.values():
                 run.scope.cancel()
             live.log.take_over(functools.partial(_taken_over, live.id, owner))
-        self.spawn(self._forget, tree, name="agentlib forget taken over")
+        self._spawn(self._forget, tree, name="agentlib forget taken over")
 
     async def _forget(self, tree: list[LiveSession]) -> None:
         """Forget the states of a tree taken over, once its turns' tasks, its handler runs
@@ -289,21 +294,21 @@ class Runtime:
                 await run.done.wait()
             await live.no_readers()
         for live in tree:
-            if live.id not in self.sessions and self.states.get(live.id) is live.state:
-                del self.states[live.id]
+            if live.id not in self._sessions and self._states.get(live.id) is live.state:
+                del self._states[live.id]
 
     def _refused(self) -> None:
         """The store failed, or refused a session's writes: every reader hears of it (their
         waits return, and raise StoreError where the store no longer writes their session),
         and the turns of a session it refused stop here, writing nothing more, as if its
         lease were lost."""
-        for live in self.sessions.values():
+        for live in self._sessions.values():
             live.log.wake()
             if self.store.failure is None and live.state.active is not None:
                 try:
                     self.store.check_session(live.id)
                 except StoreError:
-                    self.suspend_turn(live, live.state.active)
+                    self._suspend_turn(live, live.state.active)
 
     async def _publish(self) -> None:
         """Show readers the events the store made durable, as it does (a durable store)."""
@@ -311,17 +316,17 @@ class Runtime:
             await self._written.wait()
             self._written = trio.Event()
             try:
-                await self.flush_writes()
+                await self._flush_writes()
             except StoreError:
                 if self.store.failure is not None:
                     return
                 # The store refused one session's rows and wrote the others': go on.
 
-    def spawn(self, function: Callable[..., Awaitable[None]], *args: Any, name: str) -> None:
+    def _spawn(self, function: Callable[..., Awaitable[None]], *args: Any, name: str) -> None:
         """Run ``function(*args)`` in the runtime's nursery; it must not raise."""
         self._nursery.start_soon(function, *args, name=name)
 
-    def spawn_turn(self, live: LiveSession, turn_id: str, *, resume: bool = False) -> LiveTurn:
+    def _spawn_turn(self, live: LiveSession, turn_id: str, *, resume: bool = False) -> LiveTurn:
         """Run the turn in a task of its own (going on from its tool step, ``resume``)."""
         turn = live.turns.get(turn_id)
         if turn is None:
@@ -334,7 +339,7 @@ class Runtime:
         self._nursery.start_soon(run_turn, self, live, turn_id, resume, name=name)
         return turn
 
-    def park_turn(self, live: LiveSession, turn_id: str) -> None:
+    def _park_turn(self, live: LiveSession, turn_id: str) -> None:
         """The turn's task only waits: it leaves, and the turn is parked until what it
         waits on closes or ends (:meth:`wake_turn`)."""
         turn = live.turns[turn_id]
@@ -342,7 +347,7 @@ class Runtime:
         assert turn.scope is not None
         turn.scope.cancel()
 
-    def wake_turn(self, live: LiveSession, turn_id: str | None) -> None:
+    def _wake_turn(self, live: LiveSession, turn_id: str | None) -> None:
         """Something the turn may wait on closed or ended: a parked turn resumes."""
         turn = live.turns.get(turn_id or "")
         if turn is None or not turn.parked or turn.suspended:
@@ -351,9 +356,9 @@ class Runtime:
             turn.woken = True
             return
         turn.parked = False
-        self.spawn_turn(live, live.state.turns[turn_id or ""].id, resume=True)
+        self._spawn_turn(live, live.state.turns[turn_id or ""].id, resume=True)
 
-    def turn_left(self, live: LiveSession, turn_id: str) -> None:
+    def _turn_left(self, live: LiveSession, turn_id: str) -> None:
         """The task of a parked turn has left; resume it at once if it was woken (or must
         stop) meanwhile."""
         turn = live.turns[turn_id]
@@ -364,38 +369,38 @@ class Runtime:
             turn.finish()
         elif turn.woken or turn.stopping:
             turn.woken = turn.parked = False
-            self.spawn_turn(live, turn_id, resume=True)
+            self._spawn_turn(live, turn_id, resume=True)
 
-    def know(self, agent: AgentDefinition) -> None:
+    def _know(self, agent: AgentDefinition) -> None:
         """Remember ``agent`` and its subagents, to resume their sessions from the store."""
-        if self.agents.get(agent.name) is agent:
+        if self._agents.get(agent.name) is agent:
             return
-        self.agents[agent.name] = agent
+        self._agents[agent.name] = agent
         for sub in agent.subagents:
-            self.know(sub)
+            self._know(sub)
 
-    def deploy(self, agent: AgentDefinition) -> None:
+    def _deploy(self, agent: AgentDefinition) -> None:
         """Run the sessions of ``agent``'s name with ``agent`` from now on (a new
         deployment): held ones from their next step, with their subagents' sessions taking
         its subagents of their names; stored ones when they are read back."""
-        self.agents[agent.name] = agent
+        self._agents[agent.name] = agent
         for sub in agent.subagents:
-            self.know(sub)
-        for live in list(self.sessions.values()):
+            self._know(sub)
+        for live in list(self._sessions.values()):
             if live.state.parent_id is None and live.agent.name == agent.name:
                 self._redeploy(live, agent)
 
     def _redeploy(self, live: LiveSession, agent: AgentDefinition) -> None:
         live.agent = agent
         for child_id in live.state.children:
-            child = self.sessions.get(child_id)
+            child = self._sessions.get(child_id)
             sub = None if child is None else agent.subagents_by_name.get(child.agent.name)
             if child is not None and sub is not None:
                 self._redeploy(child, sub)
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def adopt(
+    def _adopt(
         self,
         state: SessionMachine,
         agent: AgentDefinition,
@@ -409,10 +414,10 @@ class Runtime:
         live = LiveSession(
             state=state,
             agent=agent,
-            log=self.event_log(state.id, first_seq=first_seq, stored_seq=stored_seq),
+            log=self._event_log(state.id, first_seq=first_seq, stored_seq=stored_seq),
             ready=ready,
         )
-        self.sessions[state.id] = live
+        self._sessions[state.id] = live
         if state.key is not None:
             self._session_keys[state.key] = state.id
         if state.parent_id is None:
@@ -444,7 +449,7 @@ class Runtime:
         tree = []
         todo = [root_id]
         while todo:
-            live = self.sessions.get(todo.pop())
+            live = self._sessions.get(todo.pop())
             if live is not None:
                 tree.append(live)
                 todo.extend(live.state.children)
@@ -454,22 +459,24 @@ class Runtime:
         """Hold the tree no more: its state is in the store, to read back when it is used;
         its leases end once all this runtime wrote is durable."""
         for live in tree:
-            self.sessions.pop(live.id, None)
-            self.states.pop(live.id, None)
+            self._sessions.pop(live.id, None)
+            self._states.pop(live.id, None)
             if live.state.key is not None:
                 self._session_keys.pop(live.state.key, None)
-        self.spawn(self._release, [live.id for live in tree], name="agentlib release")
+        self._spawn(self._release, [live.id for live in tree], name="agentlib release")
 
     async def _release(self, session_ids: list[str]) -> None:
         """End this runtime's leases on sessions it let go of (unless it read them back
         meanwhile); a store that fails leaves them to expire."""
         with contextlib.suppress(StoreError):
-            await self.flush_writes()
+            await self._flush_writes()
             async with self._loads:
-                gone = [session_id for session_id in session_ids if session_id not in self.sessions]
+                gone = [
+                    session_id for session_id in session_ids if session_id not in self._sessions
+                ]
                 await self.store.release(gone, self.owner)
 
-    def new_session(
+    def _new_session(
         self,
         agent: AgentDefinition,
         inputs: Mapping[str, Any],
@@ -480,24 +487,24 @@ class Runtime:
     ) -> LiveSession:
         """A new session (``session_id``, or a new id), written to the store (leased as it
         is made)."""
-        self.check_open()
+        self._check_open()
         session_id = session_id or new_id()
         lease = (self.owner, self.lease_seconds) if self.store.durable else None
         facts = machine.new_session(
-            self.states,
+            self._states,
             session_id,
             agent.name,
             dict(inputs) if inputs else _NO_INPUTS,
             key=key,
             lease=lease,
         )
-        live = self.adopt(self.states[session_id], agent)
-        self.commit(facts)
+        live = self._adopt(self._states[session_id], agent)
+        self._commit(facts)
         if history:
-            self.commit(machine.import_history(self.states, session_id, history))
+            self._commit(machine.import_history(self._states, session_id, history))
         return live
 
-    def make_session(
+    def _make_session(
         self,
         agent: AgentDefinition,
         inputs: Mapping[str, Any],
@@ -508,11 +515,11 @@ class Runtime:
         (:func:`~agentlib._open.start_session_soon`), in the runtime's loop, outside any
         task; a runtime that closed meanwhile makes none (calls on it say so)."""
         try:
-            self.new_session(agent, inputs, history=history, session_id=session_id)
+            self._new_session(agent, inputs, history=history, session_id=session_id)
         except Exception as error:  # never out of a loop callback: it would stop the loop
-            self.unmade[session_id] = error
+            self._unmade[session_id] = error
 
-    async def start_session(
+    async def _start_session(
         self,
         agent: AgentDefinition,
         history: Sequence[Entry],
@@ -521,24 +528,24 @@ class Runtime:
     ) -> LiveSession:
         """A new session (or the one ``idempotency_key`` started) with ``history`` and
         ``inputs`` (JSON by input id), acknowledged once durable."""
-        self.know(agent)
+        self._know(agent)
         if idempotency_key is not None:
             async with self._loads:  # two starts with one key make one session
                 known = self._session_keys.get(idempotency_key)
                 if known is None:
                     known = await self.store.session_for_key(idempotency_key)
                 if known is None:
-                    live = self.new_session(agent, inputs, key=idempotency_key, history=history)
+                    live = self._new_session(agent, inputs, key=idempotency_key, history=history)
             if known is not None:
-                live = await self.session(known, agent)
-                await self.flush(live)  # the first start may still wait for the store
+                live = await self._session(known, agent)
+                await self._flush(live)  # the first start may still wait for the store
                 return live
         else:
-            live = self.new_session(agent, inputs, history=history)
-        await self.flush(live)
+            live = self._new_session(agent, inputs, history=history)
+        await self._flush(live)
         return live
 
-    def event_log(
+    def _event_log(
         self, session_id: str, *, first_seq: int = 1, stored_seq: int | None = None
     ) -> EventLog:
         """A session's log; with a durable store, it reads back the events it lets go of."""
@@ -547,7 +554,7 @@ class Runtime:
             read = functools.partial(self.store.read_events, session_id)
         return EventLog(session_id, first_seq=first_seq, stored_seq=stored_seq, read=read)
 
-    async def session(self, session_id: str, agent: AgentDefinition) -> LiveSession:
+    async def _session(self, session_id: str, agent: AgentDefinition) -> LiveSession:
         """A session this runtime holds, read back from the store (with its whole tree of
         subagent sessions) the first time.
 
@@ -558,41 +565,41 @@ class Runtime:
             StoreError: The store failed, or is damaged.
             RuntimeError: The runtime is closing.
         """
-        live = self.sessions.get(session_id)
+        live = self._sessions.get(session_id)
         if live is not None and live.ready and self._leases_in_doubt():
             # This runtime stalled (a paused process): before it goes on with the session,
             # a renewal finds whether another runtime took it over meanwhile.
             with trio.move_on_after(self.lease_seconds / 3):  # a store that hangs: go on
                 await self._renew_now()
-            live = self.sessions.get(session_id)
+            live = self._sessions.get(session_id)
         if live is not None and live.ready:
-            self._used(machine.root_of(self.states, session_id).id)
+            self._used(machine.root_of(self._states, session_id).id)
             return live
-        unmade = self.unmade.get(session_id)
+        unmade = self._unmade.get(session_id)
         if unmade is not None:
             raise SessionNotFoundError(
                 f"session {session_id} was started but never made ({unmade}); start another"
             ) from unmade
-        self.know(agent)
+        self._know(agent)
         # One load at a time: two loads of one tree (by its root and by a subagent) must not
         # both resume its turns. A read of a session being loaded waits here for the load.
         async with self._loads:
-            live = self.sessions.get(session_id)
+            live = self._sessions.get(session_id)
             if live is not None and live.ready:
                 return live
-            self.check_open()
+            self._check_open()
             await restore(self, session_id, agent)
-        return self.live(session_id)
+        return self._live(session_id)
 
-    def live(self, session_id: str) -> LiveSession:
+    def _live(self, session_id: str) -> LiveSession:
         """Raises:
         SessionNotFoundError: This runtime holds no such session."""
         try:
-            return self.sessions[session_id]
+            return self._sessions[session_id]
         except KeyError:
             raise not_found(session_id) from None
 
-    def check_open(self) -> None:
+    def _check_open(self) -> None:
         """Raises:
         RuntimeError: The runtime is closing or closed: it changes nothing any more."""
         if self._closing:
@@ -601,12 +608,12 @@ class Runtime:
                 "runtime (on the same store, to go on with its sessions)"
             )
 
-    def check_writable(self, live: LiveSession, procedure: str) -> None:
+    def _check_writable(self, live: LiveSession, procedure: str) -> None:
         """Raises:
         UnsupportedSessionProcedureError: The session is a subagent's, whose references
             only read (and interrupt its turns): ``procedure`` would change it."""
         if live.state.parent_id is not None:
-            root = machine.root_of(self.states, live.id)
+            root = machine.root_of(self._states, live.id)
             raise UnsupportedSessionProcedureError(
                 f"session {live.id} is a subagent's, whose references only read and interrupt "
                 f"its turns, so {procedure} is refused; send to its root session "
@@ -615,7 +622,7 @@ class Runtime:
 
     # -- turns ------------------------------------------------------------------------------
 
-    def start_turn(
+    def _start_turn(
         self,
         live: LiveSession,
         content: tuple[Any, ...],
@@ -627,7 +634,7 @@ class Runtime:
         session."""
         agent = live.agent
         started, facts = machine.start_turn(
-            self.states,
+            self._states,
             live.id,
             content,
             key,
@@ -635,19 +642,19 @@ class Runtime:
             output_type=output_type,
             output_type_name=_type_name(output_type),
         )
-        self.commit(facts)
+        self._commit(facts)
         if isinstance(started, machine.Started) and started.new:
-            self.spawn_turn(live, started.turn_id)
+            self._spawn_turn(live, started.turn_id)
         return started
 
-    def steer(
+    def _steer(
         self, live: LiveSession, turn_id: str, content: tuple[Any, ...], key: str | None = None
     ) -> bool:
-        steered, facts = machine.steer(self.states, live.id, turn_id, content, key)
-        self.commit(facts)
+        steered, facts = machine.steer(self._states, live.id, turn_id, content, key)
+        self._commit(facts)
         return steered
 
-    async def send_message(
+    async def _send_message(
         self, live: LiveSession, content: tuple[Any, ...], key: str | None, output_type: Any
     ) -> tuple[str, bool]:
         """Start a turn with the message, or add it to the running turn; acknowledged once
@@ -659,21 +666,21 @@ class Runtime:
             SessionBusyError: It still could not take the message after several tries.
         """
         for _ in range(_SEND_TRIES):
-            started = self.start_turn(live, content, key, output_type, None)
+            started = self._start_turn(live, content, key, output_type, None)
             if isinstance(started, machine.Started):
-                await self.flush(live)
+                await self._flush(live)
                 return started.turn_id, started.new
-            if self.steer(live, started.turn_id, content, key):
-                await self.flush(live)
+            if self._steer(live, started.turn_id, content, key):
+                await self._flush(live)
                 return started.turn_id, False
             # The active turn is ending: let it finish, then start a new one.
-            await self.turn_done(live, started.turn_id).wait()
+            await self._turn_done(live, started.turn_id).wait()
         raise SessionBusyError(
             f"session {live.id} could not take the message after {_SEND_TRIES} tries; "
             "nothing changed: send it again"
         )
 
-    async def interrupt(self, live: LiveSession, turn_id: str) -> bool:
+    async def _interrupt(self, live: LiveSession, turn_id: str) -> bool:
         """Stop the session's active turn ``turn_id`` (``Interrupted(cause="interrupted")``)
         and wait for its end to be durable; False if it is not the active turn.
 
@@ -683,12 +690,12 @@ class Runtime:
         live.state.turn(turn_id)
         if live.state.active != turn_id:
             return False
-        self.stop_turn(live, turn_id, StopCause.INTERRUPTED)
-        await self.turn_done(live, turn_id).wait()
-        await self.flush(live)
+        self._stop_turn(live, turn_id, StopCause.INTERRUPTED)
+        await self._turn_done(live, turn_id).wait()
+        await self._flush(live)
         return True
 
-    def turn_done(self, live: LiveSession, turn_id: str) -> trio.Event:
+    def _turn_done(self, live: LiveSession, turn_id: str) -> trio.Event:
         """Set once the turn's task has ended (at once for a turn that runs no task here)."""
         turn = live.turns.get(turn_id)
         if turn is not None:
@@ -697,10 +704,10 @@ class Runtime:
         done.set()
         return done
 
-    def stop_turn(self, live: LiveSession, turn_id: str, cause: StopCause) -> None:
+    def _stop_turn(self, live: LiveSession, turn_id: str, cause: StopCause) -> None:
         """Stop the turn: it ends Interrupted (with the first cause given); a parked turn
         resumes to stop."""
-        machine.stop(self.states, live.id, turn_id, cause)
+        machine.stop(self._states, live.id, turn_id, cause)
         turn = live.turns.get(turn_id)
         if turn is None or turn.stopping or turn.suspended:
             return
@@ -709,9 +716,9 @@ class Runtime:
             turn.scope.cancel()
         elif turn.parked:
             turn.parked = False
-            self.spawn_turn(live, turn_id, resume=True)
+            self._spawn_turn(live, turn_id, resume=True)
 
-    def suspend_turn(self, live: LiveSession, turn_id: str) -> None:
+    def _suspend_turn(self, live: LiveSession, turn_id: str) -> None:
         """Stop the turn's task, leaving it unended and its callbacks open in the store, for
         a later runtime to resume."""
         turn = live.turns.get(turn_id)
@@ -725,51 +732,51 @@ class Runtime:
             step = live.state.turns[turn_id].step
             for call in step.calls if step is not None else ():
                 if call.state is CallState.DELEGATED and call.child is not None:
-                    child = self.sessions.get(call.child[0])
+                    child = self._sessions.get(call.child[0])
                     if child is None:
                         continue
                     child_state = child.state.turns[call.child[1]]
-                    if machine.resumable(self.states, child_state):
-                        self.suspend_turn(child, call.child[1])
+                    if machine.resumable(self._states, child_state):
+                        self._suspend_turn(child, call.child[1])
                     else:
-                        self.stop_turn(child, call.child[1], StopCause.CANCELLED)
+                        self._stop_turn(child, call.child[1], StopCause.CANCELLED)
 
-    def end_turn(self, live: LiveSession, turn_id: str, record: TurnState[Any]) -> None:
+    def _end_turn(self, live: LiveSession, turn_id: str, record: TurnState[Any]) -> None:
         """Record how the turn ended: TurnEnded is its last event."""
-        _, facts = machine.end_turn(self.states, live.id, turn_id, record)
-        self.commit(facts)
+        _, facts = machine.end_turn(self._states, live.id, turn_id, record)
+        self._commit(facts)
         turn = live.turns.get(turn_id)
         if turn is not None:
             live.turns = without(live.turns, turn_id)
             turn.finish()
         parent_id = live.state.parent_id
         if parent_id is not None:  # the parent's turn may wait on this one, parked
-            parent = self.sessions.get(parent_id)
+            parent = self._sessions.get(parent_id)
             if parent is not None:
-                self.wake_turn(parent, live.state.parent_turn_id)
+                self._wake_turn(parent, live.state.parent_turn_id)
 
-    def record(self, live: LiveSession, turn_id: str) -> TurnState[Any]:
+    def _record(self, live: LiveSession, turn_id: str) -> TurnState[Any]:
         """The turn's record as readers may see it now."""
-        return machine.record_of(self.states, live.state.turn(turn_id), live.log.visible)
+        return machine.record_of(self._states, live.state.turn(turn_id), live.log.visible)
 
-    async def cancel(self, live: LiveSession) -> None:
+    async def _cancel(self, live: LiveSession) -> None:
         """End the session and its subagents: stop its turn, take no more commands, close
         the logs."""
-        self.commit(machine.cancel(self.states, live.id))
+        self._commit(machine.cancel(self._states, live.id))
         active = live.state.active
         if active is not None:
-            self.stop_turn(live, active, StopCause.CANCELLED)
-            await self.turn_done(live, active).wait()
+            self._stop_turn(live, active, StopCause.CANCELLED)
+            await self._turn_done(live, active).wait()
         for child_id in live.state.children:
-            child = self.sessions.get(child_id)
+            child = self._sessions.get(child_id)
             if child is not None:
-                await self.cancel(child)
+                await self._cancel(child)
         if not live.log.closed:
             live.log.close()
 
     # -- callbacks --------------------------------------------------------------------------
 
-    def callback_closed(self, owner: LiveSession, callback_id: str) -> trio.Event:
+    def _closed_wait(self, owner: LiveSession, callback_id: str) -> trio.Event:
         """Set once the callback (of ``owner``) closes."""
         closed = owner.closed.get(callback_id)
         if closed is None:
@@ -779,7 +786,7 @@ class Runtime:
                 closed.set()
         return closed
 
-    def close_callback(
+    def _close_callback(
         self,
         owner: LiveSession,
         callback_id: str,
@@ -790,7 +797,7 @@ class Runtime:
         key: str | None = None,
     ) -> None:
         facts = machine.close_callback(
-            self.states,
+            self._states,
             owner.id,
             callback_id,
             answered=answered,
@@ -798,9 +805,9 @@ class Runtime:
             error=error,
             key=key,
         )
-        self.commit(facts)
+        self._commit(facts)
 
-    async def answer(
+    async def _answer(
         self, live: LiveSession, callback_id: str, answer: object, key: str | None = None
     ) -> Answered | AlreadySettled | NotFound:
         """Settle callback ``callback_id`` of the session (or of a subagent's below it)
@@ -812,10 +819,10 @@ class Runtime:
             SdkError: ``answer`` does not fit the callback.
         """
         callback_id = _check_answer(callback_id, answer)
-        state = machine.find_callback(self.states, live.id, callback_id)
+        state = machine.find_callback(self._states, live.id, callback_id)
         if state is None:
             return NotFound()
-        owner = self.live(state.callback.session_id)
+        owner = self._live(state.callback.session_id)
         kept = None if key is None else machine.answer_key(callback_id, key)
         repeated = kept is not None and kept in owner.state.keys
         if not repeated:
@@ -844,7 +851,7 @@ class Runtime:
                 # took it meanwhile.
                 await trio.lowlevel.checkpoint()
             if was_open and state.open and lost_to is None:
-                self.close_callback(owner, callback_id, answer=fitted, key=kept)
+                self._close_callback(owner, callback_id, answer=fitted, key=kept)
             if not (was_open and state.phase is CallbackPhase.ANSWERED):
                 return AlreadySettled(session_id=owner.id)
         taken = state.answer
@@ -857,15 +864,15 @@ class Runtime:
         """Close a callback this runtime holds open that another runtime settled in the
         shared store (``row``, as the claim wrote it), as an answer here would: its turn goes
         on here."""
-        if row.session_id not in self.sessions:
+        if row.session_id not in self._sessions:
             return  # let go of meanwhile (taken over, say)
-        state = machine.find_callback(self.states, row.session_id, row.callback.id)
+        state = machine.find_callback(self._states, row.session_id, row.callback.id)
         if state is None or not state.open:
             return
         if row.callback.id in self._claiming:
             return  # this runtime's own claim, under way: its answer closes it
-        self.close_callback(
-            self.live(row.session_id),
+        self._close_callback(
+            self._live(row.session_id),
             row.callback.id,
             answered=row.state == "answered",
             answer=row.answer,
@@ -878,8 +885,8 @@ class Runtime:
         while True:
             waited = [
                 (session.id, callback_id)
-                for session in self.states.values()
-                if session.id in self.sessions
+                for session in self._states.values()
+                if session.id in self._sessions
                 for callback_id, state in session.callbacks.items()
                 if state.open
             ]
@@ -891,7 +898,7 @@ class Runtime:
             for row in settled:
                 self._settled_elsewhere(row)
 
-    async def answer_elsewhere(
+    async def _answer_elsewhere(
         self,
         session_id: str,
         agent: AgentDefinition,
@@ -941,7 +948,7 @@ class Runtime:
             return _told(fitted, owner_id)
         return AlreadySettled(session_id=owner_id)
 
-    async def report(
+    async def _report(
         self, live: LiveSession, callback_id: str, failure: str
     ) -> Answered | AlreadySettled | NotFound | None:
         """Close client tool call ``callback_id`` with the failure of a handler that ran
@@ -954,7 +961,7 @@ class Runtime:
             SdkError: The callback is not a client tool call.
         """
         callback_id = check_callback_id(callback_id)
-        state = machine.find_callback(self.states, live.id, callback_id)
+        state = machine.find_callback(self._states, live.id, callback_id)
         if state is None:
             return NotFound()
         if not isinstance(state.callback, OpenClientToolCall):
@@ -962,14 +969,14 @@ class Runtime:
                 f"callback {callback_id} is not a client tool call: only a client tool "
                 "handler's failure is told to the model"
             )
-        owner = self.live(state.callback.session_id)
+        owner = self._live(state.callback.session_id)
         if owner.agent.tool_errors != "report":
             return None
         was_open = state.open
         await trio.lowlevel.checkpoint()  # as an answer's read and write are two steps
         if not (was_open and state.open):
             return AlreadySettled(session_id=owner.id)
-        self.close_callback(owner, callback_id, error=failure)
+        self._close_callback(owner, callback_id, error=failure)
         return Answered(session_id=owner.id)
 
     # -- leases and closing -------------------------------------------------------------------
@@ -1011,7 +1018,7 @@ class Runtime:
 
     async def _renew(self) -> None:
         """One renewal of every lease held; the sessions found taken over are let go of."""
-        held = [live.id for live in self.sessions.values() if not live.state.terminated]
+        held = [live.id for live in self._sessions.values() if not live.state.terminated]
         started = self._renewing_since = self._renew_tried_at = trio.current_time()
         try:
             lost = await self.store.renew(held, self.owner, self.lease_seconds)
@@ -1027,7 +1034,7 @@ class Runtime:
         for session_id in lost:
             # Another runtime took it over (this one stalled past its lease): this one lets
             # its tree go, and leaves its turns to the new owner.
-            self.taken_over(session_id, None)
+            self._taken_over(session_id, None)
 
     def health(self) -> RuntimeHealth:
         """Whether this runtime can write now: not if it is closing or closed, if its store
@@ -1062,7 +1069,7 @@ class Runtime:
         """Stop (or, with a durable store, suspend) the trees of turns still going; the
         events set once they have stopped."""
         stopping = []
-        for live in list(self.sessions.values()):
+        for live in list(self._sessions.values()):
             turn_id = live.state.active
             turn = live.turns.get(turn_id or "")
             if turn_id is None or turn is None or turn.stopping or turn.suspended:
@@ -1071,13 +1078,13 @@ class Runtime:
             if live.state.parent_id is not None:
                 continue  # its parent's turn decides: it stops or suspends its subagents
             state = live.state.turns[turn_id]
-            if self.store.durable and machine.resumable(self.states, state):
-                self.suspend_turn(live, turn_id)
+            if self.store.durable and machine.resumable(self._states, state):
+                self._suspend_turn(live, turn_id)
             else:
-                self.stop_turn(live, turn_id, StopCause.CANCELLED)
+                self._stop_turn(live, turn_id, StopCause.CANCELLED)
         return stopping
 
-    async def aclose(self) -> None:
+    async def _aclose(self) -> None:
         """Stop every running turn and wait until all have ended; with a durable store, a
         tree of turns blocked on callbacks stays blocked, for the next runtime to resume."""
         self._closing = True
@@ -1087,18 +1094,18 @@ class Runtime:
         stopping += self._stop_turns()  # those a load resumed meanwhile
         for done in stopping:
             await done.wait()
-        for live in self.sessions.values():
+        for live in self._sessions.values():
             live.log.close()  # readers of a suspended turn stop waiting
         self._renewal.cancel()
         if self.store.durable:
             await self._renewed.wait()
         with contextlib.suppress(StoreError):  # a failed store: the callers were told
-            await self.flush_writes()
+            await self._flush_writes()
         if self.store.durable:
             # Also once the store failed: a session it can still let go of, the next runtime
             # takes at once; the others' leases expire by themselves.
             with contextlib.suppress(StoreError):
-                await self.store.release(list(self.sessions), self.owner)
+                await self.store.release(list(self._sessions), self.owner)
 
 
 def _taken_over(session_id: str, owner: str | None) -> LeaseLost:
@@ -1165,7 +1172,7 @@ async def open_engine(
                 failure = error
             finally:
                 with trio.CancelScope(shield=True):
-                    await runtime.aclose()
+                    await runtime._aclose()
                     await backend.aclose()
                 nursery.cancel_scope.cancel()
     if failure is not None:

@@ -96,7 +96,7 @@ class _Turn:
     def park_if_waiting(self) -> None:
         """Leave the turn parked if all its task does is wait."""
         if self.task.can_park and not self.failing:
-            self.engine.park_turn(self.live, self.state.id)
+            self.engine._park_turn(self.live, self.state.id)
 
     async def wait(self, closed: trio.Event) -> None:
         """Wait for ``closed`` (a callback's, or a subagent's turn's end): the task parks
@@ -118,12 +118,12 @@ class _Turn:
         return _Working(self, count)
 
     def commit(self, facts: Iterable[Any]) -> None:
-        self.engine.commit(facts)
+        self.engine._commit(facts)
 
     def update(self, index: int, **changes: Any) -> None:
         """Call ``index`` got further: its step is saved, for a later runtime to resume it."""
         self.commit(
-            machine.update_call(self.engine.states, self.live.id, self.state.id, index, **changes)
+            machine.update_call(self.engine._states, self.live.id, self.state.id, index, **changes)
         )
 
 
@@ -170,15 +170,15 @@ async def run_turn(engine: Engine, live: LiveSession, turn_id: str, resume: bool
                 await _finish_tools(turn, {})
             record = await _loop(turn)
         if task.parked and not task.suspended:
-            engine.turn_left(live, turn_id)
+            engine._turn_left(live, turn_id)
             return
         if record is None or scope.cancelled_caught:
             record = machine.interrupted(turn.state)
     except trio.Cancelled:
         # The runtime itself is closing: the turn ends as cancelled, then the task unwinds.
         if not task.suspended:
-            machine.stop(engine.states, live.id, turn_id, StopCause.CANCELLED)
-            engine.end_turn(live, turn_id, machine.interrupted(turn.state))
+            machine.stop(engine._states, live.id, turn_id, StopCause.CANCELLED)
+            engine._end_turn(live, turn_id, machine.interrupted(turn.state))
         task.finish()
         raise
     except _RaiseFromTool as failure:
@@ -188,12 +188,12 @@ async def run_turn(engine: Engine, live: LiveSession, turn_id: str, resume: bool
     if task.suspended:
         task.finish()
         return
-    engine.end_turn(live, turn_id, record)
+    engine._end_turn(live, turn_id, record)
 
 
 async def _loop(turn: _Turn) -> TurnState[Any]:
     engine, state, agent = turn.engine, turn.state, turn.agent
-    states, session_id = engine.states, turn.live.id
+    states, session_id = engine._states, turn.live.id
     schema = output_schema(state.output_type)
     while True:
         # A stop may come before a step that never checkpoints (an offline model, say).
@@ -273,7 +273,7 @@ async def _run_tools(turn: _Turn, requests: Sequence[ToolCallRequest], usage: Us
                 failures[index] = failure
 
         await _each(hooked, hook)
-    turn.commit(machine.begin_tool_step(turn.engine.states, turn.live.id, turn.state.id, calls))
+    turn.commit(machine.begin_tool_step(turn.engine._states, turn.live.id, turn.state.id, calls))
     await _finish_tools(turn, failures)
 
 
@@ -310,7 +310,7 @@ async def _finish_tools(turn: _Turn, failures: dict[int, BaseException]) -> None
     finally:
         if not turn.holding:
             turn.commit(
-                machine.end_tool_step(turn.engine.states, turn.live.id, turn.state.id, _UNFINISHED)
+                machine.end_tool_step(turn.engine._states, turn.live.id, turn.state.id, _UNFINISHED)
             )
     for index in sorted(failures):
         raise _RaiseFromTool(failures[index])
@@ -377,7 +377,7 @@ async def _sign_in(turn: _Turn) -> None:
     sources = machine.sources_to_sign_in(turn.state, needs, turn.live.credentials)
     if not sources:
         return
-    states, session_id, turn_id = turn.engine.states, turn.live.id, turn.state.id
+    states, session_id, turn_id = turn.engine._states, turn.live.id, turn.state.id
     # A sign-in a runtime before this one opened, or a new one.
     callback_id, facts = machine.open_sign_in(states, session_id, turn_id, sources)
     turn.commit(facts)
@@ -396,10 +396,10 @@ async def _wait(turn: _Turn, callback_id: str) -> machine.CallbackState:
     it unanswered (a suspended one leaves it open, for the next runtime)."""
     live = turn.live
     try:
-        await turn.wait(turn.engine.callback_closed(live, callback_id))
+        await turn.wait(turn.engine._closed_wait(live, callback_id))
     finally:
         if not turn.holding and live.state.callbacks[callback_id].open:
-            turn.engine.close_callback(live, callback_id, answered=False)
+            turn.engine._close_callback(live, callback_id, answered=False)
     return live.state.callbacks[callback_id]
 
 
@@ -450,7 +450,7 @@ async def _call_tool(turn: _Turn, index: int) -> ToolResultEntry:
         callback_id = _restored(turn, index, OpenClientToolCall)
         if callback_id is None:
             callback_id, facts = machine.open_callback(
-                turn.engine.states,
+                turn.engine._states,
                 turn.live.id,
                 turn.state.id,
                 OpenClientToolCall,
@@ -476,7 +476,7 @@ async def _call_tool(turn: _Turn, index: int) -> ToolResultEntry:
             arguments[dependency.name] = value
         # Durable before it runs: after a crash, a call that may have run is never run again.
         turn.update(index, state=CallState.RUNNING)
-        await turn.engine.flush(turn.live)  # raises if another runtime took the session over
+        await turn.engine._flush(turn.live)  # raises if another runtime took the session over
         value = await tool.call(arguments)
     except Exception as error:
         if agent.tool_errors == "raise":
@@ -513,7 +513,7 @@ async def _approve(turn: _Turn, index: int, tool: Tool | None) -> ToolResultEntr
     callback_id = restored
     if callback_id is None and (tool_approval or call.hook_approval):
         callback_id, facts = machine.open_callback(
-            turn.engine.states,
+            turn.engine._states,
             session.id,
             turn.state.id,
             OpenApproval,
@@ -543,7 +543,7 @@ async def _delegate(turn: _Turn, index: int, subagent: AgentDefinition) -> ToolR
     entry = call.entry
     if call.child is not None:  # delegated before a restart: that turn goes on
         child_id, child_turn_id = call.child
-        child = engine.live(child_id)
+        child = engine._live(child_id)
     else:
         arguments = entry.arguments
         message = arguments.get("message") if isinstance(arguments, Mapping) else None
@@ -551,11 +551,11 @@ async def _delegate(turn: _Turn, index: int, subagent: AgentDefinition) -> ToolR
             return error_result(
                 entry, f'{subagent.name} takes one argument, "message": the task, as a string'
             )
-        root = engine.live(machine.root_of(engine.states, turn.live.id).id)
+        root = engine._live(machine.root_of(engine._states, turn.live.id).id)
         child_id = new_id()
         try:
             child_turn_id, facts = machine.start_subagent(
-                engine.states,
+                engine._states,
                 turn.live.id,
                 turn.state.id,
                 child_id=child_id,
@@ -568,23 +568,23 @@ async def _delegate(turn: _Turn, index: int, subagent: AgentDefinition) -> ToolR
             )
         except SessionBusyError as busy:
             return error_result(entry, f"SessionBusyError: {busy}")
-        child = engine.adopt(engine.states[child_id], subagent)
+        child = engine._adopt(engine._states[child_id], subagent)
         turn.commit(facts)
         turn.update(index, state=CallState.DELEGATED, child=(child_id, child_turn_id))
-        engine.spawn_turn(child, child_turn_id)
+        engine._spawn_turn(child, child_turn_id)
     try:
-        await turn.wait(engine.turn_done(child, child_turn_id))
+        await turn.wait(engine._turn_done(child, child_turn_id))
     except BaseException:
         if turn.task.parked and not turn.suspended:
             raise  # the subagent's turn goes on; this one waits for it, parked
         # The parent turn stops: its subagent's turn stops the same way, and first.
         child_state = child.state.turns[child_turn_id]
-        if turn.suspended and machine.resumable(engine.states, child_state):
-            engine.suspend_turn(child, child_turn_id)
+        if turn.suspended and machine.resumable(engine._states, child_state):
+            engine._suspend_turn(child, child_turn_id)
         else:
-            engine.stop_turn(child, child_turn_id, turn.state.stop_cause or StopCause.CANCELLED)
+            engine._stop_turn(child, child_turn_id, turn.state.stop_cause or StopCause.CANCELLED)
         with trio.CancelScope(shield=True):
-            await engine.turn_done(child, child_turn_id).wait()
+            await engine._turn_done(child, child_turn_id).wait()
         raise
     record = child.state.turns[child_turn_id].record
     match record:

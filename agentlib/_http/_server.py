@@ -151,7 +151,7 @@ class Server:
                 f"{type(agent).__name__}"
             )
         self._agents[agent.name] = agent
-        self._runtime.deploy(agent)
+        self._runtime._deploy(agent)
 
     @property
     def agents(self) -> dict[str, Agent]:
@@ -250,7 +250,7 @@ class Server:
         states: Mapping[str, SessionMachine]
         try:
             await session._load()
-            states = self._runtime.states
+            states = self._runtime._states
         except SessionBusyError:
             if not self._runtime.store.shared:
                 raise
@@ -290,7 +290,7 @@ class Server:
         principal = request.state.access.principal
         if principal is not None:
             inputs[Principal.input_id] = {"name": principal}
-        live = await self._runtime.start_session(agent, entries, inputs, key)
+        live = await self._runtime._start_session(agent, entries, inputs, key)
         return _json({"id": live.id, "agent": agent.name}, 201)
 
     async def _mint(self, request: Request) -> Response:
