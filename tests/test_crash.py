@@ -685,6 +685,7 @@ def _kill_point(number: int, rng: random.Random) -> tuple[Callable[[str], bool] 
     return enough, rng.choice([0.0, rng.uniform(0.0, 0.03)])
 
 
+@pytest.mark.slow
 def test_acknowledged_work_survives_sigkill_at_random_points(tmp_path: Path, where: Where) -> None:
     seed = int(os.environ.get("CRASH_SEED", random.randrange(2**32)))
     print(f"CRASH_SEED={seed}")

@@ -518,6 +518,7 @@ def test_a_mistral_base_url_that_cannot_be_used_is_a_usage_error_that_names_it()
     assert "sk-demo" not in run.stderr
 
 
+@pytest.mark.slow
 def test_a_long_call_and_its_error_are_cut_to_one_short_line() -> None:
     town = "Llanfairpwllgwyngyllgogerychwyrndrobwllllantysiliogogogoch"
     with serve_in_thread() as server:

@@ -73,6 +73,7 @@ def test_example_runs_alone_and_prints_what_the_page_shows(example: Example) -> 
         assert out.getvalue() == example.expected
 
 
+@pytest.mark.slow
 def test_examples_pass_mypy_strict_as_user_files(tmp_path: pathlib.Path) -> None:
     pytest.importorskip("mypy", reason="mypy comes with the lint extra")
     for example in EXAMPLES:

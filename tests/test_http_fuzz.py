@@ -586,11 +586,13 @@ def fuzz_every_route(fuzzed: Fuzzed) -> None:
     one_request()
 
 
+@pytest.mark.slow
 def test_no_request_to_any_route_fails_the_server_on_sqlite(tmp_path: Path) -> None:
     with served_in_a_thread(f"sqlite:///{tmp_path / 'fuzzed.db'}") as fuzzed:
         fuzz_every_route(fuzzed)
 
 
+@pytest.mark.slow
 def test_no_request_to_any_route_fails_the_server_on_postgresql(postgres_schema: str) -> None:
     from conftest import POSTGRES
 

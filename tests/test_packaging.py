@@ -54,6 +54,7 @@ def wheel_metadata(tmp_path_factory: pytest.TempPathFactory) -> email.message.Me
         return email.message_from_bytes(archive.read(name))
 
 
+@pytest.mark.slow
 def test_the_wheel_has_the_project_urls(wheel_metadata: email.message.Message) -> None:
     assert wheel_metadata.get_all("Project-URL") == [
         f"Documentation, {DOCUMENTATION}",

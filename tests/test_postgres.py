@@ -648,6 +648,7 @@ class Ahead(PostgresStore):
         return progress
 
 
+@pytest.mark.slow
 async def test_a_request_to_a_holder_that_stalled_is_withdrawn_and_done_by_the_sender(
     postgres_schema: str,
 ) -> None:
@@ -679,6 +680,7 @@ async def test_a_request_to_a_holder_that_stalled_is_withdrawn_and_done_by_the_s
     assert [event.turn_id for event in started] == [turn_id, record.turn_id]
 
 
+@pytest.mark.slow
 async def test_a_wait_elsewhere_takes_over_a_stalled_holders_blocked_turn_and_ends_it(
     postgres_schema: str, tmp_path: Path
 ) -> None:
@@ -824,6 +826,7 @@ def terminate_backends(schema: str) -> int:
     return int(ended[0]) if ended else 0
 
 
+@pytest.mark.slow
 async def test_turns_go_on_after_the_databases_sessions_of_the_store_are_ended(
     postgres_schema: str,
 ) -> None:
