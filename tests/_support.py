@@ -263,3 +263,22 @@ def fill_the_disk(store: SQLiteStore) -> None:
     assert writer is not None
     pages = writer.execute("PRAGMA page_count").fetchone()[0]
     writer.execute(f"PRAGMA max_page_count = {pages}")
+
+
+async def past_refused_writes(call: Any) -> Any:
+    """What ``call()`` returns once it does not fail for another session's refused writes: a
+    call made while the refused session's turn still writes shares its commits, and fails
+    with it (a few times at most: its turn stops at the first)."""
+    for _ in range(5):
+        try:
+            return await call()
+        except agentlib.StoreError:
+            pass
+    return await call()
+
+
+def replies_unkeepable_text(request: agentlib.ModelRequest) -> str:
+    """A model whose reply to "odd" is text with a lone surrogate, which no UTF-8 encodes."""
+    last = request.entries[-1]
+    said = last.content[0].text if isinstance(last, agentlib.MessageEntry) else ""  # type: ignore[union-attr]
+    return "odd \udc80 reply" if said == "odd" else "fine"

@@ -17,7 +17,15 @@ from typing import Any
 
 import pytest
 import trio
-from _support import Gate, approval_agent, held_agent, held_turn, turn_events
+from _support import (
+    Gate,
+    approval_agent,
+    held_agent,
+    held_turn,
+    past_refused_writes,
+    replies_unkeepable_text,
+    turn_events,
+)
 from conftest import POSTGRES
 
 import agentlib
@@ -746,25 +754,6 @@ async def test_a_request_that_waited_too_long_is_refused_not_done(postgres_schem
     assert isinstance(record, Completed)  # not cancelled
 
 
-async def settled(call: Any) -> Any:
-    """What ``call()`` returns once it does not fail for another session's refused writes: a
-    call made while the refused session's turn still writes shares its commits, and fails
-    with it (a few times at most: its turn stops at the first)."""
-    for _ in range(5):
-        try:
-            return await call()
-        except agentlib.StoreError:
-            pass
-    return await call()
-
-
-def replies_unkeepable_text(request: agentlib.ModelRequest) -> str:
-    """A model whose reply to "odd" holds a lone surrogate, which no UTF-8 encodes."""
-    last = request.entries[-1]
-    said = last.content[0].text if isinstance(last, agentlib.MessageEntry) else ""  # type: ignore[union-attr]
-    return "odd \udc80 reply" if said == "odd" else "fine"
-
-
 async def test_a_turn_whose_text_postgresql_cannot_keep_fails_and_the_runtime_goes_on(
     postgres_schema: str,
 ) -> None:
@@ -783,9 +772,9 @@ async def test_a_turn_whose_text_postgresql_cannot_keep_fails_and_the_runtime_go
             await other.run("x", idempotency_key="key\x00")
         assert "idempotency_key" in str(refused.value)
         assert "key\x00" not in str(refused.value)
-        assert isinstance(await settled(lambda: other.run("x")), Completed)
+        assert isinstance(await past_refused_writes(lambda: other.run("x")), Completed)
         with trio.fail_after(30):
-            assert isinstance(await settled(agent.start_session), agentlib.Session)
+            assert isinstance(await past_refused_writes(agent.start_session), agentlib.Session)
 
 
 @pytest.mark.parametrize("odd", ["a\x00b", "\ud800"], ids=["nul", "surrogate"])

@@ -16,11 +16,10 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
-from _support import HOLD, WAIT, Gate, fill_the_disk
+from _support import HOLD, WAIT, Gate, fill_the_disk, past_refused_writes, replies_unkeepable_text
 
 import agentlib
 
@@ -403,25 +402,6 @@ async def test_a_full_disk_leaves_the_block_without_an_exception_group(
         assert leaving[0] is caught[0]
 
 
-async def settled(call: Any) -> Any:
-    """What ``call()`` returns once it does not fail for another session's refused writes: a
-    call made while the refused session's turn still writes shares its commits, and fails
-    with it (a few times at most: its turn stops at the first)."""
-    for _ in range(5):
-        try:
-            return await call()
-        except agentlib.StoreError:
-            pass
-    return await call()
-
-
-def replies_unkeepable_text(request: agentlib.ModelRequest) -> str:
-    """A model whose reply to "odd" is text with a lone surrogate, which no UTF-8 encodes."""
-    last = request.entries[-1]
-    said = last.content[0].text if isinstance(last, agentlib.MessageEntry) else ""  # type: ignore[union-attr]
-    return "odd \udc80 reply" if said == "odd" else "fine"
-
-
 async def test_a_turn_whose_text_the_file_cannot_keep_fails_and_the_runtime_goes_on(
     tmp_path: Path,
 ) -> None:
@@ -437,5 +417,5 @@ async def test_a_turn_whose_text_the_file_cannot_keep_fails_and_the_runtime_goes
         assert "\udc80" not in str(raised.value)
         assert "odd reply" not in str(raised.value)
         with trio.fail_after(WAIT):
-            assert isinstance(await settled(lambda: other.run("hello")), Completed)
+            assert isinstance(await past_refused_writes(lambda: other.run("hello")), Completed)
             assert isinstance(await other.run("again"), Completed)
