@@ -351,9 +351,20 @@ def test_the_serve_command_writes_the_access_log_on_stderr(tmp_path: Path) -> No
     )
     command = [sys.executable, "-m", "agentlib", "serve", "my_agents:echo", "--port", "0"]
     command += ["--store", f"sqlite:///{tmp_path / 'served.db'}", "--token", TOKEN]
+    err: list[str] = []
+    logged = threading.Semaphore(0)
+
+    def read_stderr(stream: Any) -> None:
+        for line in stream:
+            err.append(line)
+            if " agentlib.access INFO " in line:
+                logged.release()
+
     with subprocess.Popen(
         command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as process:
+        reader = threading.Thread(target=read_stderr, args=(process.stderr,), daemon=True)
+        reader.start()
         try:
             assert process.stdout is not None
             url = process.stdout.readline().split(" on ")[1].split(" ")[0]
@@ -361,17 +372,22 @@ def test_the_serve_command_writes_the_access_log_on_stderr(tmp_path: Path) -> No
                 mine = {"Authorization": f"Bearer {TOKEN}"}
                 assert http.get("/agents?x=secret-query", headers=mine).status_code == 200
                 assert http.post("/agents/echo/sessions").status_code == 401
+            # A line is written once its response has ended, which the client may read
+            # first: the server is stopped once both are written.
+            for _ in range(2):
+                assert logged.acquire(timeout=60)
         finally:
             process.send_signal(signal.SIGINT)
-            _, err = process.communicate(timeout=60)
-    assert process.returncode == 130, err
-    lines = [line for line in err.splitlines() if " agentlib.access INFO " in line]
+            process.wait(timeout=60)
+            reader.join(timeout=60)
+    assert process.returncode == 130, "".join(err)
+    lines = [line for line in err if " agentlib.access INFO " in line]
     assert [line.split(" INFO ")[1].rsplit(" ", 1)[0] for line in lines] == [
         "GET /v1/agents 200",
         "POST /v1/agents/echo/sessions 401",
     ]
-    assert "secret-query" not in err
-    assert TOKEN not in err
+    assert "secret-query" not in "".join(err)
+    assert TOKEN not in "".join(err)
 
 
 # --- every route, fuzzed ----------------------------------------------------------------------
