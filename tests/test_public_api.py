@@ -260,7 +260,7 @@ async def test_a_runtime_reports_its_settings_and_health(tmp_path: Path) -> None
         assert isinstance(runtime.store, agentlib.SQLiteStore)
         assert runtime.lease_seconds == 7
         assert runtime.event_retention == 50
-        host, pid, _ = runtime.owner.split(":")
+        _host, pid, _ = runtime.owner.split(":")
         assert pid.isdigit()
         assert runtime.health() == agentlib.RuntimeHealth(writable=True, reason=None)
     closed = runtime.health()
