@@ -675,3 +675,25 @@ async def test_closing_the_runtime_mid_call_ends_the_server_process(
             await trio.to_thread.run_sync(observer.wait_for, "call wait_forever")
     (pid,) = observer.pids()
     assert gone(pid)
+
+
+# --- served agents ------------------------------------------------------------------------
+
+
+async def test_a_served_agents_mcp_tools_run_in_the_server(
+    server: StdioMCP, observer: Observer, tmp_path: Path
+) -> None:
+    recorder = Recorder()
+    steps = [call_tool("t.echo", text="served"), recorder]
+    agent = Agent("served", model=ScriptedModel(steps), mcps={"t": server})
+    store = f"sqlite:///{tmp_path / 'served.db'}"
+    with trio.fail_after(DEADLINE):
+        async with agentlib.serve([agent], store=store, port=0) as served:
+            session = await Agent.load_from(served.url, "served").start_session()
+            record = await session.run("go")
+    assert isinstance(record, Completed)
+    (call,) = record.tool_calls
+    assert (call.name, call.tool_kind) == ("t.echo", "mcp")
+    assert results(recorder.requests[0])[0].text == "served"
+    (pid,) = observer.pids()
+    assert gone(pid)
