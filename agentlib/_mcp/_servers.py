@@ -128,7 +128,7 @@ class _Filters:
 class RemoteMCP(_Filters):
     """An MCP server reached over streamable HTTP.
 
-    Args:
+    Attributes:
         url: The server's MCP endpoint, e.g. ``"https://example.com/mcp"``.
         headers: Headers sent with every request.
         auth_header_env_vars: Headers whose values are read from environment variables
@@ -210,7 +210,7 @@ class StdioMCP(_Filters):
     The process starts when a session first needs the server, and is stopped (and waited
     for) when the runtime closes.
 
-    Args:
+    Attributes:
         command: The program and its arguments, e.g. ``["uvx", "mcp-server-time"]``.
         env: Environment variables set for the process, over this process's
             (the SDK passes on a safe few: ``HOME``, ``PATH``...).
