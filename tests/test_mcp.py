@@ -697,3 +697,26 @@ async def test_a_served_agents_mcp_tools_run_in_the_server(
     assert results(recorder.requests[0])[0].text == "served"
     (pid,) = observer.pids()
     assert gone(pid)
+
+
+async def test_an_mcp_call_waiting_on_its_approval_runs_in_a_later_runtime(
+    log: Path, observer: Observer, tmp_path: Path
+) -> None:
+    recorder = Recorder()
+    server = stdio_server(log, observer, requires_approval=True)
+    steps = [call_tool("t.echo", text="later"), recorder]
+    agent = Agent("a", model=ScriptedModel(steps), mcps={"t": server})
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime(store=store):
+            session = await agent.start_session()
+            blocked = await session.run("go")
+        assert isinstance(blocked, Blocked)
+        async with agentlib.open_runtime(store=store):
+            turn = agent.session(session.id).turn(blocked.turn_id)
+            await turn.answer(blocked.callbacks[0].id, AllowApproval())
+            record = await turn.result(after=blocked)
+    assert isinstance(record, Completed)
+    assert results(recorder.requests[0])[0].text == "later"
+    assert log_lines(log, "call echo") == 1
+    assert all(gone(pid) for pid in observer.pids())
