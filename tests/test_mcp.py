@@ -16,6 +16,7 @@ import pytest
 import trio
 from _mcp_support import (
     PNG_BYTES,
+    SERVER,
     HTTPServer,
     Observer,
     gone,
@@ -720,3 +721,23 @@ async def test_an_mcp_call_waiting_on_its_approval_runs_in_a_later_runtime(
     assert results(recorder.requests[0])[0].text == "later"
     assert log_lines(log, "call echo") == 1
     assert all(gone(pid) for pid in observer.pids())
+
+
+async def test_a_later_turn_connects_again_to_a_server_that_was_unavailable(
+    log: Path, observer: Observer, tmp_path: Path
+) -> None:
+    script = tmp_path / "server.py"  # absent for the first turn: python exits at once
+    env = {"MCP_TEST_LOG": str(log), "MCP_TEST_OBSERVER": str(observer.port)}
+    late = StdioMCP(command=[sys.executable, str(script), "stdio"], env=env)
+    recorder = Recorder()
+    agent = Agent("a", model=ScriptedModel(["first", recorder]), mcps={"late": late})
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime():
+            session = await agent.start_session()
+            await session.run("one")
+            script.write_text(Path(SERVER).read_text())
+            await session.run("two")
+    first, second = context_messages(recorder.requests[0])
+    assert "unavailable" in first.text
+    assert second.text == "Use echo to repeat a text."
+    assert "late.echo" in {schema.name for schema in recorder.requests[0].tools}
