@@ -211,7 +211,7 @@ class MCPConnection:
                 ):
                     started = await session.initialize()
                     async with trio.open_nursery() as nursery:
-                        self._nursery = nursery
+                        self._nursery, self._session = nursery, session
                         await self._list(session)
                         connected = True
                         connecting.deadline = math.inf
@@ -231,7 +231,7 @@ class MCPConnection:
                 self._unavailable(self._describe(error))
                 return False
         finally:
-            self._nursery = None
+            self._nursery = self._session = None
         if not connected:
             self._unavailable(
                 f"it did not answer within {self.server.connect_timeout:g} s"
@@ -317,8 +317,7 @@ class MCPConnection:
 
     async def _refresh(self, refreshed: trio.Event) -> None:
         try:
-            session = self._session
-            await self._list(session)
+            await self._list(self._session)
         except Exception:
             pass
         finally:
@@ -326,7 +325,6 @@ class MCPConnection:
             refreshed.set()
 
     async def _dispatch(self, session: Any, nursery: trio.Nursery) -> None:
-        self._session = session
         async for request in self._receive:
             nursery.start_soon(self._run_call, session, request)
 
