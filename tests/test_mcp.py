@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -741,3 +743,30 @@ async def test_a_later_turn_connects_again_to_a_server_that_was_unavailable(
     assert "unavailable" in first.text
     assert second.text == "Use echo to repeat a text."
     assert "late.echo" in {schema.name for schema in recorder.requests[0].tools}
+
+
+async def test_a_server_process_that_dies_is_started_again_for_the_next_call(
+    server: StdioMCP, observer: Observer
+) -> None:
+    recorder = Recorder()
+
+    def kill_then_call(request: ModelRequest) -> ModelReply:
+        (pid,) = observer.pids()
+        os.kill(pid, signal.SIGKILL)
+        return call_tool("t.echo", text="lost")
+
+    steps = [
+        call_tool("t.echo", text="one"),
+        kill_then_call,
+        call_tool("t.echo", text="two"),
+        recorder,
+    ]
+    record = await run(Agent("a", model=ScriptedModel(steps), mcps={"t": server}))
+    assert isinstance(record, Completed)
+    one, lost, two = results(recorder.requests[0])
+    assert one.text == "one"
+    assert lost.is_error
+    assert "may have run" in lost.text
+    assert (two.text, two.is_error) == ("two", False)
+    assert len(observer.pids()) == 2
+    assert all(gone(pid) for pid in observer.pids())

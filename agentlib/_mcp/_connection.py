@@ -344,6 +344,9 @@ class MCPConnection:
                         self._retry.append(request)
                         self._session_lost()
                         return
+                    if error.code == _CONNECTION_CLOSED:  # the next call connects again
+                        self._session_lost()
+                        return  # answered below: it may have run
                     request.reply(
                         error=MCPCallError(
                             f"the MCP server {self.name} answered with an error: {error.message}"
@@ -384,6 +387,10 @@ class MCPConnection:
             detail = detail.replace(server.url, redacted_url(server.url))
         detail = detail if len(detail) <= 300 else detail[:300] + "..."
         return f"{where}: {type(error).__name__}" + (f": {detail}" if detail else "")
+
+
+#: The SDK's error code for a request whose connection closed (mcp.types.CONNECTION_CLOSED).
+_CONNECTION_CLOSED = -32000
 
 
 def _session_terminated(error: Any) -> bool:
