@@ -121,7 +121,14 @@ class MCPConnection:
         if self._state is _State.IDLE and self._failed_turn != turn_id:
             self._start()
         if self._state is _State.CONNECTING:
-            await self._ready.wait()
+            # The step does not wait past the deadline; the owner goes on connecting, for
+            # later turns. (Cancelling the SDK's own task groups from outside, at a deadline,
+            # is what trio before 0.31 cannot do.)
+            timeout = self.server.connect_timeout
+            with trio.move_on_after(timeout):
+                await self._ready.wait()
+            if self._state is _State.CONNECTING:
+                return Listing(unavailable=f"it did not answer within {timeout:g} s")
         refreshing = self._refreshing
         if self._state is _State.READY and refreshing is not None:
             with trio.move_on_after(REFRESH_WAIT):
@@ -202,9 +209,11 @@ class MCPConnection:
 
         connected = False
         self._lost = trio.Event()
-        connecting = trio.CancelScope(deadline=trio.current_time() + self.server.connect_timeout)
         try:
-            with connecting:
+            # With trio before 0.31 (mcp 2.3 on trio 0.25, checked), cancelling the owner
+            # while the SDK's task groups run corrupts trio's cancel scope stack unless a
+            # scope of the owner's own encloses them.
+            with trio.CancelScope():
                 async with (
                     self._transport() as (read, write),
                     ClientSession(read, write, message_handler=self._on_message) as session,
@@ -214,7 +223,6 @@ class MCPConnection:
                         self._nursery, self._session = nursery, session
                         await self._list(session)
                         connected = True
-                        connecting.deadline = math.inf
                         self._listing = attrs.evolve(
                             self._listing, instructions=started.instructions or None
                         )
@@ -233,11 +241,7 @@ class MCPConnection:
         finally:
             self._nursery = self._session = None
         if not connected:
-            self._unavailable(
-                f"it did not answer within {self.server.connect_timeout:g} s"
-                if connecting.cancelled_caught
-                else "the connection closed"
-            )
+            self._unavailable("the connection closed")
             return False
         if self._state is _State.READY:  # the session ended, not dropped: connect again
             self._state = _State.CONNECTING
