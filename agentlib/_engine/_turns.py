@@ -40,10 +40,8 @@ from ._live import Engine, LiveSession, LiveTurn
 from ._machine import Call, CallbackPhase, CallState, StopCause, TurnMachine, error_result
 
 if TYPE_CHECKING:
-    from .._mcp._connection import Listing
-
-if TYPE_CHECKING:
     from .._definition import AgentDefinition
+    from .._mcp._connection import Listing
 
 __all__ = ["run_turn"]
 
