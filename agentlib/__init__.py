@@ -80,6 +80,8 @@ from ._http._client import RemoteAgent as RemoteAgent
 from ._http._serve import serve as serve
 from ._inputs import Depends as Depends
 from ._inputs import SessionInput as SessionInput
+from ._mcp._servers import RemoteMCP as RemoteMCP
+from ._mcp._servers import StdioMCP as StdioMCP
 from ._models._base import Model as Model
 from ._models._base import ModelReply as ModelReply
 from ._models._base import ModelRequest as ModelRequest
@@ -179,6 +181,7 @@ __all__ = [
     "OpenClientToolCall",
     "OpenSignIn",
     "RemoteAgent",
+    "RemoteMCP",
     "RequestApproval",
     "ResourceLinkContentBlock",
     "Running",
@@ -195,6 +198,7 @@ __all__ = [
     "SessionNotFoundError",
     "SessionTerminatedError",
     "SignInAnswer",
+    "StdioMCP",
     "Store",
     "StoreError",
     "StoreSchemaError",

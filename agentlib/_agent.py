@@ -17,6 +17,7 @@ from ._history_items import HistoryImportEntry
 from ._hooks import Hook
 from ._inputs import SessionInput, stored_inputs
 from ._json import check_key
+from ._mcp._servers import MCPServer, check_mcps
 from ._models._base import Model, ToolSchema, check_for_model
 from ._models._chat import model_from_string
 from ._models._options import ChatOptions
@@ -61,6 +62,10 @@ class Agent:
         model_options: The options of the model a string names, as its model object takes
             them as keywords (``{"stop": ["<end_of_turn>"], "max_tokens": 512}``: see
             :class:`MistralModel`); a model object is given its options itself.
+        mcps: MCP servers whose tools the model gets, by name (``{"github":
+            RemoteMCP(url=...)}``); a server's tools are named ``"<server>.<tool>"``. Needs
+            the ``mcp`` extra (``pip install 'agentlib[mcp]'``): see "Tools from MCP
+            servers".
 
     Raises:
         TypeError: A tool has no JSON schema, ``model`` is not a model, a subagent is not an
@@ -69,7 +74,8 @@ class Agent:
         ValueError: ``model`` is a string naming no model (or a Mistral or OpenAI model
             without an API key), two tools (or a tool and a subagent) share a name, a tool
             outside a sign-in source takes ``Credentials``, ``tool_errors`` is neither
-            value, or ``max_running_subagents`` or ``max_steps`` is not an int of at least 1.
+            value, ``max_running_subagents`` or ``max_steps`` is not an int of at least 1,
+            or an MCP server's name is not letters, digits and underscores, or is a tool's.
     """
 
     def __init__(
@@ -87,6 +93,7 @@ class Agent:
         max_running_subagents: int = 8,
         max_steps: int = 25,
         model_options: ChatOptions | None = None,
+        mcps: Mapping[str, MCPServer] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError("an agent needs a name, e.g. Agent(name='assistant', ...)")
@@ -141,6 +148,13 @@ class Agent:
         self.tool_schemas: tuple[ToolSchema, ...] = tuple(t.schema for t in self.tools) + tuple(
             _delegation_schema(sub) for sub in self.subagents
         )
+        self.mcps: dict[str, MCPServer] = check_mcps(name, mcps)
+        for server in self.mcps:
+            if server in self.subagents_by_name or any(t.source == server for t in self.tools):
+                raise ValueError(
+                    f"agent {name!r}: MCP server {server!r} has the name of a subagent or a "
+                    "tool source; rename one of them"
+                )
         self.output_type = output_type
         for hook in hooks:
             if not isinstance(hook, Hook):

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from ._hooks import Hook
+from ._mcp._servers import MCPServer
 from ._models._base import Model, ToolSchema
 from ._tools import Tool
 
@@ -44,6 +45,8 @@ class AgentDefinition(Protocol):
     def max_steps(self) -> int: ...
     @property
     def max_running_subagents(self) -> int: ...
+    @property
+    def mcps(self) -> Mapping[str, MCPServer]: ...
 
 
 def check_max_steps(value: object, where: str = "") -> int:

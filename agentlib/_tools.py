@@ -28,7 +28,7 @@ from ._models._base import ToolSchema
 from ._schema import Definitions, docstring_parameters
 from ._threads import run_in_thread
 
-__all__ = ["Tool", "ToolSource", "arguments_problem", "client_tool", "tool"]
+__all__ = ["Tool", "ToolOutput", "ToolSource", "arguments_problem", "client_tool", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,7 +51,9 @@ class Tool:
         parameters: The JSON schema of the arguments.
         function: The Python function (sync or async); a client tool's stub never runs.
         requires_approval: Whether every call first opens an approval callback.
-        kind: ``"local"`` for a tool the engine runs, ``"client"`` for a client tool.
+        kind: ``"local"`` for a tool the engine runs, ``"client"`` for a client tool,
+            ``"mcp"`` for a tool of an MCP server (its arguments go to the server as
+            they are: the server checks them against its schema).
         source: The :class:`ToolSource` the tool belongs to, if any.
         requires_sign_in: Whether its source needs credentials before a call.
         return_type: The stub's return type, which a client tool's answer is checked against.
@@ -63,7 +65,7 @@ class Tool:
     parameters: Mapping[str, Any]
     function: Callable[..., Any]
     requires_approval: bool = False
-    kind: Literal["local", "client"] = "local"
+    kind: Literal["local", "client", "mcp"] = "local"
     source: str | None = None
     requires_sign_in: bool = False
     return_type: Any = attrs.field(default=Any, repr=False)
@@ -88,6 +90,8 @@ class Tool:
                 InvalidValue(f"arguments must be a JSON object, not {type(arguments).__name__}"),
                 f"arguments for {self.name}",
             )
+        if self.kind == "mcp":
+            return dict(arguments)
         known = {parameter.name for parameter in self._signature}
         problems = [f"unknown argument {key!r} @ $.{key}" for key in arguments if key not in known]
         values: dict[str, Any] = {}
@@ -150,6 +154,22 @@ class Tool:
         return await run_in_thread(
             functools.partial(self.function, **arguments), abandon_on_cancel=True
         )
+
+
+@attrs.frozen(kw_only=True)
+class ToolOutput:
+    """A tool's result as content blocks, when the tool makes them itself (an MCP server's
+    tools do): what the history keeps of it, as it is.
+
+    Attributes:
+        content: The blocks the model reads.
+        structured_content: The result as a JSON value, if the tool gave one.
+        is_error: The tool says the call failed (the agent's ``tool_errors`` decides).
+    """
+
+    content: tuple[Any, ...]
+    structured_content: Any = None
+    is_error: bool = False
 
 
 def arguments_problem(arguments: object) -> str | None:

@@ -64,6 +64,7 @@ from agentlib import OpenAICompatibleModel as OpenAICompatibleModel
 from agentlib import OpenApproval as OpenApproval
 from agentlib import OpenClientToolCall as OpenClientToolCall
 from agentlib import OpenSignIn as OpenSignIn
+from agentlib import RemoteMCP as RemoteMCP
 from agentlib import RequestApproval as RequestApproval
 from agentlib import ResourceLinkContentBlock as ResourceLinkContentBlock
 from agentlib import Running as Running
@@ -79,6 +80,7 @@ from agentlib import SessionNotFoundError as SessionNotFoundError
 from agentlib import SessionTerminatedError as SessionTerminatedError
 from agentlib import SignInAnswer as SignInAnswer
 from agentlib import SQLiteStore as SQLiteStore
+from agentlib import StdioMCP as StdioMCP
 from agentlib import Store as Store
 from agentlib import StoreError as StoreError
 from agentlib import StoreSchemaError as StoreSchemaError
@@ -181,6 +183,7 @@ __all__ = [
     "OpenClientToolCall",
     "OpenSignIn",
     "RemoteAgent",
+    "RemoteMCP",
     "RequestApproval",
     "ResourceLinkContentBlock",
     "Running",
@@ -197,6 +200,7 @@ __all__ = [
     "SessionNotFoundError",
     "SessionTerminatedError",
     "SignInAnswer",
+    "StdioMCP",
     "Store",
     "StoreError",
     "StoreSchemaError",

@@ -9,12 +9,16 @@ import pytest
 
 from agentlib import (
     AudioContentBlock,
+    ContentAnnotations,
+    EmbeddedResourceContentBlock,
+    ImageContentBlock,
     MessageEntry,
     MistralModel,
     ModelError,
     ModelReply,
     ModelRequest,
     OpenAICompatibleModel,
+    ResourceLinkContentBlock,
     TextContentBlock,
     ToolCallEntry,
     ToolCallRequest,
@@ -98,6 +102,22 @@ def test_a_steps_calls_join_one_assistant_message_and_their_results_follow(
         ("abcdefgh2", "(no result: the turn stopped before this call finished)"),
     ]
     assert ("name" in tools[0]) is named
+
+
+def test_a_tool_results_blocks_that_are_not_text_are_named_and_user_only_ones_left_out() -> None:
+    blocks = [
+        TextContentBlock(text="found 2"),
+        TextContentBlock(text="for your eyes", annotations=ContentAnnotations(audience=["user"])),
+        ImageContentBlock(uri="data:image/png;base64,AAAA", media_type="image/png"),
+        ResourceLinkContentBlock(uri="file:///a.txt", name="a.txt"),
+        EmbeddedResourceContentBlock(uri="file:///b.txt", text="note b"),
+    ]
+    entry = ToolResultEntry(id="r", tool_call_id="abcdefgh1", name="get_weather", content=blocks)
+    request = ModelRequest(entries=[user("Find"), call("abcdefgh1"), entry])
+    tool_message = body(request)["messages"][-1]
+    assert tool_message["content"] == (
+        "found 2\n[image: image/png]\n[resource link: a.txt <file:///a.txt>]\nnote b"
+    )
 
 
 def test_mistral_gets_call_ids_of_nine_letters_and_digits_made_the_same_each_time() -> None:

@@ -13,6 +13,8 @@ import trio
 
 from .._callbacks import Callback, OpenClientToolCall
 from .._errors import LeaseLost
+from .._mcp._connection import MCPConnection
+from .._mcp._servers import MCPServer
 from .._ops import Op
 from .._records import TurnState
 from .._store._base import Store
@@ -224,6 +226,10 @@ class Engine(Protocol):
     def _spawn(self, function: Callable[..., Awaitable[None]], *args: Any, name: str) -> None: ...
 
     def _spawn_turn(self, live: LiveSession, turn_id: str, *, resume: bool = False) -> LiveTurn: ...
+
+    def _mcp_connection(
+        self, name: str, server: MCPServer, credentials: str | None = None
+    ) -> MCPConnection: ...
 
     def _park_turn(self, live: LiveSession, turn_id: str) -> None: ...
 

@@ -35,7 +35,14 @@ from .._callbacks import (
 )
 from .._content import TextContentBlock
 from .._convert import structure, unstructure
-from .._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry, UnknownEntry
+from .._entries import (
+    ContextMessage,
+    Entry,
+    MessageEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UnknownEntry,
+)
 from .._errors import (
     ClientToolAnswerError,
     MaxStepsExceeded,
@@ -1064,6 +1071,37 @@ def _usage(session: SessionMachine, turn: TurnMachine) -> Usage | None:
         if usage is not None:
             total = usage if total is None else usage + total
     return total
+
+
+def capability_note(session: SessionMachine, source: str) -> str | None:
+    """What the last context message about tool source ``source`` said, if any."""
+    for entry in reversed(session.entries):
+        if (
+            isinstance(entry, ContextMessage)
+            and entry.kind == "capability_source"
+            and entry.source == source
+        ):
+            return entry.text
+    return None
+
+
+def note_capability(
+    sessions: Sessions, session_id: str, turn_id: str, source: str, text: str
+) -> Facts:
+    """A context message about tool source ``source`` joins the history (before a model
+    step), unless the last one about it says ``text`` already."""
+    facts = Facts(sessions)
+    session = sessions[session_id]
+    if capability_note(session, source) != text:
+        message = ContextMessage(
+            id=new_id(),
+            turn_id=turn_id,
+            kind="capability_source",
+            source=source,
+            content=(TextContentBlock(text=text),),
+        )
+        facts.entry(session, message)
+    return facts
 
 
 # -- tool steps -----------------------------------------------------------------------------

@@ -41,6 +41,8 @@ from .._errors import (
 )
 from .._events import TurnEnded
 from .._history import new_id
+from .._mcp._connection import MCPConnection
+from .._mcp._servers import MCPServer
 from .._ops import CallbackRow, EventRow, KeyRow, Op, PruneRow
 from .._records import AlreadySettled, Answered, NotFound, TurnState
 from .._store import open_store
@@ -145,6 +147,11 @@ class Runtime:
     _renewing: trio.Lock = attrs.field(factory=trio.Lock, init=False)
     _taken: int = attrs.field(default=0, init=False)
     _last_taken: LeaseLost | None = attrs.field(default=None, init=False)
+    # The connections to MCP servers, by server name, declaration and the credentials
+    # they are opened with (None: the declaration's own); each is owned by one task.
+    _mcp_connections: dict[tuple[str, MCPServer, str | None], MCPConnection] = attrs.field(
+        factory=dict, init=False, repr=False
+    )
 
     # -- doing what the machine decided -------------------------------------------------------
 
@@ -325,6 +332,18 @@ class Runtime:
     def _spawn(self, function: Callable[..., Awaitable[None]], *args: Any, name: str) -> None:
         """Run ``function(*args)`` in the runtime's nursery; it must not raise."""
         self._nursery.start_soon(function, *args, name=name)
+
+    def _mcp_connection(
+        self, name: str, server: MCPServer, credentials: str | None = None
+    ) -> MCPConnection:
+        """The runtime's connection to MCP server ``name`` as ``server`` declares it, made
+        (not yet opened) if there is none."""
+        key = (name, server, credentials)
+        connection = self._mcp_connections.get(key)
+        if connection is None:
+            connection = MCPConnection(name, server, self._spawn)
+            self._mcp_connections[key] = connection
+        return connection
 
     def _spawn_turn(self, live: LiveSession, turn_id: str, *, resume: bool = False) -> LiveTurn:
         """Run the turn in a task of its own (going on from its tool step, ``resume``)."""
@@ -1096,6 +1115,8 @@ class Runtime:
             await done.wait()
         for live in self._sessions.values():
             live.log.close()  # readers of a suspended turn stop waiting
+        for connection in self._mcp_connections.values():  # no turn uses them now
+            await connection.aclose()
         self._renewal.cancel()
         if self.store.durable:
             await self._renewed.wait()

@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from .._callbacks import Credentials, DenyApproval, OpenApproval, OpenClientToolCall, OpenSignIn
-from .._content import ContentBlock, TextContentBlock, UnknownContentBlock
+from .._content import ContentBlock, TextContentBlock, UnknownContentBlock, text_of
 from .._convert import unstructure
 from .._entries import ToolCallEntry, ToolResultEntry
 from .._errors import SessionBusyError, ValidationError
@@ -28,10 +28,11 @@ from .._history import new_id
 from .._hooks import DenyToolCall, ModifiedArguments, RequestApproval
 from .._inputs import read_input
 from .._json import JSON_SCALARS, TOO_DEEP, json_problem, nesting_problem
-from .._models._base import ModelRequest, ToolCallRequest
+from .._mcp._connection import MCPCallError
+from .._models._base import ModelRequest, ToolCallRequest, ToolSchema
 from .._output import output_schema
 from .._records import Completed, Failed, Interrupted, TurnState, UnknownOutcome
-from .._tools import Tool, arguments_problem
+from .._tools import Tool, ToolOutput, arguments_problem
 from .._usage import Usage
 from . import _machine as machine
 from ._handlers import invoke
@@ -40,6 +41,7 @@ from ._machine import Call, CallbackPhase, CallState, StopCause, TurnMachine, er
 
 if TYPE_CHECKING:
     from .._definition import AgentDefinition
+    from .._mcp._connection import Listing
 
 __all__ = ["run_turn"]
 
@@ -72,6 +74,8 @@ class _Turn:
     state: TurnMachine
     task: LiveTurn
     failing: bool = False  # a call failed and tool_errors is "raise": the step stops
+    # The tools of the step: the agent's, and those its MCP servers list now.
+    tools: Mapping[str, Tool] = attrs.field(factory=dict)
 
     @property
     def agent(self) -> AgentDefinition:
@@ -160,13 +164,14 @@ async def run_turn(engine: Engine, live: LiveSession, turn_id: str, resume: bool
     without a record.
     """
     task = live.turns[turn_id]
-    turn = _Turn(engine, live, live.state.turns[turn_id], task)
+    turn = _Turn(engine, live, live.state.turns[turn_id], task, tools=live.agent.tools_by_name)
     scope = task.scope
     assert scope is not None, "the runtime gives a turn's task its scope"
     record: TurnState[Any] | None = None
     try:
         with scope:
             if resume:
+                await _offer_tools(turn, note=False)  # the step's calls keep their results next
                 await _finish_tools(turn, {})
             record = await _loop(turn)
         if task.parked and not task.suspended:
@@ -212,10 +217,11 @@ async def _loop(turn: _Turn) -> TurnState[Any]:
             streamed.append(delta)
             turn.commit(machine.text_streamed(states, session_id, state.id, entry_id, delta, first))
 
+        schemas = await _offer_tools(turn)
         request = ModelRequest(
             instructions=agent.instructions,
             entries=machine.model_history(turn.live.state),
-            tools=agent.tool_schemas,
+            tools=schemas,
             output_schema=schema,
             session_id=session_id,
             turn_id=state.id,
@@ -243,6 +249,49 @@ async def _loop(turn: _Turn) -> TurnState[Any]:
         await _run_tools(turn, reply.tool_calls, None if on_text_usage else reply.usage)
 
 
+async def _offer_tools(turn: _Turn, *, note: bool = True) -> tuple[ToolSchema, ...]:
+    """The tools of the next step, the MCP servers' as they list them now (each connected
+    at its first use); with ``note``, what the model is told of each server (its
+    instructions, or why it is unavailable) joins the history first, when it changed."""
+    agent = turn.agent
+    servers = agent.mcps
+    if not servers:
+        turn.tools = agent.tools_by_name
+        return agent.tool_schemas
+    names = list(servers)
+    listings: dict[str, Listing] = {}
+
+    async def list_one(index: int) -> None:
+        name = names[index]
+        connection = turn.engine._mcp_connection(name, servers[name])
+        listings[name] = await connection.listing(turn.state.id)
+
+    await _each(range(len(names)), list_one)
+    tools = dict(agent.tools_by_name)
+    schemas = list(agent.tool_schemas)
+    states, session_id = turn.engine._states, turn.live.id
+    for name in names:
+        listing = listings[name]
+        source = f"mcp:{name}"
+        if listing.unavailable is not None:
+            text: str | None = (
+                f"The MCP server {name} is unavailable, so its tools are not offered: "
+                f"{listing.unavailable}."
+            )
+        elif listing.instructions:
+            text = listing.instructions
+        else:
+            before = machine.capability_note(turn.live.state, source)
+            text = None if before is None else f"The MCP server {name} is available again."
+        if note and text is not None:
+            turn.commit(machine.note_capability(states, session_id, turn.state.id, source, text))
+        for tool in listing.tools:
+            tools[tool.name] = tool
+            schemas.append(tool.schema)
+    turn.tools = tools
+    return tuple(schemas)
+
+
 async def _run_tools(turn: _Turn, requests: Sequence[ToolCallRequest], usage: Usage | None) -> None:
     """Run the calls of a model reply; ``usage`` (the reply's, if it had no text) goes on
     the first call's entry."""
@@ -259,7 +308,7 @@ async def _run_tools(turn: _Turn, requests: Sequence[ToolCallRequest], usage: Us
             name=request.name,
             arguments=None if not_json else request.arguments,
             tool_call_id=request.id or new_call_id(),
-            tool_kind=_kind(agent.tools_by_name.get(request.name)),
+            tool_kind=_kind(turn.tools.get(request.name)),
             usage=usage if index == 0 else None,
         )
         calls.append(Call(entry=entry, refusal=problem))
@@ -367,7 +416,7 @@ async def _run_hooks(turn: _Turn, call: Call) -> tuple[Call, BaseException | Non
 
 async def _sign_in(turn: _Turn) -> None:
     """Sign in, with one callback, to every source the calls need credentials for."""
-    tools = turn.agent.tools_by_name
+    tools = turn.tools
     needs = {}
     for index, call in enumerate(turn.step.calls):
         tool = tools.get(call.entry.name)
@@ -429,10 +478,10 @@ async def _call_tool(turn: _Turn, index: int) -> ToolResultEntry:
         return call.result
     if call.refusal is not None:
         return error_result(entry, call.refusal)
-    tool = agent.tools_by_name.get(entry.name)
+    tool = turn.tools.get(entry.name)
     subagent = agent.subagents_by_name.get(entry.name)
     if subagent is None and tool is None:
-        known = ", ".join(sorted([*agent.tools_by_name, *agent.subagents_by_name])) or "none"
+        known = ", ".join(sorted([*turn.tools, *agent.subagents_by_name])) or "none"
         return error_result(entry, f"unknown tool {entry.name!r}; the tools are: {known}")
     arguments: dict[str, Any] = {}
     if tool is not None:
@@ -482,6 +531,11 @@ async def _call_tool(turn: _Turn, index: int) -> ToolResultEntry:
         if agent.tool_errors == "raise":
             raise _RaiseFromTool(error) from error
         return error_result(entry, f"{type(error).__name__}: {error}")
+    if isinstance(value, ToolOutput):
+        if value.is_error and agent.tool_errors == "raise":
+            message = text_of(value.content) or "no message"
+            raise _RaiseFromTool(MCPCallError(f"{entry.name} reported an error: {message}"))
+        return _output_entry(entry, value)  # an error the tool reports keeps its blocks
     return _result_entry(entry, value)
 
 
@@ -601,6 +655,22 @@ async def _delegate(turn: _Turn, index: int, subagent: AgentDefinition) -> ToolR
                 "it ran, and it was not run again",
             )
     return error_result(entry, f"the turn of {subagent.name} ended as {type(record).__name__}")
+
+
+def _output_entry(call: ToolCallEntry, output: ToolOutput) -> ToolResultEntry:
+    """The result of a tool that made its own blocks (an MCP server's), as it made them."""
+    try:
+        return ToolResultEntry(
+            id=new_id(),
+            turn_id=call.turn_id,
+            name=call.name,
+            content=output.content,
+            structured_content=output.structured_content,
+            is_error=output.is_error,
+            tool_call_id=call.tool_call_id,
+        )
+    except ValueError as error:  # structured content that is no JSON the history keeps
+        return error_result(call, f"the tool's result cannot be kept: {error}")
 
 
 def _result_entry(call: ToolCallEntry, value: Any) -> ToolResultEntry:

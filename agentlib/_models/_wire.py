@@ -320,7 +320,7 @@ class ChatCodec:
     def _tool_message(
         self, entry: ToolResultEntry, call_id: str, names: ToolNames
     ) -> dict[str, Any]:
-        content = _text_of(entry.content)
+        content = _result_text(entry.content)
         if not content and entry.structured_content is not None:
             content = json.dumps(entry.structured_content, ensure_ascii=False)
         message = {"role": "tool", "tool_call_id": call_id, "content": content}
@@ -583,6 +583,36 @@ def _bare(media_type: str) -> str:
     """A media type without its parameters, in lower case: ``audio/WAV;codecs=1`` is
     ``audio/wav``."""
     return media_type.partition(";")[0].strip().lower()
+
+
+def _result_text(blocks: Sequence[ContentBlock]) -> str:
+    """A tool result's blocks as the text of a tool message: a block whose audience leaves
+    out the assistant is not sent; one that is not text is named in brackets (its bytes
+    would not fit a tool message)."""
+    shown = [block for block in blocks if _for_assistant(block)]
+    if all(isinstance(block, TextContentBlock) for block in shown):
+        return _text_of(shown)  # a local tool's result, as it always was
+    parts = []
+    for block in shown:
+        if isinstance(block, TextContentBlock):
+            parts.append(block.text)
+        elif isinstance(block, EmbeddedResourceContentBlock):
+            parts.append(block.text if block.text is not None else f"[resource: {block.uri}]")
+        elif isinstance(block, ImageContentBlock):
+            parts.append(f"[image: {block.alt_text or block.media_type or 'image'}]")
+        elif isinstance(block, AudioContentBlock):
+            parts.append(f"[audio: {block.media_type or 'audio'}]")
+        elif isinstance(block, ResourceLinkContentBlock):
+            label = block.title or block.name or block.uri
+            parts.append(f"[resource link: {label} <{block.uri}>]")
+    return "\n".join(parts)
+
+
+def _for_assistant(block: ContentBlock) -> bool:
+    """Whether the block's audience (MCP's annotations) takes in the assistant."""
+    annotations = getattr(block, "annotations", None)
+    audience = None if annotations is None else annotations.audience
+    return audience is None or "assistant" in audience
 
 
 def _text_of(blocks: Sequence[ContentBlock]) -> str:

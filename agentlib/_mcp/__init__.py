@@ -1,0 +1,1 @@
+"""MCP servers as tool sources: their declarations, connections and results."""
