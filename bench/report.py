@@ -13,7 +13,10 @@ Runs, each in a process of its own (``turns.py`` and ``memory.py``, which start 
 - ``turns.py --mode long`` and ``--mode long_sqlite``: turns 1-100 and the last 100 of one
   10,000-turn session, in memory and on SQLite;
 - ``memory.py all``: a held session, a parked turn, 100,000 durable sessions (and the peers'
-  held and inflight, with ``--peers``).
+  held and inflight, with ``--peers``);
+- ``mcp.py``: an MCP tool call through a turn beside the same call through the SDK's bare
+  client session, and the server's ``tools/list`` requests per 100 model steps (needs the
+  ``mcp`` extra).
 
 Prints the table (figure, agentlib, best peer or reference, ratio, target, met?), notes on
 how the figures were made, then every JSON line the benchmarks printed. ``--quick`` runs
@@ -43,6 +46,7 @@ SIZES = {
     "long": (10_000, 1000),
     "long_sqlite": (10_000, 300),
     "memory": (None, 1000),  # None: memory.py's own (10,000 sessions or turns; 100,000 durable)
+    "mcp": (500, 50),
 }
 #: Durable sessions: RSS is flat if it grows by no more than this after the first tenth.
 FLAT = 0.05
@@ -62,6 +66,7 @@ def steps(quick: bool, peers: str | None) -> list[list[str]]:
         [*turns, "long", size("long")],
         [*turns, "long_sqlite", size("long_sqlite")],
         [*memory, *memory_n, *with_peers],
+        [sys.executable, str(HERE / "mcp.py"), size("mcp")],
     ]
 
 
@@ -258,6 +263,43 @@ class Table:
             note += f" {mine['note'][0].upper()}{mine['note'][1:]}."
         self.notes.append(note)
 
+    def mcp(self) -> None:
+        figure, target = (
+            "MCP tool call through a turn, over the SDK's bare call (median)",
+            "≤ +1 ms",
+        )
+        mine = self.find("agentlib", "mcp_call")
+        if mine is None:
+            self.missing(figure, target)
+        else:
+            self.row(
+                figure,
+                number(mine["in_turn_us"], "µs"),
+                f"bare ClientSession.call_tool {number(mine['bare_us_median'], 'µs')}",
+                f"{mine['overhead_us']:+,.0f} µs",
+                target,
+                met(mine["overhead_us"] <= 1000),
+            )
+            self.notes.append(
+                f"MCP call in a turn: a turn calling the stdio server's tool "
+                f"({number(mine['turn_us_median'], 'µs')}) less the same turn calling a local "
+                f"tool ({number(mine['turn_local_us_median'], 'µs')}), medians of "
+                f"{mine['n']:,} each, in blocks alternating with the bare calls."
+            )
+        figure, target = "MCP tools/list requests per 100 model steps", "≤ 1"
+        lists = self.find("agentlib", "mcp_lists")
+        if lists is None:
+            self.missing(figure, target)
+            return
+        self.row(
+            f"{figure} ({lists['model_steps']:,} steps)",
+            f"{lists['lists_per_100_steps']:.2f}",
+            "—",
+            f"{lists['lists']} in all",
+            target,
+            met(lists["lists_per_100_steps"] <= 1),
+        )
+
     def markdown(self) -> str:
         header = ("Figure", "agentlib", "Best peer / reference", "Ratio", "Target", "Met?")
         lines = [header, ("---",) * len(header), *self.rows]
@@ -307,6 +349,7 @@ def main() -> int:
     table.handoffs()
     table.long("long", "In-memory")
     table.long("long_sqlite", "SQLite")
+    table.mcp()
     print(table.markdown())
     print()
     print(environment(lines, args.quick))
