@@ -1183,16 +1183,27 @@ def sources_to_sign_in(
 
 
 def open_sign_in(
-    sessions: Sessions, session_id: str, turn_id: str, sources: tuple[str, ...]
+    sessions: Sessions,
+    session_id: str,
+    turn_id: str,
+    sources: tuple[str, ...],
+    authorization_urls: Mapping[str, str] | None = None,
 ) -> tuple[str, Facts]:
     """The turn's sign-in callback: one a runtime before this one opened and left open, or
-    a new one for ``sources``."""
+    a new one for ``sources`` (with the ``authorization_urls`` of those that have one)."""
     session = sessions[session_id]
     for state in session.callbacks.values():
         callback = state.callback
         if state.open and isinstance(callback, OpenSignIn) and callback.turn_id == turn_id:
             return callback.id, Facts(sessions)
-    return open_callback(sessions, session_id, turn_id, OpenSignIn, sources=sources)
+    return open_callback(
+        sessions,
+        session_id,
+        turn_id,
+        OpenSignIn,
+        sources=sources,
+        authorization_urls=authorization_urls or {},
+    )
 
 
 def open_callback(
