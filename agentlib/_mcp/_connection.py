@@ -27,6 +27,7 @@ import attrs
 import trio
 
 from .._tools import Tool, ToolOutput
+from ._oauth import OAuthSignIn, sign_in_tool
 from ._results import tool_of, tool_output
 from ._servers import MCPServer, RemoteMCP, StdioMCP, redacted_url
 
@@ -43,6 +44,7 @@ class MCPCallError(Exception):
 class _State(enum.Enum):
     IDLE = "idle"  # no owner task yet, or the last one ended unavailable
     CONNECTING = "connecting"
+    SIGNING_IN = "signing in"  # connecting, its OAuth flow waiting for the user's code
     READY = "ready"
     CLOSED = "closed"
 
@@ -104,11 +106,14 @@ class MCPConnection:
     _retry: list[_Call] = attrs.field(factory=list)
     _nursery: trio.Nursery | None = None
     _session: Any = None
+    _oauth: OAuthSignIn | None = None
     _send: trio.MemorySendChannel[_Call] = attrs.field(init=False)
     _receive: trio.MemoryReceiveChannel[_Call] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self._send, self._receive = trio.open_memory_channel[_Call](math.inf)
+        if isinstance(self.server, RemoteMCP) and self.server.oauth is not None:
+            self._oauth = OAuthSignIn(self.name, self.server.oauth, on_url=self._asked_to_sign_in)
 
     # -- what turns ask -----------------------------------------------------------------------
 
@@ -158,6 +163,59 @@ class MCPConnection:
         if request.error is not None:
             raise request.error
         return tool_output(request.result)
+
+    async def sign_in(self, redirect: str) -> ToolOutput:
+        """Finish the sign-in under way with ``redirect``, the address the authorization
+        server sent the browser to; what the model is told of it."""
+        oauth = self._oauth
+        if self._state is _State.READY:
+            return _told(f"The session is signed in to the MCP server {self.name} already.")
+        if oauth is None or self._state is not _State.SIGNING_IN:
+            return _told(
+                f"The sign-in to the MCP server {self.name} failed: it is not waiting for one "
+                f"now. Call {self.name}.sign_in again to get a new sign-in link.",
+                error=True,
+            )
+        problem = oauth.answer(redirect)
+        if problem is not None:
+            return _told(
+                f"The sign-in to the MCP server {self.name} failed: {problem}. Call "
+                f"{self.name}.sign_in again to ask the user once more.",
+                error=True,
+            )
+        self._state = _State.CONNECTING
+        self._ready = trio.Event()
+        timeout = self.server.connect_timeout
+        with trio.move_on_after(timeout):
+            await self._ready.wait()
+        if self._state is _State.CONNECTING:
+            return _told(
+                f"The sign-in to the MCP server {self.name} is not finished: the server did "
+                f"not answer within {timeout:g} s. Its tools come with a later step once it does.",
+                error=True,
+            )
+        if self._state is not _State.READY:
+            return _told(
+                f"The sign-in to the MCP server {self.name} failed: {self._listing.unavailable}. "
+                f"Call {self.name}.sign_in again to get a new sign-in link.",
+                error=True,
+            )
+        names = ", ".join(tool.name for tool in self._listing.tools) or "none"
+        return _told(
+            f"The user signed in to the MCP server {self.name}. Its tools are now yours: {names}."
+        )
+
+    def _asked_to_sign_in(self, authorization_url: str) -> bool:
+        """The SDK's OAuth flow made ``authorization_url``: while connecting, the model
+        gets the stand-in tool that asks the user to open it, and the connection waits
+        for the answer; later in a session, the request fails."""
+        if self._state is not _State.CONNECTING:
+            return False
+        self._state = _State.SIGNING_IN
+        tool = sign_in_tool(self.name, authorization_url, self.sign_in)
+        self._listing = Listing(tools=(tool,))
+        self._ready.set()
+        return True
 
     async def aclose(self) -> None:
         """Close the connection (stopping a stdio server's process) and wait until it is."""
@@ -216,7 +274,11 @@ class MCPConnection:
             with trio.CancelScope():
                 async with (
                     self._transport() as (read, write),
-                    ClientSession(read, write, message_handler=self._on_message) as session,
+                    ClientSession(
+                        read,
+                        write,
+                        message_handler=self._on_message,
+                    ) as session,
                 ):
                     started = await session.initialize()
                     async with trio.open_nursery() as nursery:
@@ -281,6 +343,7 @@ class MCPConnection:
         client = httpx2.AsyncClient(
             headers=server.request_headers(),
             timeout=httpx2.Timeout(30.0, read=300.0),
+            auth=None if self._oauth is None else self._oauth.provider(server.url),
         )
         async with client, streamable_http_client(server.url, http_client=client) as streams:
             yield streams
@@ -395,6 +458,12 @@ class MCPConnection:
 
 #: The SDK's error code for a request whose connection closed (mcp.types.CONNECTION_CLOSED).
 _CONNECTION_CLOSED = -32000
+
+
+def _told(text: str, *, error: bool = False) -> ToolOutput:
+    from .._content import TextContentBlock
+
+    return ToolOutput(content=(TextContentBlock(text=text),), is_error=error)
 
 
 def _session_terminated(error: Any) -> bool:

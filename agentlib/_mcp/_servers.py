@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from ._oauth import MCPOAuth
+
 __all__ = [
     "MCPServer",
     "RemoteMCP",
@@ -44,6 +46,14 @@ def _names(value: object) -> tuple[str, ...] | None:
         if not isinstance(name, str):
             raise TypeError(f"tool names are strings, not {name!r}")
     return names
+
+
+def _oauth(value: object) -> MCPOAuth | None:
+    if value is True:
+        return MCPOAuth()
+    if value is not None and not isinstance(value, MCPOAuth):
+        raise TypeError(f"oauth is an MCPOAuth(...) or None, not {type(value).__name__}")
+    return value
 
 
 def _denied(value: object) -> tuple[str, ...]:
@@ -142,6 +152,10 @@ class RemoteMCP(_Filters):
             defaults to true).
         connect_timeout: How long, in seconds, the server has to connect and list its
             tools; past it, it is unavailable for the turn.
+        oauth: How a session signs in to the server when it asks for OAuth (a 401 with
+            its resource metadata): an :class:`MCPOAuth`, or ``True`` for the defaults.
+            Each session then has a connection of its own, and signs in through an
+            ``OpenSignIn``; None: the server's 401 leaves it unavailable.
 
     Raises:
         ImportError: The ``mcp`` extra is not installed (``pip install 'agentlib[mcp]'``).
@@ -153,6 +167,7 @@ class RemoteMCP(_Filters):
     auth_header_env_vars: tuple[tuple[str, str], ...] = attrs.field(
         default=None, converter=_env_vars
     )
+    oauth: MCPOAuth | None = attrs.field(default=None, converter=_oauth)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -166,7 +181,8 @@ class RemoteMCP(_Filters):
     def __repr__(self) -> str:
         headers = ", ".join(name for name, _ in self.headers)
         env = ", ".join(f"{name}={var}" for name, var in self.auth_header_env_vars)
-        return f"RemoteMCP(url={redacted_url(self.url)!r}, headers=[{headers}], env=[{env}])"
+        oauth = "" if self.oauth is None else f", oauth={self.oauth!r}"
+        return f"RemoteMCP(url={redacted_url(self.url)!r}, headers=[{headers}], env=[{env}]{oauth})"
 
     def request_headers(self) -> dict[str, str]:
         """The headers to send, with the values of ``auth_header_env_vars`` read now.
