@@ -6,13 +6,13 @@ an authorization server that approves at once, and the MCP server that trusts it
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import trio
-from _oauth_support import OAuthServers, oauth_servers
+from _oauth_support import OAuthServers, oauth_servers, stdio_command
 from _support import Recorder, call_tool, only_callback, settled
 
 import agentlib
@@ -25,6 +25,7 @@ from agentlib import (
     RemoteMCP,
     ScriptedModel,
     SignInAnswer,
+    StdioMCP,
     ToolResultEntry,
 )
 
@@ -125,3 +126,57 @@ async def test_answering_with_the_redirect_signs_in_and_the_next_step_has_the_to
     assert "docs.sign_in" not in offered(after_sign_in.requests[0])
     assert results(after_call.requests[0])[-1].text == "you are alice"
     assert servers.counters()["token"] == 1
+
+
+# --- elicitation --------------------------------------------------------------------------
+
+
+async def elicited(server: agentlib.MCPServer, tool: str) -> ToolResultEntry:
+    """The result the model gets of one call of the server's ``tool``."""
+    recorder = Recorder()
+    agent = Agent("a", model=ScriptedModel([call_tool(f"t.{tool}"), recorder]), mcps={"t": server})
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime():
+            session = await agent.start_session()
+            record = await session.run("go")
+    assert isinstance(record, Completed), record
+    return results(recorder.requests[0])[-1]
+
+
+async def test_a_form_elicitation_goes_to_the_servers_handler() -> None:
+    asked: list[tuple[str, Any]] = []
+
+    async def handler(message: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        asked.append((message, schema))
+        return {"colour": "blue"}
+
+    server = StdioMCP(command=stdio_command(), elicitation_handler=handler)
+    result = await elicited(server, "favourite_colour")
+    assert result.text == "the favourite colour is blue"
+    ((message, schema),) = asked
+    assert message == "What is your favourite colour?"
+    assert schema["properties"]["colour"]["type"] == "string"
+
+
+async def test_a_sync_handler_returning_none_declines_the_form() -> None:
+    def handler(message: str, schema: Mapping[str, Any]) -> None:
+        return None
+
+    server = StdioMCP(command=stdio_command(), elicitation_handler=handler)
+    result = await elicited(server, "favourite_colour")
+    assert result.text == "no colour: the client answered decline"
+
+
+async def test_a_form_elicitation_without_a_handler_is_declined() -> None:
+    result = await elicited(StdioMCP(command=stdio_command()), "favourite_colour")
+    assert result.text == "no colour: the client answered decline"
+
+
+async def test_a_handler_that_raises_fails_the_elicitation_without_its_message() -> None:
+    def handler(message: str, schema: Mapping[str, Any]) -> None:
+        raise RuntimeError("the handler's own words")
+
+    server = StdioMCP(command=stdio_command(), elicitation_handler=handler)
+    result = await elicited(server, "favourite_colour")
+    assert result.is_error
+    assert "the handler's own words" not in result.text

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import inspect
 import math
 import os
 import sys
@@ -278,6 +279,7 @@ class MCPConnection:
                         read,
                         write,
                         message_handler=self._on_message,
+                        elicitation_callback=self._elicit,
                     ) as session,
                 ):
                     started = await session.initialize()
@@ -390,6 +392,31 @@ class MCPConnection:
         finally:
             self._refreshing = None
             refreshed.set()
+
+    async def _elicit(self, context: Any, params: Any) -> Any:
+        """A server's elicitation during a call: a form goes to the declaration's handler,
+        if it has one; everything else is declined."""
+        from mcp.types import ElicitResult, ErrorData
+
+        handler = self.server.elicitation_handler
+        if handler is None or getattr(params, "mode", "form") != "form":
+            return ElicitResult(action="decline")
+        schema = dict(params.requested_schema)
+        try:
+            if inspect.iscoroutinefunction(handler):
+                content = await handler(params.message, schema)
+            else:
+                content = await trio.to_thread.run_sync(handler, params.message, schema)
+                if inspect.isawaitable(content):
+                    content = await content
+        except Exception as error:
+            return ErrorData(
+                code=-32603,
+                message=f"the client's elicitation handler failed: {type(error).__name__}",
+            )
+        if content is None:
+            return ElicitResult(action="decline")
+        return ElicitResult(action="accept", content=dict(content))
 
     async def _dispatch(self, session: Any, nursery: trio.Nursery) -> None:
         async for request in self._receive:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal, Union
 from urllib.parse import urlsplit
 
@@ -14,6 +14,7 @@ import attrs
 from ._oauth import MCPOAuth
 
 __all__ = [
+    "ElicitationHandler",
     "MCPServer",
     "RemoteMCP",
     "StdioMCP",
@@ -46,6 +47,23 @@ def _names(value: object) -> tuple[str, ...] | None:
         if not isinstance(name, str):
             raise TypeError(f"tool names are strings, not {name!r}")
     return names
+
+
+#: What answers a server's form elicitation: called with its message and the JSON schema of
+#: what it asks; returns the content (a dict matching the schema), or None to decline.
+ElicitationHandler = Callable[
+    [str, Mapping[str, Any]],
+    Union[Mapping[str, Any], Awaitable[Union[Mapping[str, Any], None]], None],
+]
+
+
+def _handler(value: object) -> ElicitationHandler | None:
+    if value is not None and not callable(value):
+        raise TypeError(
+            "elicitation_handler is a function of the message and the schema, not "
+            + type(value).__name__
+        )
+    return value
 
 
 def _oauth(value: object) -> MCPOAuth | None:
@@ -112,6 +130,9 @@ class _Filters:
         default=False, converter=_approval
     )
     connect_timeout: float = 30.0
+    elicitation_handler: ElicitationHandler | None = attrs.field(
+        default=None, converter=_handler, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         check_mcp_installed()
@@ -156,6 +177,9 @@ class RemoteMCP(_Filters):
             its resource metadata): an :class:`MCPOAuth`, or ``True`` for the defaults.
             Each session then has a connection of its own, and signs in through an
             ``OpenSignIn``; None: the server's 401 leaves it unavailable.
+        elicitation_handler: What answers the server's form elicitations during a call:
+            ``handler(message, schema)``, sync or async, returns the content or None to
+            decline. Without one, they are declined.
 
     Raises:
         ImportError: The ``mcp`` extra is not installed (``pip install 'agentlib[mcp]'``).
@@ -237,6 +261,8 @@ class StdioMCP(_Filters):
             ``"destructive"`` (see :class:`RemoteMCP`).
         connect_timeout: How long, in seconds, the server has to start and list its
             tools; past it, it is unavailable for the turn.
+        elicitation_handler: What answers the server's form elicitations
+            (see :class:`RemoteMCP`).
 
     Raises:
         ImportError: The ``mcp`` extra is not installed (``pip install 'agentlib[mcp]'``).
