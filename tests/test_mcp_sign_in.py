@@ -6,19 +6,22 @@ an authorization server that approves at once, and the MCP server that trusts it
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import trio
 from _oauth_support import OAuthServers, oauth_servers, stdio_command
-from _support import Recorder, call_tool, only_callback, settled
+from _support import Recorder, call_tool, only_callback, settled, user_texts
 
 import agentlib
 from agentlib import (
     Agent,
     Completed,
+    FunctionModel,
     MCPOAuth,
     ModelRequest,
     OpenSignIn,
@@ -53,12 +56,33 @@ def offered(request: ModelRequest) -> list[str]:
     return [tool.name for tool in request.tools]
 
 
+def whoami_model(requests: list[ModelRequest] | None = None) -> FunctionModel:
+    """A model that asks who the user is: the user's message names them. Without the
+    server's tools, it signs in first (again, if that failed); it answers with the result.
+    Its ``requests`` are kept in the list given."""
+
+    def step(request: ModelRequest) -> Any:
+        if requests is not None:
+            requests.append(request)
+        last = request.entries[-1]
+        if isinstance(last, ToolResultEntry):
+            if last.name == "docs.sign_in" and last.is_error:
+                return call_tool("docs.sign_in")
+            if last.name == "docs.whoami":
+                return f"done: {last.text}"
+        if "docs.whoami" in offered(request):
+            return call_tool("docs.whoami", user=user_texts(request)[-1])
+        return call_tool("docs.sign_in")
+
+    return FunctionModel(step)
+
+
 async def signed_in_turn(
     session: agentlib.Session, servers: OAuthServers, user: str = "alice"
 ) -> agentlib.TurnState[Any]:
     """Run a turn whose model signs in first: open the URL as ``user``, answer with the
     redirect, and return how the turn ends."""
-    blocked = await session.run("go")
+    blocked = await session.run(user)
     sign_in = only_callback(blocked, OpenSignIn)
     redirect = await servers.sign_in(sign_in.authorization_urls["docs"], user)
     turn = session.turn(blocked.turn_id)
@@ -180,3 +204,153 @@ async def test_a_handler_that_raises_fails_the_elicitation_without_its_message()
     result = await elicited(server, "favourite_colour")
     assert result.is_error
     assert "the handler's own words" not in result.text
+
+
+# --- sessions, each with its own sign-in ----------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_ten_sessions_call_with_their_own_users_tokens(servers: OAuthServers) -> None:
+    agent = Agent("a", model=whoami_model(), mcps=docs(servers))
+    users = [f"user{number}" for number in range(10)]
+    ended: dict[str, agentlib.TurnState[Any]] = {}
+    again: dict[str, agentlib.TurnState[Any]] = {}
+
+    async def one(user: str) -> None:
+        session = await agent.start_session()
+        ended[user] = await signed_in_turn(session, servers, user)
+        again[user] = await session.run(user)  # signed in: no sign-in this time
+
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime(), trio.open_nursery() as nursery:
+            for user in users:
+                nursery.start_soon(one, user)
+    for user in users:
+        # The server fails a call whose token is not the user's.
+        for record in (ended[user], again[user]):
+            assert isinstance(record, Completed), record
+            assert record.text == f"done: you are {user}"
+    assert servers.counters() == {"register": 10, "authorize": 10, "token": 10}
+    assert len(set(servers.tokens())) == 20  # an access and a refresh token each
+
+
+# --- credentials stay in memory -----------------------------------------------------------
+
+
+async def test_no_token_or_code_reaches_the_store_events_reprs_or_logs(
+    servers: OAuthServers, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    agent = Agent("a", model=whoami_model(), mcps=docs(servers))
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime(f"sqlite:///{tmp_path / 's.db'}") as runtime:
+            session = await agent.start_session()
+            blocked = await session.run("alice")
+            sign_in = only_callback(blocked, OpenSignIn)
+            redirect = await servers.sign_in(sign_in.authorization_urls["docs"], "alice")
+            turn = session.turn(blocked.turn_id)
+            answer = SignInAnswer(credentials={"docs": redirect})
+            await turn.answer(sign_in.id, answer)
+            record = await settled(turn)
+            events = [event async for event in turn.iter_events()]
+            shown = repr((runtime, session, turn, answer, agent, agent.mcps))
+    assert isinstance(record, Completed), record
+    assert record.text == "done: you are alice"
+    code = parse_qs(urlsplit(redirect).query)["code"][0]
+    secrets = [code, *servers.tokens()]
+    assert len(secrets) == 3
+    # What the test's own browser logged (plain httpx) is not the runtime's.
+    logged = [
+        caplog.handler.format(line)
+        for line in caplog.records
+        if line.name.split(".")[0] not in ("httpx", "httpcore")
+    ]
+    assert {line.name.split(".")[0] for line in caplog.records} >= {"mcp", "httpx2"}
+    seen = [repr(events), repr(record), shown, *logged]
+    files = [path.read_bytes() for path in tmp_path.iterdir() if path.name.startswith("s.db")]
+    assert files
+    for secret in secrets:
+        assert not any(secret in text for text in seen)
+        assert not any(secret.encode() in data for data in files)
+
+
+async def test_after_a_restart_the_next_call_asks_to_sign_in_again(
+    servers: OAuthServers, tmp_path: Path
+) -> None:
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime(store):
+            session = await Agent("a", model=whoami_model(), mcps=docs(servers)).start_session()
+            record = await signed_in_turn(session, servers)
+            assert isinstance(record, Completed), record
+        async with agentlib.open_runtime(store):
+            agent = Agent("a", model=whoami_model(), mcps=docs(servers))
+            again = agent.session(session.id)
+            blocked = await again.run("alice")
+            sign_in = only_callback(blocked, OpenSignIn)
+            assert sign_in.sources == ("docs",)
+    assert servers.counters()["authorize"] == 1  # the second URL was never opened
+
+
+async def test_a_sign_in_blocked_across_a_restart_fails_then_asks_again(
+    servers: OAuthServers, tmp_path: Path
+) -> None:
+    """The runtime that made the authorization URL is gone, and its flow with it: the
+    answer to that URL fails, and the model's next call asks with a new URL."""
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime(store):
+            session = await Agent("a", model=whoami_model(), mcps=docs(servers)).start_session()
+            blocked = await session.run("alice")
+            first = only_callback(blocked, OpenSignIn)
+        redirect = await servers.sign_in(first.authorization_urls["docs"])
+        async with agentlib.open_runtime(store):
+            requests: list[ModelRequest] = []
+            agent = Agent("a", model=whoami_model(requests), mcps=docs(servers))
+            turn = agent.session(session.id).turn(blocked.turn_id)
+            assert only_callback(await turn.get(), OpenSignIn) == first
+            await turn.answer(first.id, SignInAnswer(credentials={"docs": redirect}))
+            asked = await settled(turn, after=blocked)
+            second = only_callback(asked, OpenSignIn)
+            assert second.id != first.id
+            url = second.authorization_urls["docs"]
+            assert url != first.authorization_urls["docs"]
+            redirect = await servers.sign_in(url)
+            await turn.answer(second.id, SignInAnswer(credentials={"docs": redirect}))
+            record = await settled(turn, after=asked)
+    assert isinstance(record, Completed), record
+    assert record.text == "done: you are alice"
+    failed = [e for e in results(requests[-1]) if e.is_error]
+    assert [entry.text for entry in failed] == [
+        "The sign-in to the MCP server docs failed: the answer is for another sign-in link "
+        "than the last one given. Call docs.sign_in again to ask the user once more."
+    ]
+
+
+async def test_a_wrong_code_fails_the_sign_in_and_the_next_call_asks_again(
+    servers: OAuthServers,
+) -> None:
+    requests: list[ModelRequest] = []
+    agent = Agent("a", model=whoami_model(requests), mcps=docs(servers))
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime():
+            session = await agent.start_session()
+            blocked = await session.run("alice")
+            first = only_callback(blocked, OpenSignIn)
+            redirect = await servers.sign_in(first.authorization_urls["docs"])
+            code = parse_qs(urlsplit(redirect).query)["code"][0]
+            wrong = redirect.replace(code, "not-the-code")
+            turn = session.turn(blocked.turn_id)
+            await turn.answer(first.id, SignInAnswer(credentials={"docs": wrong}))
+            asked = await settled(turn, after=blocked)
+            second = only_callback(asked, OpenSignIn)
+            assert second.authorization_urls["docs"] != first.authorization_urls["docs"]
+            redirect = await servers.sign_in(second.authorization_urls["docs"])
+            await turn.answer(second.id, SignInAnswer(credentials={"docs": redirect}))
+            record = await settled(turn, after=asked)
+    assert isinstance(record, Completed), record
+    assert record.text == "done: you are alice"
+    (failed,) = [e for e in results(requests[-1]) if e.is_error]
+    assert failed.text.startswith("The sign-in to the MCP server docs failed: ")
+    assert "not-the-code" not in failed.text
+    assert failed.text.endswith("Call docs.sign_in again to get a new sign-in link.")
