@@ -354,3 +354,64 @@ async def test_a_wrong_code_fails_the_sign_in_and_the_next_call_asks_again(
     assert failed.text.startswith("The sign-in to the MCP server docs failed: ")
     assert "not-the-code" not in failed.text
     assert failed.text.endswith("Call docs.sign_in again to get a new sign-in link.")
+
+
+async def test_a_url_elicitation_opens_a_sign_in_the_call_waits_on() -> None:
+    recorder = Recorder()
+    steps = [call_tool("t.connect_account"), recorder]
+    server = StdioMCP(command=stdio_command())
+    agent = Agent("a", model=ScriptedModel(steps), mcps={"t": server})
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime():
+            session = await agent.start_session()
+            blocked = await session.run("go")
+            sign_in = only_callback(blocked, OpenSignIn)
+            assert sign_in.sources == ("t",)
+            assert sign_in.authorization_urls == {"t": "http://127.0.0.1:9/connect?account=1"}
+            turn = session.turn(blocked.turn_id)
+            await turn.answer(sign_in.id, SignInAnswer(credentials={"t": "opened"}))
+            record = await settled(turn, after=blocked)
+    assert isinstance(record, Completed), record
+    assert results(recorder.requests[0])[-1].text == "connect: accept"
+
+
+async def test_interrupting_a_call_waiting_on_a_url_elicitation_closes_its_sign_in() -> None:
+    server = StdioMCP(command=stdio_command())
+    agent = Agent("a", model=ScriptedModel([call_tool("t.connect_account")]), mcps={"t": server})
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime():
+            session = await agent.start_session()
+            blocked = await session.run("go")
+            only_callback(blocked, OpenSignIn)
+            turn = session.turn(blocked.turn_id)
+            await turn.interrupt()
+            record = await settled(turn)
+            events = [event async for event in turn.iter_events()]
+    assert isinstance(record, agentlib.Interrupted), record
+    (closed,) = [event for event in events if isinstance(event, agentlib.CallbackClosed)]
+    assert not closed.answered
+
+
+async def test_a_call_waiting_on_a_url_elicitation_has_an_unknown_outcome_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The call runs while it waits: a restart cuts it, as it cuts any running call, and
+    its sign-in closes unanswered."""
+    store = f"sqlite:///{tmp_path / 's.db'}"
+
+    def make_agent() -> Agent:
+        server = StdioMCP(command=stdio_command())
+        return Agent("a", model=ScriptedModel([call_tool("t.connect_account")]), mcps={"t": server})
+
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime(store):
+            session = await make_agent().start_session()
+            blocked = await session.run("go")
+            only_callback(blocked, OpenSignIn)
+        async with agentlib.open_runtime(store):
+            turn = make_agent().session(session.id).turn(blocked.turn_id)
+            record = await settled(turn, after=blocked)
+            events = [event async for event in turn.iter_events()]
+    assert isinstance(record, agentlib.UnknownOutcome), record
+    (closed,) = [event for event in events if isinstance(event, agentlib.CallbackClosed)]
+    assert not closed.answered

@@ -1440,6 +1440,10 @@ def restart(sessions: Sessions, root_id: str) -> tuple[Restart, Facts]:
             if step is None
             else [index for index, call in enumerate(step.calls) if _lost(call, unknown)]
         )
+        for index in lost:  # what a running call asked (an MCP server's URL) ended with it
+            callback_id = step.calls[index].callback if step is not None else None
+            if callback_id is not None and session.callbacks[callback_id].open:
+                facts.extend(close_callback(sessions, session.id, callback_id, answered=False))
         if step is None or (lost and not open_below(sessions, turn)):
             unknown.add(turn.id)
             _, more = end_turn(

@@ -28,7 +28,7 @@ from .._history import new_id
 from .._hooks import DenyToolCall, ModifiedArguments, RequestApproval
 from .._inputs import read_input
 from .._json import JSON_SCALARS, TOO_DEEP, json_problem, nesting_problem
-from .._mcp._connection import MCPCallError
+from .._mcp._connection import URL_ELICITATION, MCPCallError
 from .._mcp._oauth import SignInTool
 from .._models._base import ModelRequest, ToolCallRequest, ToolSchema
 from .._output import output_schema
@@ -540,9 +540,14 @@ async def _call_tool(turn: _Turn, index: int) -> ToolResultEntry:
         # Durable before it runs: after a crash, a call that may have run is never run again.
         turn.update(index, state=CallState.RUNNING)
         await turn.engine._flush(turn.live)  # raises if another runtime took the session over
+        # A server's URL elicitation during the call opens a sign-in the call waits on.
+        asking = URL_ELICITATION.set(
+            functools.partial(_ask_url, turn, index, tool.source) if tool.kind == "mcp" else None
+        )
         try:
             value = await tool.call(arguments)
         finally:
+            URL_ELICITATION.reset(asking)
             source = tool.source if isinstance(tool, SignInTool) else None
             if (
                 source is not None and source in turn.live.credentials
@@ -558,6 +563,26 @@ async def _call_tool(turn: _Turn, index: int) -> ToolResultEntry:
             raise _RaiseFromTool(MCPCallError(f"{entry.name} reported an error: {message}"))
         return _output_entry(entry, value)  # an error the tool reports keeps its blocks
     return _result_entry(entry, value)
+
+
+async def _ask_url(turn: _Turn, index: int, source: str | None, message: str, url: str) -> bool:
+    """Ask the user to open ``url`` for call ``index``, which runs (an MCP server's URL
+    elicitation): an ``OpenSignIn`` carrying it; whether it was answered."""
+    if source is None:
+        return False
+    states, session_id, turn_id = turn.engine._states, turn.live.id, turn.state.id
+    callback_id, facts = machine.open_callback(
+        states, session_id, turn_id, OpenSignIn, sources=(source,), authorization_urls={source: url}
+    )
+    turn.commit(facts)
+    turn.update(index, callback=callback_id)  # a restart closes it with the call (machine.restart)
+    try:
+        with turn.working():  # the call runs on: its turn cannot park and leave it
+            answered = await _wait(turn, callback_id)
+    finally:
+        if source in turn.live.credentials:  # what it was answered with means nothing more
+            turn.live.credentials = machine.without(turn.live.credentials, source)
+    return answered.phase is CallbackPhase.ANSWERED
 
 
 def _restored(turn: _Turn, index: int, kind: type[OpenApproval | OpenClientToolCall]) -> str | None:

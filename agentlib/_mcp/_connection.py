@@ -16,12 +16,13 @@ asks for it again.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import enum
 import inspect
 import math
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -32,10 +33,18 @@ from ._oauth import OAuthSignIn, sign_in_tool
 from ._results import tool_of, tool_output
 from ._servers import MCPServer, RemoteMCP, StdioMCP, redacted_url
 
-__all__ = ["Listing", "MCPCallError", "MCPConnection"]
+__all__ = ["URL_ELICITATION", "Listing", "MCPCallError", "MCPConnection"]
 
 #: How long the owner waits for a refreshed tool list before a step goes on with the last.
 REFRESH_WAIT = 10.0
+
+
+#: What a call asks the user with when the server sends it a URL elicitation: set by the turn
+#: around the call, called (in the turn's task) with the message and the URL; whether the
+#: user accepted to open it.
+URL_ELICITATION: contextvars.ContextVar[Callable[[str, str], Awaitable[bool]] | None] = (
+    contextvars.ContextVar("URL_ELICITATION", default=None)
+)
 
 
 class MCPCallError(Exception):
@@ -61,11 +70,24 @@ class Listing:
 
 
 @attrs.define(eq=False)
+class _Ask:
+    """A URL elicitation the server sent during a call, for the call's turn to ask."""
+
+    message: str
+    url: str
+    answered: trio.Event = attrs.field(factory=trio.Event)
+    accepted: bool = False
+
+
+@attrs.define(eq=False)
 class _Call:
     """One ``tools/call`` request, from a turn to the owner, with its reply."""
 
     tool: str
     arguments: dict[str, Any]
+    ask_url: Callable[[str, str], Awaitable[bool]] | None = None
+    asks: list[_Ask] = attrs.field(factory=list)
+    woken: trio.Event = attrs.field(factory=trio.Event)  # a reply, or an ask
     done: trio.Event = attrs.field(factory=trio.Event)
     cancelled: bool = False
     attempt: trio.CancelScope | None = None  # the scope the owner sends it in
@@ -78,11 +100,36 @@ class _Call:
         self.cancelled = True
         if self.attempt is not None:
             self.attempt.cancel()
+        for ask in self.asks:
+            ask.answered.set()
 
     def reply(self, result: Any = None, error: BaseException | None = None) -> None:
         if not self.done.is_set():
             self.result, self.error = result, error
             self.done.set()
+            self.woken.set()
+
+    async def ask(self, message: str, url: str) -> bool:
+        """Have the call's turn ask the user to open ``url``; whether they accepted."""
+        if self.ask_url is None or self.cancelled:
+            return False
+        ask = _Ask(message, url)
+        self.asks.append(ask)
+        self.woken.set()
+        await ask.answered.wait()
+        return ask.accepted
+
+    async def wait(self) -> None:
+        """Wait for the reply, asking the user what the server asks meanwhile."""
+        while not self.done.is_set():
+            await self.woken.wait()
+            self.woken = trio.Event()
+            while self.asks and self.ask_url is not None:
+                ask = self.asks.pop(0)
+                try:
+                    ask.accepted = await self.ask_url(ask.message, ask.url)
+                finally:
+                    ask.answered.set()
 
 
 class _SessionLost(Exception):
@@ -108,6 +155,7 @@ class MCPConnection:
     _nursery: trio.Nursery | None = None
     _session: Any = None
     _oauth: OAuthSignIn | None = None
+    _in_flight: set[_Call] = attrs.field(factory=set)  # the calls sent, not yet answered
     _send: trio.MemorySendChannel[_Call] = attrs.field(init=False)
     _receive: trio.MemoryReceiveChannel[_Call] = attrs.field(init=False)
 
@@ -154,10 +202,10 @@ class MCPConnection:
             raise MCPCallError(
                 f"the MCP server {self.name} is unavailable: {self._listing.unavailable}"
             )
-        request = _Call(tool, arguments)
+        request = _Call(tool, arguments, ask_url=URL_ELICITATION.get())
         self._send.send_nowait(request)
         try:
-            await request.done.wait()
+            await request.wait()
         except BaseException:
             request.cancel()  # in the owner's task, the SDK then tells the server
             raise
@@ -395,9 +443,18 @@ class MCPConnection:
 
     async def _elicit(self, context: Any, params: Any) -> Any:
         """A server's elicitation during a call: a form goes to the declaration's handler,
-        if it has one; everything else is declined."""
+        if it has one, else is declined; a URL goes to the call's turn, which asks the user
+        to open it (:data:`URL_ELICITATION`)."""
         from mcp.types import ElicitResult, ErrorData
 
+        if getattr(params, "mode", "form") == "url":
+            # Only a call of its own asks: with several under way, none knows it is its.
+            calls = self._in_flight
+            if len(calls) != 1:
+                return ElicitResult(action="decline")
+            (call,) = calls
+            accepted = await call.ask(params.message, params.url)
+            return ElicitResult(action="accept" if accepted else "decline")
         handler = self.server.elicitation_handler
         if handler is None or getattr(params, "mode", "form") != "form":
             return ElicitResult(action="decline")
@@ -428,6 +485,7 @@ class MCPConnection:
         request.attempt = attempt = trio.CancelScope()
         if request.cancelled:
             attempt.cancel()
+        self._in_flight.add(request)
         try:
             with attempt:
                 try:
@@ -452,6 +510,7 @@ class MCPConnection:
                     return
                 request.reply(result)
         finally:
+            self._in_flight.discard(request)
             if request not in self._retry:
                 request.reply(
                     error=MCPCallError(
