@@ -9,7 +9,8 @@ serves the same tools without sign-in over stdin and stdout.
 The authorization server approves every request at once: ``/authorize`` redirects to the
 client's redirect URI with a code, for the user named by the ``login_hint`` query parameter
 (default ``alice``). ``GET /debug/tokens`` lists the access and refresh tokens it issued, and
-``GET /debug/counters`` how many registrations, authorizations and token requests it saw.
+``GET /debug/counters`` how many registrations, authorizations and token requests it saw;
+``POST /debug/revoke`` revokes every token it issued.
 
 The tools: ``whoami(user)`` fails unless the call's token is one issued to ``user`` for
 this server, and answers with the user's name; ``favourite_colour()`` asks the client for a
@@ -193,7 +194,16 @@ def authorization_server(issuer: str, state: Authorizations) -> Starlette:
     async def counters(request: Request) -> JSONResponse:
         return JSONResponse(state.counters)
 
-    routes += [Route("/debug/tokens", tokens), Route("/debug/counters", counters)]
+    async def revoke(request: Request) -> JSONResponse:
+        state.access.clear()
+        state.refresh.clear()
+        return JSONResponse({})
+
+    routes += [
+        Route("/debug/tokens", tokens),
+        Route("/debug/counters", counters),
+        Route("/debug/revoke", revoke, methods=["POST"]),
+    ]
     app = Starlette(routes=routes)
     app.add_middleware(LoginHint)
     return app

@@ -44,6 +44,10 @@ class OAuthServers:
         counted: dict[str, int] = httpx.get(f"{self.issuer}/debug/counters").json()
         return counted
 
+    def revoke(self) -> None:
+        """Revoke every token the authorization server issued."""
+        httpx.post(f"{self.issuer}/debug/revoke").raise_for_status()
+
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)

@@ -415,3 +415,23 @@ async def test_a_call_waiting_on_a_url_elicitation_has_an_unknown_outcome_after_
     assert isinstance(record, agentlib.UnknownOutcome), record
     (closed,) = [event for event in events if isinstance(event, agentlib.CallbackClosed)]
     assert not closed.answered
+
+
+async def test_tokens_the_server_no_longer_takes_fail_the_call_and_the_next_turn_signs_in(
+    servers: OAuthServers,
+) -> None:
+    agent = Agent("a", model=whoami_model(), mcps=docs(servers))
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime():
+            session = await agent.start_session()
+            record = await signed_in_turn(session, servers)
+            assert isinstance(record, Completed), record
+            servers.revoke()
+            refused = await session.run("alice")
+            assert isinstance(refused, Completed), refused
+            assert refused.text.startswith("done: ")
+            assert "you are alice" not in refused.text
+            asked = await session.run("alice")
+    sign_in = only_callback(asked, OpenSignIn)
+    assert sign_in.sources == ("docs",)
+    assert sign_in.authorization_urls["docs"].startswith(f"{servers.issuer}/authorize?")

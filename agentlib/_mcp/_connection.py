@@ -257,8 +257,11 @@ class MCPConnection:
     def _asked_to_sign_in(self, authorization_url: str) -> bool:
         """The SDK's OAuth flow made ``authorization_url``: while connecting, the model
         gets the stand-in tool that asks the user to open it, and the connection waits
-        for the answer; later in a session, the request fails."""
-        if self._state is not _State.CONNECTING:
+        for the answer. Later (the server no longer takes the session's tokens), the
+        request fails, and the connection opens again, to sign in."""
+        if self._state is _State.READY:
+            self._session_lost()
+        if self._state is not _State.CONNECTING or self._nursery is not None:
             return False
         self._state = _State.SIGNING_IN
         tool = sign_in_tool(self.name, authorization_url, self.sign_in)
