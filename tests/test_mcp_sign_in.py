@@ -435,3 +435,16 @@ async def test_tokens_the_server_no_longer_takes_fail_the_call_and_the_next_turn
     sign_in = only_callback(asked, OpenSignIn)
     assert sign_in.sources == ("docs",)
     assert sign_in.authorization_urls["docs"].startswith(f"{servers.issuer}/authorize?")
+
+
+async def test_a_remote_reference_signs_in_to_a_served_agents_server(
+    servers: OAuthServers, tmp_path: Path
+) -> None:
+    agent = Agent("served", model=whoami_model(), mcps=docs(servers))
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    with trio.fail_after(DEADLINE):
+        async with agentlib.serve([agent], store=store, port=0) as served:
+            session = await Agent.load_from(served.url, "served").start_session()
+            record = await signed_in_turn(session, servers)
+    assert isinstance(record, Completed), record
+    assert record.text == "done: you are alice"
