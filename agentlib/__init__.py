@@ -80,6 +80,7 @@ from ._http._client import RemoteAgent as RemoteAgent
 from ._http._serve import serve as serve
 from ._inputs import Depends as Depends
 from ._inputs import SessionInput as SessionInput
+from ._mcp._oauth import MCPOAuth as MCPOAuth
 from ._mcp._servers import RemoteMCP as RemoteMCP
 from ._mcp._servers import StdioMCP as StdioMCP
 from ._models._base import Model as Model
@@ -165,6 +166,7 @@ __all__ = [
     "KeepCallbackOpen",
     "LeaseLost",
     "LeaseRefused",
+    "MCPOAuth",
     "MaxStepsExceeded",
     "MemoryStore",
     "MessageEntry",

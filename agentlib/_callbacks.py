@@ -71,6 +71,10 @@ class OpenClientToolCall:
     arguments: Any = json_field()
 
 
+def _frozen_mapping(value: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(value))
+
+
 @attrs.frozen(kw_only=True)
 class OpenSignIn:
     """Tool sources that need credentials before their tools can run.
@@ -82,6 +86,11 @@ class OpenSignIn:
         session_id: The session that opened it.
         turn_id: The turn that waits on it.
         sources: The names of the tool sources to sign in to.
+        authorization_urls: For a source that signs in with OAuth (an MCP server's), the
+            address the user opens to sign in, by source name. The authorization server
+            then redirects the browser; the answer's credential for the source is the
+            address it redirected to (or its query string). The URL holds no secret: its
+            PKCE verifier stays in the runtime.
     """
 
     type: ClassVar[str] = "sign_in"
@@ -89,6 +98,9 @@ class OpenSignIn:
     session_id: str
     turn_id: str
     sources: tuple[str, ...] = attrs.field(converter=tuple)
+    authorization_urls: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_frozen_mapping, repr=lambda urls: repr(dict(urls)), hash=False
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -50,6 +50,7 @@ from agentlib import KeepCallbackOpen as KeepCallbackOpen
 from agentlib import LeaseLost as LeaseLost
 from agentlib import LeaseRefused as LeaseRefused
 from agentlib import MaxStepsExceeded as MaxStepsExceeded
+from agentlib import MCPOAuth as MCPOAuth
 from agentlib import MemoryStore as MemoryStore
 from agentlib import MessageEntry as MessageEntry
 from agentlib import MistralModel as MistralModel
@@ -167,6 +168,7 @@ __all__ = [
     "KeepCallbackOpen",
     "LeaseLost",
     "LeaseRefused",
+    "MCPOAuth",
     "MaxStepsExceeded",
     "MemoryStore",
     "MessageEntry",

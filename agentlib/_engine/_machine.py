@@ -1183,16 +1183,27 @@ def sources_to_sign_in(
 
 
 def open_sign_in(
-    sessions: Sessions, session_id: str, turn_id: str, sources: tuple[str, ...]
+    sessions: Sessions,
+    session_id: str,
+    turn_id: str,
+    sources: tuple[str, ...],
+    authorization_urls: Mapping[str, str] | None = None,
 ) -> tuple[str, Facts]:
     """The turn's sign-in callback: one a runtime before this one opened and left open, or
-    a new one for ``sources``."""
+    a new one for ``sources`` (with the ``authorization_urls`` of those that have one)."""
     session = sessions[session_id]
     for state in session.callbacks.values():
         callback = state.callback
         if state.open and isinstance(callback, OpenSignIn) and callback.turn_id == turn_id:
             return callback.id, Facts(sessions)
-    return open_callback(sessions, session_id, turn_id, OpenSignIn, sources=sources)
+    return open_callback(
+        sessions,
+        session_id,
+        turn_id,
+        OpenSignIn,
+        sources=sources,
+        authorization_urls=authorization_urls or {},
+    )
 
 
 def open_callback(
@@ -1429,6 +1440,10 @@ def restart(sessions: Sessions, root_id: str) -> tuple[Restart, Facts]:
             if step is None
             else [index for index, call in enumerate(step.calls) if _lost(call, unknown)]
         )
+        for index in lost:  # what a running call asked (an MCP server's URL) ended with it
+            callback_id = step.calls[index].callback if step is not None else None
+            if callback_id is not None and session.callbacks[callback_id].open:
+                facts.extend(close_callback(sessions, session.id, callback_id, answered=False))
         if step is None or (lost and not open_below(sessions, turn)):
             unknown.add(turn.id)
             _, more = end_turn(

@@ -147,8 +147,8 @@ class Runtime:
     _renewing: trio.Lock = attrs.field(factory=trio.Lock, init=False)
     _taken: int = attrs.field(default=0, init=False)
     _last_taken: LeaseLost | None = attrs.field(default=None, init=False)
-    # The connections to MCP servers, by server name, declaration and the credentials
-    # they are opened with (None: the declaration's own); each is owned by one task.
+    # The connections to MCP servers, by server name, declaration and the session whose
+    # sign-in they carry (None: one for every session); each is owned by one task.
     _mcp_connections: dict[tuple[str, MCPServer, str | None], MCPConnection] = attrs.field(
         factory=dict, init=False, repr=False
     )
@@ -334,11 +334,11 @@ class Runtime:
         self._nursery.start_soon(function, *args, name=name)
 
     def _mcp_connection(
-        self, name: str, server: MCPServer, credentials: str | None = None
+        self, name: str, server: MCPServer, session_id: str | None = None
     ) -> MCPConnection:
         """The runtime's connection to MCP server ``name`` as ``server`` declares it, made
         (not yet opened) if there is none."""
-        key = (name, server, credentials)
+        key = (name, server, session_id)
         connection = self._mcp_connections.get(key)
         if connection is None:
             connection = MCPConnection(name, server, self._spawn)

@@ -28,7 +28,8 @@ from .._history import new_id
 from .._hooks import DenyToolCall, ModifiedArguments, RequestApproval
 from .._inputs import read_input
 from .._json import JSON_SCALARS, TOO_DEEP, json_problem, nesting_problem
-from .._mcp._connection import MCPCallError
+from .._mcp._connection import URL_ELICITATION, MCPCallError
+from .._mcp._oauth import SignInTool
 from .._models._base import ModelRequest, ToolCallRequest, ToolSchema
 from .._output import output_schema
 from .._records import Completed, Failed, Interrupted, TurnState, UnknownOutcome
@@ -263,7 +264,10 @@ async def _offer_tools(turn: _Turn, *, note: bool = True) -> tuple[ToolSchema, .
 
     async def list_one(index: int) -> None:
         name = names[index]
-        connection = turn.engine._mcp_connection(name, servers[name])
+        server = servers[name]
+        # A server one signs in to has a connection per session: its tokens are the session's.
+        signs_in = getattr(server, "oauth", None) is not None
+        connection = turn.engine._mcp_connection(name, server, turn.live.id if signs_in else None)
         listings[name] = await connection.listing(turn.state.id)
 
     await _each(range(len(names)), list_one)
@@ -418,23 +422,33 @@ async def _sign_in(turn: _Turn) -> None:
     """Sign in, with one callback, to every source the calls need credentials for."""
     tools = turn.tools
     needs = {}
+    urls = {}  # an MCP server's, where its OAuth flow waits for the user
     for index, call in enumerate(turn.step.calls):
         tool = tools.get(call.entry.name)
         if tool is not None and tool.requires_sign_in:
             assert tool.source is not None
             needs[index] = tool.source
+            if isinstance(tool, SignInTool):
+                urls[tool.source] = tool.authorization_url
     sources = machine.sources_to_sign_in(turn.state, needs, turn.live.credentials)
     if not sources:
         return
     states, session_id, turn_id = turn.engine._states, turn.live.id, turn.state.id
     # A sign-in a runtime before this one opened, or a new one.
-    callback_id, facts = machine.open_sign_in(states, session_id, turn_id, sources)
+    callback_id, facts = machine.open_sign_in(
+        states, session_id, turn_id, sources, {s: urls[s] for s in sources if s in urls}
+    )
     turn.commit(facts)
     await _wait(turn, callback_id)
     missing = tuple(source for source in sources if source not in turn.live.credentials)
     if missing:  # answered before a restart, whose credentials are not stored: ask again
         callback_id, facts = machine.open_callback(
-            states, session_id, turn_id, OpenSignIn, sources=missing
+            states,
+            session_id,
+            turn_id,
+            OpenSignIn,
+            sources=missing,
+            authorization_urls={s: urls[s] for s in missing if s in urls},
         )
         turn.commit(facts)
         await _wait(turn, callback_id)
@@ -526,7 +540,19 @@ async def _call_tool(turn: _Turn, index: int) -> ToolResultEntry:
         # Durable before it runs: after a crash, a call that may have run is never run again.
         turn.update(index, state=CallState.RUNNING)
         await turn.engine._flush(turn.live)  # raises if another runtime took the session over
-        value = await tool.call(arguments)
+        # A server's URL elicitation during the call opens a sign-in the call waits on.
+        asking = URL_ELICITATION.set(
+            functools.partial(_ask_url, turn, index, tool.source) if tool.kind == "mcp" else None
+        )
+        try:
+            value = await tool.call(arguments)
+        finally:
+            URL_ELICITATION.reset(asking)
+            source = tool.source if isinstance(tool, SignInTool) else None
+            if (
+                source is not None and source in turn.live.credentials
+            ):  # its code is used once: a next call asks again
+                turn.live.credentials = machine.without(turn.live.credentials, source)
     except Exception as error:
         if agent.tool_errors == "raise":
             raise _RaiseFromTool(error) from error
@@ -537,6 +563,26 @@ async def _call_tool(turn: _Turn, index: int) -> ToolResultEntry:
             raise _RaiseFromTool(MCPCallError(f"{entry.name} reported an error: {message}"))
         return _output_entry(entry, value)  # an error the tool reports keeps its blocks
     return _result_entry(entry, value)
+
+
+async def _ask_url(turn: _Turn, index: int, source: str | None, message: str, url: str) -> bool:
+    """Ask the user to open ``url`` for call ``index``, which runs (an MCP server's URL
+    elicitation): an ``OpenSignIn`` carrying it; whether it was answered."""
+    if source is None:
+        return False
+    states, session_id, turn_id = turn.engine._states, turn.live.id, turn.state.id
+    callback_id, facts = machine.open_callback(
+        states, session_id, turn_id, OpenSignIn, sources=(source,), authorization_urls={source: url}
+    )
+    turn.commit(facts)
+    turn.update(index, callback=callback_id)  # a restart closes it with the call (machine.restart)
+    try:
+        with turn.working():  # the call runs on: its turn cannot park and leave it
+            answered = await _wait(turn, callback_id)
+    finally:
+        if source in turn.live.credentials:  # what it was answered with means nothing more
+            turn.live.credentials = machine.without(turn.live.credentials, source)
+    return answered.phase is CallbackPhase.ANSWERED
 
 
 def _restored(turn: _Turn, index: int, kind: type[OpenApproval | OpenClientToolCall]) -> str | None:

@@ -16,24 +16,35 @@ asks for it again.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import enum
+import inspect
 import math
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import attrs
 import trio
 
 from .._tools import Tool, ToolOutput
+from ._oauth import OAuthSignIn, sign_in_tool
 from ._results import tool_of, tool_output
 from ._servers import MCPServer, RemoteMCP, StdioMCP, redacted_url
 
-__all__ = ["Listing", "MCPCallError", "MCPConnection"]
+__all__ = ["URL_ELICITATION", "Listing", "MCPCallError", "MCPConnection"]
 
 #: How long the owner waits for a refreshed tool list before a step goes on with the last.
 REFRESH_WAIT = 10.0
+
+
+#: What a call asks the user with when the server sends it a URL elicitation: set by the turn
+#: around the call, called (in the turn's task) with the message and the URL; whether the
+#: user accepted to open it.
+URL_ELICITATION: contextvars.ContextVar[Callable[[str, str], Awaitable[bool]] | None] = (
+    contextvars.ContextVar("URL_ELICITATION", default=None)
+)
 
 
 class MCPCallError(Exception):
@@ -43,6 +54,7 @@ class MCPCallError(Exception):
 class _State(enum.Enum):
     IDLE = "idle"  # no owner task yet, or the last one ended unavailable
     CONNECTING = "connecting"
+    SIGNING_IN = "signing in"  # connecting, its OAuth flow waiting for the user's code
     READY = "ready"
     CLOSED = "closed"
 
@@ -58,11 +70,24 @@ class Listing:
 
 
 @attrs.define(eq=False)
+class _Ask:
+    """A URL elicitation the server sent during a call, for the call's turn to ask."""
+
+    message: str
+    url: str
+    answered: trio.Event = attrs.field(factory=trio.Event)
+    accepted: bool = False
+
+
+@attrs.define(eq=False)
 class _Call:
     """One ``tools/call`` request, from a turn to the owner, with its reply."""
 
     tool: str
     arguments: dict[str, Any]
+    ask_url: Callable[[str, str], Awaitable[bool]] | None = None
+    asks: list[_Ask] = attrs.field(factory=list)
+    woken: trio.Event = attrs.field(factory=trio.Event)  # a reply, or an ask
     done: trio.Event = attrs.field(factory=trio.Event)
     cancelled: bool = False
     attempt: trio.CancelScope | None = None  # the scope the owner sends it in
@@ -75,11 +100,36 @@ class _Call:
         self.cancelled = True
         if self.attempt is not None:
             self.attempt.cancel()
+        for ask in self.asks:
+            ask.answered.set()
 
     def reply(self, result: Any = None, error: BaseException | None = None) -> None:
         if not self.done.is_set():
             self.result, self.error = result, error
             self.done.set()
+            self.woken.set()
+
+    async def ask(self, message: str, url: str) -> bool:
+        """Have the call's turn ask the user to open ``url``; whether they accepted."""
+        if self.ask_url is None or self.cancelled:
+            return False
+        ask = _Ask(message, url)
+        self.asks.append(ask)
+        self.woken.set()
+        await ask.answered.wait()
+        return ask.accepted
+
+    async def wait(self) -> None:
+        """Wait for the reply, asking the user what the server asks meanwhile."""
+        while not self.done.is_set():
+            await self.woken.wait()
+            self.woken = trio.Event()
+            while self.asks and self.ask_url is not None:
+                ask = self.asks.pop(0)
+                try:
+                    ask.accepted = await self.ask_url(ask.message, ask.url)
+                finally:
+                    ask.answered.set()
 
 
 class _SessionLost(Exception):
@@ -104,11 +154,15 @@ class MCPConnection:
     _retry: list[_Call] = attrs.field(factory=list)
     _nursery: trio.Nursery | None = None
     _session: Any = None
+    _oauth: OAuthSignIn | None = None
+    _in_flight: set[_Call] = attrs.field(factory=set)  # the calls sent, not yet answered
     _send: trio.MemorySendChannel[_Call] = attrs.field(init=False)
     _receive: trio.MemoryReceiveChannel[_Call] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self._send, self._receive = trio.open_memory_channel[_Call](math.inf)
+        if isinstance(self.server, RemoteMCP) and self.server.oauth is not None:
+            self._oauth = OAuthSignIn(self.name, self.server.oauth, on_url=self._asked_to_sign_in)
 
     # -- what turns ask -----------------------------------------------------------------------
 
@@ -148,16 +202,72 @@ class MCPConnection:
             raise MCPCallError(
                 f"the MCP server {self.name} is unavailable: {self._listing.unavailable}"
             )
-        request = _Call(tool, arguments)
+        request = _Call(tool, arguments, ask_url=URL_ELICITATION.get())
         self._send.send_nowait(request)
         try:
-            await request.done.wait()
+            await request.wait()
         except BaseException:
             request.cancel()  # in the owner's task, the SDK then tells the server
             raise
         if request.error is not None:
             raise request.error
         return tool_output(request.result)
+
+    async def sign_in(self, redirect: str) -> ToolOutput:
+        """Finish the sign-in under way with ``redirect``, the address the authorization
+        server sent the browser to; what the model is told of it."""
+        oauth = self._oauth
+        if self._state is _State.READY:
+            return _told(f"The session is signed in to the MCP server {self.name} already.")
+        if oauth is None or self._state is not _State.SIGNING_IN:
+            return _told(
+                f"The sign-in to the MCP server {self.name} failed: it is not waiting for one "
+                f"now. Call {self.name}.sign_in again to get a new sign-in link.",
+                error=True,
+            )
+        problem = oauth.answer(redirect)
+        if problem is not None:
+            return _told(
+                f"The sign-in to the MCP server {self.name} failed: {problem}. Call "
+                f"{self.name}.sign_in again to ask the user once more.",
+                error=True,
+            )
+        self._state = _State.CONNECTING
+        self._ready = trio.Event()
+        timeout = self.server.connect_timeout
+        with trio.move_on_after(timeout):
+            await self._ready.wait()
+        if self._state is _State.CONNECTING:
+            return _told(
+                f"The sign-in to the MCP server {self.name} is not finished: the server did "
+                f"not answer within {timeout:g} s. Its tools come with a later step once it does.",
+                error=True,
+            )
+        if self._state is not _State.READY:
+            return _told(
+                f"The sign-in to the MCP server {self.name} failed: {self._listing.unavailable}. "
+                f"Call {self.name}.sign_in again to get a new sign-in link.",
+                error=True,
+            )
+        names = ", ".join(tool.name for tool in self._listing.tools) or "none"
+        return _told(
+            f"The user signed in to the MCP server {self.name}. Its tools are now yours: {names}."
+        )
+
+    def _asked_to_sign_in(self, authorization_url: str) -> bool:
+        """The SDK's OAuth flow made ``authorization_url``: while connecting, the model
+        gets the stand-in tool that asks the user to open it, and the connection waits
+        for the answer. Later (the server no longer takes the session's tokens), the
+        request fails, and the connection opens again, to sign in."""
+        if self._state is _State.READY:
+            self._session_lost()
+        if self._state is not _State.CONNECTING or self._nursery is not None:
+            return False
+        self._state = _State.SIGNING_IN
+        tool = sign_in_tool(self.name, authorization_url, self.sign_in)
+        self._listing = Listing(tools=(tool,))
+        self._ready.set()
+        return True
 
     async def aclose(self) -> None:
         """Close the connection (stopping a stdio server's process) and wait until it is."""
@@ -216,7 +326,12 @@ class MCPConnection:
             with trio.CancelScope():
                 async with (
                     self._transport() as (read, write),
-                    ClientSession(read, write, message_handler=self._on_message) as session,
+                    ClientSession(
+                        read,
+                        write,
+                        message_handler=self._on_message,
+                        elicitation_callback=self._elicit,
+                    ) as session,
                 ):
                     started = await session.initialize()
                     async with trio.open_nursery() as nursery:
@@ -281,6 +396,7 @@ class MCPConnection:
         client = httpx2.AsyncClient(
             headers=server.request_headers(),
             timeout=httpx2.Timeout(30.0, read=300.0),
+            auth=None if self._oauth is None else self._oauth.provider(server.url),
         )
         async with client, streamable_http_client(server.url, http_client=client) as streams:
             yield streams
@@ -328,6 +444,40 @@ class MCPConnection:
             self._refreshing = None
             refreshed.set()
 
+    async def _elicit(self, context: Any, params: Any) -> Any:
+        """A server's elicitation during a call: a form goes to the declaration's handler,
+        if it has one, else is declined; a URL goes to the call's turn, which asks the user
+        to open it (:data:`URL_ELICITATION`)."""
+        from mcp.types import ElicitResult, ErrorData
+
+        if getattr(params, "mode", "form") == "url":
+            # Only a call of its own asks: with several under way, none knows it is its.
+            calls = self._in_flight
+            if len(calls) != 1:
+                return ElicitResult(action="decline")
+            (call,) = calls
+            accepted = await call.ask(params.message, params.url)
+            return ElicitResult(action="accept" if accepted else "decline")
+        handler = self.server.elicitation_handler
+        if handler is None or getattr(params, "mode", "form") != "form":
+            return ElicitResult(action="decline")
+        schema = dict(params.requested_schema)
+        try:
+            if inspect.iscoroutinefunction(handler):
+                content = await handler(params.message, schema)
+            else:
+                content = await trio.to_thread.run_sync(handler, params.message, schema)
+                if inspect.isawaitable(content):
+                    content = await content
+        except Exception as error:
+            return ErrorData(
+                code=-32603,
+                message=f"the client's elicitation handler failed: {type(error).__name__}",
+            )
+        if content is None:
+            return ElicitResult(action="decline")
+        return ElicitResult(action="accept", content=dict(content))
+
     async def _dispatch(self, session: Any, nursery: trio.Nursery) -> None:
         async for request in self._receive:
             nursery.start_soon(self._run_call, session, request)
@@ -338,6 +488,7 @@ class MCPConnection:
         request.attempt = attempt = trio.CancelScope()
         if request.cancelled:
             attempt.cancel()
+        self._in_flight.add(request)
         try:
             with attempt:
                 try:
@@ -362,6 +513,7 @@ class MCPConnection:
                     return
                 request.reply(result)
         finally:
+            self._in_flight.discard(request)
             if request not in self._retry:
                 request.reply(
                     error=MCPCallError(
@@ -395,6 +547,12 @@ class MCPConnection:
 
 #: The SDK's error code for a request whose connection closed (mcp.types.CONNECTION_CLOSED).
 _CONNECTION_CLOSED = -32000
+
+
+def _told(text: str, *, error: bool = False) -> ToolOutput:
+    from .._content import TextContentBlock
+
+    return ToolOutput(content=(TextContentBlock(text=text),), is_error=error)
 
 
 def _session_terminated(error: Any) -> bool:

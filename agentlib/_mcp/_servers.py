@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal, Union
 from urllib.parse import urlsplit
 
 import attrs
 
+from ._oauth import MCPOAuth
+
 __all__ = [
+    "ElicitationHandler",
     "MCPServer",
     "RemoteMCP",
     "StdioMCP",
@@ -44,6 +47,31 @@ def _names(value: object) -> tuple[str, ...] | None:
         if not isinstance(name, str):
             raise TypeError(f"tool names are strings, not {name!r}")
     return names
+
+
+#: What answers a server's form elicitation: called with its message and the JSON schema of
+#: what it asks; returns the content (a dict matching the schema), or None to decline.
+ElicitationHandler = Callable[
+    [str, Mapping[str, Any]],
+    Union[Mapping[str, Any], Awaitable[Union[Mapping[str, Any], None]], None],
+]
+
+
+def _handler(value: object) -> ElicitationHandler | None:
+    if value is not None and not callable(value):
+        raise TypeError(
+            "elicitation_handler is a function of the message and the schema, not "
+            + type(value).__name__
+        )
+    return value
+
+
+def _oauth(value: object) -> MCPOAuth | None:
+    if value is True:
+        return MCPOAuth()
+    if value is not None and not isinstance(value, MCPOAuth):
+        raise TypeError(f"oauth is an MCPOAuth(...) or None, not {type(value).__name__}")
+    return value
 
 
 def _denied(value: object) -> tuple[str, ...]:
@@ -102,6 +130,9 @@ class _Filters:
         default=False, converter=_approval
     )
     connect_timeout: float = 30.0
+    elicitation_handler: ElicitationHandler | None = attrs.field(
+        default=None, converter=_handler, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         check_mcp_installed()
@@ -142,6 +173,13 @@ class RemoteMCP(_Filters):
             defaults to true).
         connect_timeout: How long, in seconds, the server has to connect and list its
             tools; past it, it is unavailable for the turn.
+        oauth: How a session signs in to the server when it asks for OAuth (a 401 with
+            its resource metadata): an :class:`MCPOAuth`, or ``True`` for the defaults.
+            Each session then has a connection of its own, and signs in through an
+            ``OpenSignIn``; None: the server's 401 leaves it unavailable.
+        elicitation_handler: What answers the server's form elicitations during a call:
+            ``handler(message, schema)``, sync or async, returns the content or None to
+            decline. Without one, they are declined.
 
     Raises:
         ImportError: The ``mcp`` extra is not installed (``pip install 'agentlib[mcp]'``).
@@ -153,6 +191,7 @@ class RemoteMCP(_Filters):
     auth_header_env_vars: tuple[tuple[str, str], ...] = attrs.field(
         default=None, converter=_env_vars
     )
+    oauth: MCPOAuth | None = attrs.field(default=None, converter=_oauth)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -166,7 +205,8 @@ class RemoteMCP(_Filters):
     def __repr__(self) -> str:
         headers = ", ".join(name for name, _ in self.headers)
         env = ", ".join(f"{name}={var}" for name, var in self.auth_header_env_vars)
-        return f"RemoteMCP(url={redacted_url(self.url)!r}, headers=[{headers}], env=[{env}])"
+        oauth = "" if self.oauth is None else f", oauth={self.oauth!r}"
+        return f"RemoteMCP(url={redacted_url(self.url)!r}, headers=[{headers}], env=[{env}]{oauth})"
 
     def request_headers(self) -> dict[str, str]:
         """The headers to send, with the values of ``auth_header_env_vars`` read now.
@@ -221,6 +261,8 @@ class StdioMCP(_Filters):
             ``"destructive"`` (see :class:`RemoteMCP`).
         connect_timeout: How long, in seconds, the server has to start and list its
             tools; past it, it is unavailable for the turn.
+        elicitation_handler: What answers the server's form elicitations
+            (see :class:`RemoteMCP`).
 
     Raises:
         ImportError: The ``mcp`` extra is not installed (``pip install 'agentlib[mcp]'``).
