@@ -9,7 +9,8 @@ serves the same tools without sign-in over stdin and stdout.
 The authorization server approves every request at once: ``/authorize`` redirects to the
 client's redirect URI with a code, for the user named by the ``login_hint`` query parameter
 (default ``alice``). ``GET /debug/tokens`` lists the access and refresh tokens it issued, and
-``GET /debug/counters`` how many registrations, authorizations and token requests it saw;
+``GET /debug/counters`` how many registrations, authorizations and token requests it saw,
+and how many MCP sessions their clients ended (``DELETE /mcp``);
 ``POST /debug/revoke`` revokes every token it issued.
 
 The tools: ``whoami(user)`` fails unless the call's token is one issued to ``user`` for
@@ -60,7 +61,7 @@ class Authorizations:
         self.codes: dict[str, AuthorizationCode] = {}
         self.access: dict[str, AccessToken] = {}
         self.refresh: dict[str, RefreshToken] = {}
-        self.counters = {"register": 0, "authorize": 0, "token": 0}
+        self.counters = {"register": 0, "authorize": 0, "token": 0, "ended": 0}
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -284,7 +285,13 @@ def serve_http() -> None:
     resource = f"http://127.0.0.1:{resource_socket.getsockname()[1]}/mcp"
     state = Authorizations()
     issuer_app = authorization_server(issuer, state)
-    resource_app = mcp_server((issuer, resource, state)).streamable_http_app(host="127.0.0.1")
+    mcp_app = mcp_server((issuer, resource, state)).streamable_http_app(host="127.0.0.1")
+
+    async def resource_app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "DELETE":
+            state.counters["ended"] += 1  # a client ends its MCP session
+        await mcp_app(scope, receive, send)
+
     print(issuer_socket.getsockname()[1], resource_socket.getsockname()[1], flush=True)
 
     async def both() -> None:

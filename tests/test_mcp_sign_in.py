@@ -152,6 +152,20 @@ async def test_answering_with_the_redirect_signs_in_and_the_next_step_has_the_to
     assert servers.counters()["token"] == 1
 
 
+async def test_a_cancelled_session_closes_its_own_connection(servers: OAuthServers) -> None:
+    """A session's connection to a server it signed in to is its own: cancelling the session
+    ends it (the client ends its MCP session on the server), while the runtime goes on."""
+    steps = [call_tool("docs.sign_in"), call_tool("docs.whoami", user="alice"), "done"]
+    agent = Agent("a", model=ScriptedModel(steps), mcps=docs(servers))
+    with trio.fail_after(DEADLINE):
+        async with agentlib.open_runtime():
+            session = await agent.start_session()
+            assert isinstance(await signed_in_turn(session, servers), Completed)
+            assert servers.counters()["ended"] == 0
+            await session.cancel()  # returns once the connection is closed
+            assert servers.counters()["ended"] == 1
+
+
 # --- elicitation --------------------------------------------------------------------------
 
 
@@ -230,7 +244,8 @@ async def test_ten_sessions_call_with_their_own_users_tokens(servers: OAuthServe
         for record in (ended[user], again[user]):
             assert isinstance(record, Completed), record
             assert record.text == f"done: you are {user}"
-    assert servers.counters() == {"register": 10, "authorize": 10, "token": 10}
+    # Each session's own connection, ended as the runtime closed.
+    assert servers.counters() == {"register": 10, "authorize": 10, "token": 10, "ended": 10}
     assert len(set(servers.tokens())) == 20  # an access and a refresh token each
 
 

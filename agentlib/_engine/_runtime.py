@@ -303,6 +303,7 @@ class Runtime:
         for live in tree:
             if live.id not in self._sessions and self._states.get(live.id) is live.state:
                 del self._states[live.id]
+        self._close_mcp_connections(live.id for live in tree if live.id not in self._sessions)
 
     def _refused(self) -> None:
         """The store failed, or refused a session's writes: every reader hears of it (their
@@ -344,6 +345,20 @@ class Runtime:
             connection = MCPConnection(name, server, self._spawn)
             self._mcp_connections[key] = connection
         return connection
+
+    def _own_mcp_connections(self, session_ids: Iterable[str]) -> list[MCPConnection]:
+        """The connections of the sessions' own (to the servers they signed in to), which no
+        other session uses, taken from the runtime's: to close, as the sessions ended or
+        this runtime let them go."""
+        ids = set(session_ids)
+        return [
+            self._mcp_connections.pop(key) for key in list(self._mcp_connections) if key[2] in ids
+        ]
+
+    def _close_mcp_connections(self, session_ids: Iterable[str]) -> None:
+        """Close the sessions' own connections, in tasks of the runtime's nursery."""
+        for connection in self._own_mcp_connections(session_ids):
+            self._spawn(connection.aclose, name=f"agentlib MCP close {connection.name}")
 
     def _spawn_turn(self, live: LiveSession, turn_id: str, *, resume: bool = False) -> LiveTurn:
         """Run the turn in a task of its own (going on from its tool step, ``resume``)."""
@@ -482,6 +497,7 @@ class Runtime:
             self._states.pop(live.id, None)
             if live.state.key is not None:
                 self._session_keys.pop(live.state.key, None)
+        self._close_mcp_connections(live.id for live in tree)
         self._spawn(self._release, [live.id for live in tree], name="agentlib release")
 
     async def _release(self, session_ids: list[str]) -> None:
@@ -790,6 +806,8 @@ class Runtime:
             child = self._sessions.get(child_id)
             if child is not None:
                 await self._cancel(child)
+        for connection in self._own_mcp_connections([live.id]):
+            await connection.aclose()
         if not live.log.closed:
             live.log.close()
 
@@ -1115,8 +1133,9 @@ class Runtime:
             await done.wait()
         for live in self._sessions.values():
             live.log.close()  # readers of a suspended turn stop waiting
-        for connection in self._mcp_connections.values():  # no turn uses them now
-            await connection.aclose()
+        async with trio.open_nursery() as nursery:  # no turn uses them now
+            for connection in self._mcp_connections.values():
+                nursery.start_soon(connection.aclose)
         self._renewal.cancel()
         if self.store.durable:
             await self._renewed.wait()

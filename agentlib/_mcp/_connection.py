@@ -35,6 +35,9 @@ from ._servers import MCPServer, RemoteMCP, StdioMCP, redacted_url
 
 __all__ = ["URL_ELICITATION", "Listing", "MCPCallError", "MCPConnection"]
 
+#: How long closing a connection waits for the SDK to end the server's session, in seconds.
+CLOSE_WAIT = 5.0
+
 #: How long the owner waits for a refreshed tool list before a step goes on with the last.
 REFRESH_WAIT = 10.0
 
@@ -270,12 +273,19 @@ class MCPConnection:
         return True
 
     async def aclose(self) -> None:
-        """Close the connection (stopping a stdio server's process) and wait until it is."""
+        """Close the connection and wait until it is: a session the server holds is ended
+        as the SDK ends one (an HTTP server's is deleted, a stdio server's process is let
+        exit), for up to :data:`CLOSE_WAIT` seconds, then cut."""
         was = self._state
         self._state = _State.CLOSED
+        if was is _State.IDLE:
+            return
+        if was is _State.READY:
+            self._lost.set()  # the owner leaves the SDK's blocks as they end
+            with trio.move_on_after(CLOSE_WAIT):
+                await self._done.wait()
         self._scope.cancel()
-        if was is not _State.IDLE:
-            await self._done.wait()
+        await self._done.wait()
 
     # -- the owner task -----------------------------------------------------------------------
 
@@ -357,6 +367,8 @@ class MCPConnection:
             self._nursery = self._session = None
         if not connected:
             self._unavailable("the connection closed")
+            return False
+        if self._state is _State.CLOSED:
             return False
         if self._state is _State.READY:  # the session ended, not dropped: connect again
             self._state = _State.CONNECTING
