@@ -296,7 +296,11 @@ def serve_http() -> None:
 
     async def both() -> None:
         servers = [
-            uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan))
+            uvicorn.Server(
+                uvicorn.Config(
+                    app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1
+                )
+            )
             for app, lifespan in ((issuer_app, "off"), (resource_app, "on"))
         ]
         await asyncio.gather(

@@ -49,10 +49,16 @@ class OAuthServers:
         httpx.post(f"{self.issuer}/debug/revoke").raise_for_status()
 
     def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        try:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # a connection it still waits on to close
+                self.process.kill()
+                self.process.wait(timeout=30)
+        finally:
+            if self.process.stdout is not None:
+                self.process.stdout.close()
 
 
 def oauth_servers() -> Iterator[OAuthServers]:
