@@ -42,6 +42,7 @@ from ._errors import LeaseRefused as LeaseRefused
 from ._errors import MaxStepsExceeded as MaxStepsExceeded
 from ._errors import ModelError as ModelError
 from ._errors import ObservationLost as ObservationLost
+from ._errors import SandboxError as SandboxError
 from ._errors import SdkError as SdkError
 from ._errors import ServerUnreachableError as ServerUnreachableError
 from ._errors import SessionBusyError as SessionBusyError
@@ -108,6 +109,12 @@ from ._records import TurnConflict as TurnConflict
 from ._records import TurnState as TurnState
 from ._records import UnknownOutcome as UnknownOutcome
 from ._records import UnknownRecord as UnknownRecord
+from ._sandbox import CommandResult as CommandResult
+from ._sandbox import DangerousLocalSandbox as DangerousLocalSandbox
+from ._sandbox import NoSandbox as NoSandbox
+from ._sandbox import SandboxCallbackContext as SandboxCallbackContext
+from ._sandbox import SandboxHook as SandboxHook
+from ._sandbox import Workspace as Workspace
 from ._session import Session as Session
 from ._session import Turn as Turn
 from ._store import MemoryStore as MemoryStore
@@ -135,11 +142,13 @@ __all__ = [
     "CallbackClosed",
     "CallbackOpened",
     "ClientToolAnswerError",
+    "CommandResult",
     "Completed",
     "ContentAnnotations",
     "ContentBlock",
     "ContextMessage",
     "Credentials",
+    "DangerousLocalSandbox",
     "DenyApproval",
     "DenyToolCall",
     "Depends",
@@ -176,6 +185,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "ModifiedArguments",
+    "NoSandbox",
     "NotFound",
     "ObservationLost",
     "OpenAICompatibleModel",
@@ -190,6 +200,9 @@ __all__ = [
     "Runtime",
     "RuntimeHealth",
     "SQLiteStore",
+    "SandboxCallbackContext",
+    "SandboxError",
+    "SandboxHook",
     "ScriptedModel",
     "SdkError",
     "ServerUnreachableError",
@@ -227,6 +240,7 @@ __all__ = [
     "UnsupportedSessionProcedureError",
     "Usage",
     "ValidationError",
+    "Workspace",
     "client_tool",
     "current_runtime",
     "open_runtime",

@@ -21,6 +21,7 @@ from ._mcp._servers import MCPServer, check_mcps
 from ._models._base import Model, ToolSchema, check_for_model
 from ._models._chat import model_from_string
 from ._models._options import ChatOptions
+from ._sandbox import NAMESPACE, Environment, check_environment
 from ._tools import Tool, ToolSource, tool
 
 if TYPE_CHECKING:
@@ -66,16 +67,21 @@ class Agent:
             RemoteMCP(url=...)}``); a server's tools are named ``"<server>.<tool>"``. Needs
             the ``mcp`` extra (``pip install 'agentlib[mcp]'``): see "Tools from MCP
             servers".
+        environment: The computer a root session gets (its subagents share it):
+            :class:`NoSandbox` (none, the default) or :class:`DangerousLocalSandbox` (a
+            workspace folder on this machine); its ``access`` decides the
+            ``file_system.*`` tools the model gets. See "A session's computer".
 
     Raises:
         TypeError: A tool has no JSON schema, ``model`` is not a model, a subagent is not an
             agent, a hook is not made with :func:`pre_tool_call`, ``model_options`` names no
-            option, or comes with a model object.
+            option, or comes with a model object, or ``environment`` is not a sandbox.
         ValueError: ``model`` is a string naming no model (or a Mistral or OpenAI model
             without an API key), two tools (or a tool and a subagent) share a name, a tool
             outside a sign-in source takes ``Credentials``, ``tool_errors`` is neither
             value, ``max_running_subagents`` or ``max_steps`` is not an int of at least 1,
-            or an MCP server's name is not letters, digits and underscores, or is a tool's.
+            or an MCP server's name is not letters, digits and underscores, or is a tool's
+            (or ``file_system``, with a sandbox).
     """
 
     def __init__(
@@ -94,6 +100,7 @@ class Agent:
         max_steps: int = 25,
         model_options: ChatOptions | None = None,
         mcps: Mapping[str, MCPServer] | None = None,
+        environment: Environment | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError("an agent needs a name, e.g. Agent(name='assistant', ...)")
@@ -155,6 +162,12 @@ class Agent:
                     f"agent {name!r}: MCP server {server!r} has the name of a subagent or a "
                     "tool source; rename one of them"
                 )
+        self.environment: Environment = check_environment(environment)
+        if NAMESPACE in self.mcps or any(t.source == NAMESPACE for t in self.tools):
+            raise ValueError(
+                f"agent {name!r}: {NAMESPACE!r} names the tools of a session's sandbox; "
+                "give the tool source or MCP server another name"
+            )
         self.output_type = output_type
         for hook in hooks:
             if not isinstance(hook, Hook):

@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 from ._hooks import Hook
 from ._mcp._servers import MCPServer
 from ._models._base import Model, ToolSchema
+from ._sandbox import Environment
 from ._tools import Tool
 
 __all__ = ["AgentDefinition", "check_max_steps"]
@@ -47,6 +48,8 @@ class AgentDefinition(Protocol):
     def max_running_subagents(self) -> int: ...
     @property
     def mcps(self) -> Mapping[str, MCPServer]: ...
+    @property
+    def environment(self) -> Environment: ...
 
 
 def check_max_steps(value: object, where: str = "") -> int:

@@ -21,6 +21,7 @@ Every exception is an :class:`SdkError`; catch that to handle any of them::
     ├── ModelError                   a model failed: HTTP or protocol error, or no reply
     ├── ServerUnreachableError       no agentlib server answered a remote call in time
     ├── AuthenticationError          (also a PermissionError) a server refused the token
+    ├── SandboxError                 a sandbox could not be made, or refused a path
     └── StoreError                   the store failed (a full disk), is damaged, or is closed
         ├── StoreSchemaError         the store's file is of a newer agentlib, or not a store
         └── LeaseLost                another runtime took over a session this one ran
@@ -43,6 +44,7 @@ __all__ = [
     "MaxStepsExceeded",
     "ModelError",
     "ObservationLost",
+    "SandboxError",
     "SdkError",
     "ServerUnreachableError",
     "SessionBusyError",
@@ -195,6 +197,11 @@ class AuthenticationError(SdkError, PermissionError):
     def __init__(self, message: str, *, status: int = 401) -> None:
         super().__init__(message)
         self.status = status
+
+
+class SandboxError(SdkError):
+    """A session's sandbox could not be made (a failing ``on_create`` hook), a hook failed,
+    or a path leads outside its workspace."""
 
 
 class StoreError(SdkError):

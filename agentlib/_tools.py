@@ -53,7 +53,8 @@ class Tool:
         requires_approval: Whether every call first opens an approval callback.
         kind: ``"local"`` for a tool the engine runs, ``"client"`` for a client tool,
             ``"mcp"`` for a tool of an MCP server (its arguments go to the server as
-            they are: the server checks them against its schema).
+            they are: the server checks them against its schema), ``"builtin"`` for the
+            ``file_system.*`` tools of the agent's sandbox.
         source: The :class:`ToolSource` the tool belongs to, if any.
         requires_sign_in: Whether its source needs credentials before a call.
         return_type: The stub's return type, which a client tool's answer is checked against.
@@ -65,7 +66,7 @@ class Tool:
     parameters: Mapping[str, Any]
     function: Callable[..., Any]
     requires_approval: bool = False
-    kind: Literal["local", "client", "mcp"] = "local"
+    kind: Literal["local", "client", "mcp", "builtin"] = "local"
     source: str | None = None
     requires_sign_in: bool = False
     return_type: Any = attrs.field(default=Any, repr=False)

@@ -18,11 +18,13 @@ from agentlib import Callback as Callback
 from agentlib import CallbackClosed as CallbackClosed
 from agentlib import CallbackOpened as CallbackOpened
 from agentlib import ClientToolAnswerError as ClientToolAnswerError
+from agentlib import CommandResult as CommandResult
 from agentlib import Completed as Completed
 from agentlib import ContentAnnotations as ContentAnnotations
 from agentlib import ContentBlock as ContentBlock
 from agentlib import ContextMessage as ContextMessage
 from agentlib import Credentials as Credentials
+from agentlib import DangerousLocalSandbox as DangerousLocalSandbox
 from agentlib import DenyApproval as DenyApproval
 from agentlib import DenyToolCall as DenyToolCall
 from agentlib import Depends as Depends
@@ -59,6 +61,7 @@ from agentlib import ModelError as ModelError
 from agentlib import ModelReply as ModelReply
 from agentlib import ModelRequest as ModelRequest
 from agentlib import ModifiedArguments as ModifiedArguments
+from agentlib import NoSandbox as NoSandbox
 from agentlib import NotFound as NotFound
 from agentlib import ObservationLost as ObservationLost
 from agentlib import OpenAICompatibleModel as OpenAICompatibleModel
@@ -71,6 +74,9 @@ from agentlib import ResourceLinkContentBlock as ResourceLinkContentBlock
 from agentlib import Running as Running
 from agentlib import Runtime as Runtime
 from agentlib import RuntimeHealth as RuntimeHealth
+from agentlib import SandboxCallbackContext as SandboxCallbackContext
+from agentlib import SandboxError as SandboxError
+from agentlib import SandboxHook as SandboxHook
 from agentlib import ScriptedModel as ScriptedModel
 from agentlib import SdkError as SdkError
 from agentlib import ServerUnreachableError as ServerUnreachableError
@@ -107,6 +113,7 @@ from agentlib import UnknownRecord as UnknownRecord
 from agentlib import UnsupportedSessionProcedureError as UnsupportedSessionProcedureError
 from agentlib import Usage as Usage
 from agentlib import ValidationError as ValidationError
+from agentlib import Workspace as Workspace
 from agentlib import client_tool as client_tool
 from agentlib import current_runtime as current_runtime
 from agentlib import open_runtime as open_runtime
@@ -137,11 +144,13 @@ __all__ = [
     "CallbackClosed",
     "CallbackOpened",
     "ClientToolAnswerError",
+    "CommandResult",
     "Completed",
     "ContentAnnotations",
     "ContentBlock",
     "ContextMessage",
     "Credentials",
+    "DangerousLocalSandbox",
     "DenyApproval",
     "DenyToolCall",
     "Depends",
@@ -178,6 +187,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "ModifiedArguments",
+    "NoSandbox",
     "NotFound",
     "ObservationLost",
     "OpenAICompatibleModel",
@@ -192,6 +202,9 @@ __all__ = [
     "Runtime",
     "RuntimeHealth",
     "SQLiteStore",
+    "SandboxCallbackContext",
+    "SandboxError",
+    "SandboxHook",
     "ScriptedModel",
     "SdkError",
     "ServerUnreachableError",
@@ -229,6 +242,7 @@ __all__ = [
     "UnsupportedSessionProcedureError",
     "Usage",
     "ValidationError",
+    "Workspace",
     "client_tool",
     "configure",
     "current_runtime",

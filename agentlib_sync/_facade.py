@@ -95,12 +95,14 @@ class Agent:
         max_steps: int = 25,
         model_options: ChatOptions | None = None,
         mcps: Mapping[str, agentlib.RemoteMCP | agentlib.StdioMCP] | None = None,
+        environment: agentlib.NoSandbox | agentlib.DangerousLocalSandbox | None = None,
     ) -> None:
         delegates = [_async_agent(sub) for sub in subagents]
         self.agent: agentlib.Agent = agentlib.Agent(
             name, instructions, model, tools, output_type, delegates, hooks, tool_errors,
             description=description, max_running_subagents=max_running_subagents,
-            max_steps=max_steps, model_options=model_options, mcps=mcps
+            max_steps=max_steps, model_options=model_options, mcps=mcps,
+            environment=environment,
         )  # fmt: skip
 
     @property

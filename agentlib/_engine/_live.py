@@ -17,6 +17,7 @@ from .._mcp._connection import MCPConnection
 from .._mcp._servers import MCPServer
 from .._ops import Op
 from .._records import TurnState
+from .._sandbox import Workspace
 from .._store._base import Store
 from ._log import EventLog
 from ._machine import NOTHING, SessionMachine, StopCause
@@ -230,6 +231,8 @@ class Engine(Protocol):
     def _mcp_connection(
         self, name: str, server: MCPServer, session_id: str | None = None
     ) -> MCPConnection: ...
+
+    def _sandbox(self, root: LiveSession) -> Workspace | None: ...
 
     def _park_turn(self, live: LiveSession, turn_id: str) -> None: ...
 

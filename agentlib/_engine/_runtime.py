@@ -33,6 +33,7 @@ from .._entries import Entry
 from .._errors import (
     LeaseLost,
     LeaseRefused,
+    SandboxError,
     SdkError,
     SessionBusyError,
     SessionNotFoundError,
@@ -45,6 +46,7 @@ from .._mcp._connection import MCPConnection
 from .._mcp._servers import MCPServer
 from .._ops import CallbackRow, EventRow, KeyRow, Op, PruneRow
 from .._records import AlreadySettled, Answered, NotFound, TurnState
+from .._sandbox import Workspace, workspace_for
 from .._store import open_store
 from .._store._base import Store, StoredSession
 from . import _machine as machine
@@ -152,6 +154,9 @@ class Runtime:
     _mcp_connections: dict[tuple[str, MCPServer, str | None], MCPConnection] = attrs.field(
         factory=dict, init=False, repr=False
     )
+    # The sandboxes of the root sessions this runtime holds, by root session id: made at
+    # their first use by a turn, each deleted when its session is cancelled.
+    _sandboxes: dict[str, Workspace] = attrs.field(factory=dict, init=False, repr=False)
 
     # -- doing what the machine decided -------------------------------------------------------
 
@@ -304,6 +309,9 @@ class Runtime:
             if live.id not in self._sessions and self._states.get(live.id) is live.state:
                 del self._states[live.id]
         self._close_mcp_connections(live.id for live in tree if live.id not in self._sessions)
+        for live in tree:
+            if live.id not in self._sessions:
+                self._sandboxes.pop(live.id, None)  # its workspace stays, for its new runtime
 
     def _refused(self) -> None:
         """The store failed, or refused a session's writes: every reader hears of it (their
@@ -345,6 +353,16 @@ class Runtime:
             connection = MCPConnection(name, server, self._spawn)
             self._mcp_connections[key] = connection
         return connection
+
+    def _sandbox(self, root: LiveSession) -> Workspace | None:
+        """The sandbox of root session ``root`` as its agent declares it (not yet opened);
+        None when it has none."""
+        sandbox = self._sandboxes.get(root.id)
+        if sandbox is None:
+            sandbox = workspace_for(root.agent.environment, root.id)
+            if sandbox is not None:
+                self._sandboxes[root.id] = sandbox
+        return sandbox
 
     def _own_mcp_connections(self, session_ids: Iterable[str]) -> list[MCPConnection]:
         """The connections of the sessions' own (to the servers they signed in to), which no
@@ -497,6 +515,7 @@ class Runtime:
             self._states.pop(live.id, None)
             if live.state.key is not None:
                 self._session_keys.pop(live.state.key, None)
+            self._sandboxes.pop(live.id, None)  # its workspace stays, for when it is read back
         self._close_mcp_connections(live.id for live in tree)
         self._spawn(self._release, [live.id for live in tree], name="agentlib release")
 
@@ -808,8 +827,15 @@ class Runtime:
                 await self._cancel(child)
         for connection in self._own_mcp_connections([live.id]):
             await connection.aclose()
-        if not live.log.closed:
-            live.log.close()
+        try:
+            if live.state.parent_id is None:
+                sandbox = self._sandbox(live)
+                self._sandboxes.pop(live.id, None)
+                if sandbox is not None:
+                    await sandbox.destroy(live.state.inputs)
+        finally:
+            if not live.log.closed:
+                live.log.close()
 
     # -- callbacks --------------------------------------------------------------------------
 
@@ -1102,6 +1128,19 @@ class Runtime:
                 )
         return RuntimeHealth(writable=True)
 
+    async def _close_sandboxes(self) -> None:
+        """Kill what still runs in the sandboxes; with a store that forgets its sessions,
+        destroy them too (their sessions end with the runtime). With a durable store, a
+        workspace stays for the next runtime, which finds it again, until its session is
+        cancelled."""
+        sandboxes, self._sandboxes = self._sandboxes, {}
+        for root_id, sandbox in sandboxes.items():
+            await sandbox.kill_commands()
+            live = self._sessions.get(root_id)
+            if not self.store.durable:
+                with contextlib.suppress(SandboxError):  # a hook's failure: deleted anyway
+                    await sandbox.destroy(live.state.inputs if live is not None else {})
+
     def _stop_turns(self) -> list[trio.Event]:
         """Stop (or, with a durable store, suspend) the trees of turns still going; the
         events set once they have stopped."""
@@ -1136,6 +1175,7 @@ class Runtime:
         async with trio.open_nursery() as nursery:  # no turn uses them now
             for connection in self._mcp_connections.values():
                 nursery.start_soon(connection.aclose)
+        await self._close_sandboxes()
         self._renewal.cancel()
         if self.store.durable:
             await self._renewed.wait()

@@ -251,14 +251,34 @@ async def _loop(turn: _Turn) -> TurnState[Any]:
 
 
 async def _offer_tools(turn: _Turn, *, note: bool = True) -> tuple[ToolSchema, ...]:
-    """The tools of the next step, the MCP servers' as they list them now (each connected
-    at its first use); with ``note``, what the model is told of each server (its
-    instructions, or why it is unavailable) joins the history first, when it changed."""
+    """The tools of the next step: the agent's, its session's sandbox's (the sandbox made
+    at its first use, its ``on_create`` hooks run), and the MCP servers' as they list them
+    now (each connected at its first use); with ``note``, what the model is told of each
+    server (its instructions, or why it is unavailable) joins the history first, when it
+    changed.
+
+    Raises:
+        SandboxError: The sandbox could not be made: the turn fails.
+    """
     agent = turn.agent
     servers = agent.mcps
-    if not servers:
+    engine = turn.engine
+    root = engine._live(machine.root_of(engine._states, turn.live.id).id)
+    sandbox = engine._sandbox(root)
+    if sandbox is not None:
+        await sandbox.open(root.state.inputs)
+    if not servers and sandbox is None:
         turn.tools = agent.tools_by_name
         return agent.tool_schemas
+    tools = dict(agent.tools_by_name)
+    schemas = list(agent.tool_schemas)
+    if sandbox is not None:
+        for tool in sandbox.tools().values():
+            tools[tool.name] = tool
+            schemas.append(tool.schema)
+    if not servers:
+        turn.tools = tools
+        return tuple(schemas)
     names = list(servers)
     listings: dict[str, Listing] = {}
 
@@ -271,8 +291,6 @@ async def _offer_tools(turn: _Turn, *, note: bool = True) -> tuple[ToolSchema, .
         listings[name] = await connection.listing(turn.state.id)
 
     await _each(range(len(names)), list_one)
-    tools = dict(agent.tools_by_name)
-    schemas = list(agent.tool_schemas)
     states, session_id = turn.engine._states, turn.live.id
     for name in names:
         listing = listings[name]

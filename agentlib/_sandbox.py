@@ -1,0 +1,657 @@
+"""Sandboxes: a session's computer, a workspace folder with commands and file tools in it.
+
+An agent's ``environment`` is a declaration (:class:`NoSandbox`, :class:`DangerousLocalSandbox`);
+a root session's :class:`Workspace` is what the engine makes of it, once, at the first turn
+that needs it, and shares with the session's subagents.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import hashlib
+import inspect
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import trio
+
+from ._errors import SandboxError
+from ._inputs import Dependency, dependencies_of, read_input
+from ._threads import run_in_thread
+from ._tools import Tool, tool
+
+__all__ = [
+    "CommandResult",
+    "DangerousLocalSandbox",
+    "Environment",
+    "NoSandbox",
+    "SandboxCallbackContext",
+    "SandboxHook",
+    "Workspace",
+    "workspace_for",
+]
+
+Access = Literal["none", "files", "full"]
+
+#: The namespace of the tools a sandbox gives the model.
+NAMESPACE = "file_system"
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+@attrs.frozen(kw_only=True)
+class CommandResult:
+    """What a command run in a sandbox did.
+
+    Attributes:
+        exit_code: The command's exit status; negative when a signal ended it (``-9`` for
+            SIGKILL), as :mod:`subprocess` says.
+        stdout: What it wrote to its standard output, decoded as UTF-8 (bytes that are not
+            UTF-8 become U+FFFD), cut to the sandbox's ``max_output``.
+        stderr: The same for its standard error.
+        timed_out: The command ran past its timeout, and its process group was killed.
+    """
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+class SandboxHook:
+    """Code that prepares a session's sandbox and cleans it up: subclass it and pass
+    instances in a sandbox's ``hooks=``.
+
+    Override :meth:`on_create` (run once the workspace exists, before the session's first
+    model call) and :meth:`on_destroy` (run before the workspace is deleted). Both are
+    ``async``; after ``ctx``, each may take session inputs through parameters annotated
+    ``Annotated[YourInput, Depends()]``, as tools do.
+    """
+
+    # `*inputs: Any, **named: Any`: an override may add parameters (its session inputs).
+    async def on_create(self, ctx: SandboxCallbackContext, *inputs: Any, **named: Any) -> None:
+        """Prepare the new workspace, e.g. clone a repository into it. An exception fails
+        the turn, and the workspace is deleted."""
+
+    async def on_destroy(self, ctx: SandboxCallbackContext, *inputs: Any, **named: Any) -> None:
+        """Clean up before the workspace is deleted. An exception does not keep it."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+@attrs.frozen(kw_only=True)
+class NoSandbox:
+    """No computer: the session gets no file or shell tools (the default)."""
+
+
+def _check_access(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in ("none", "files", "full"):
+        raise ValueError(f"access must be 'none', 'files' or 'full', not {value!r}")
+
+
+def _check_positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{attribute.name} must be a positive number, not {value!r}")
+
+
+def _check_env(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise TypeError("env must map variable names to strings")
+
+
+def _hooks(value: Sequence[SandboxHook]) -> tuple[SandboxHook, ...]:
+    hooks = tuple(value)
+    for hook in hooks:
+        if not isinstance(hook, SandboxHook):
+            raise TypeError(
+                f"a sandbox's hooks are SandboxHook instances, not {type(hook).__name__}"
+            )
+        for method in ("on_create", "on_destroy"):
+            _hook_dependencies(hook, method)  # raises now, not at the first session
+    return hooks
+
+
+def _root(value: str | os.PathLike[str] | None) -> Path | None:
+    return None if value is None else Path(value)
+
+
+@attrs.frozen(kw_only=True)
+class _LocalSandbox:
+    """What the sandboxes with a workspace folder on this machine share."""
+
+    root: Path | None = attrs.field(default=None, converter=_root)
+    access: Access = attrs.field(default="full", validator=_check_access)
+    timeout: float = attrs.field(default=30.0, validator=_check_positive)
+    max_output: int = attrs.field(default=100_000, validator=_check_positive)
+    env: Mapping[str, str] = attrs.field(factory=dict, validator=_check_env)
+    hooks: tuple[SandboxHook, ...] = attrs.field(default=(), converter=_hooks)
+    kill_grace: float = attrs.field(default=2.0, validator=_check_positive)
+
+    def workspace_path(self, session_id: str) -> Path:
+        """The folder of the root session ``session_id``'s workspace."""
+        return _session_folder(self.root, session_id) / "workspace"
+
+    def command_line(self, command: str, workdir: Path, workspace: Path) -> list[str]:
+        """How ``command`` is started, in ``workdir`` of ``workspace``."""
+        return ["bash", "-c", command]
+
+
+@attrs.frozen(kw_only=True)
+class DangerousLocalSandbox(_LocalSandbox):
+    """A workspace folder on this machine, per root session; commands run as this process's
+    user, on its file system and network, unisolated.
+
+    The model's file tools are confined to the workspace: a path with ``..``, an absolute
+    path or a symlink that leads outside it is refused. Commands (``file_system.bash``) are
+    not: they run in the workspace, with a scrubbed environment, a timeout and an output cap,
+    but can read and write whatever this user can, and reach the network. Use it for code
+    you would run yourself.
+
+    Args:
+        root: The folder that holds the workspaces, each in ``<root>/<session id>``; by
+            default ``agentlib-sandboxes`` in the system's temporary folder.
+        access: What the model gets: ``"none"`` (no tools: the sandbox is for hooks),
+            ``"files"`` (``file_system.read_file``, ``write_file``, ``list_files``,
+            ``edit_file``), ``"full"`` (those and ``file_system.bash``).
+        timeout: Seconds a command may run before its process group is killed.
+        max_output: The most bytes of a command's stdout (and of its stderr) the model
+            gets: past it, the first and last halves are kept, and a line in between says
+            how many bytes were cut. A file read is cut to it too.
+        env: Variables added to every command's environment, which holds only ``PATH``,
+            ``HOME`` (the workspace) and ``LANG`` otherwise.
+        hooks: :class:`SandboxHook` instances, run in order.
+        kill_grace: Seconds a command has to exit after SIGTERM before SIGKILL.
+
+    Raises:
+        ValueError: ``access`` is not one of the three, or a time or size is not positive.
+        TypeError: A hook is not a :class:`SandboxHook`, or takes a parameter that is not a
+            session input.
+    """
+
+
+Environment = NoSandbox | DangerousLocalSandbox
+
+
+def _session_folder(root: Path | None, session_id: str) -> Path:
+    base = root if root is not None else Path(tempfile.gettempdir()) / "agentlib-sandboxes"
+    name = session_id
+    if not _SAFE_ID.fullmatch(name):  # an id from elsewhere: a name it cannot escape with
+        name = hashlib.sha256(session_id.encode()).hexdigest()[:32]
+    return base / name
+
+
+def check_environment(value: object) -> Environment:
+    """``value`` as an agent's environment.
+
+    Raises:
+        TypeError: It is not a sandbox.
+    """
+    if value is None:
+        return NoSandbox()
+    if not isinstance(value, (NoSandbox, DangerousLocalSandbox)):
+        raise TypeError(
+            "environment takes a sandbox, e.g. agentlib.DangerousLocalSandbox(), or "
+            f"agentlib.NoSandbox(); not {type(value).__name__}"
+        )
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class SandboxCallbackContext:
+    """What a :class:`SandboxHook` gets.
+
+    Attributes:
+        sandbox: The session's workspace: run commands, read and write files in it.
+        session_id: The root session whose sandbox it is.
+    """
+
+    sandbox: Workspace
+    session_id: str
+
+
+def _hook_dependencies(hook: SandboxHook, method: str) -> tuple[Dependency, ...]:
+    function = getattr(hook, method)
+    name = f"{type(hook).__name__}.{method}"
+    hints = typing.get_type_hints(function, include_extras=True)
+    parameters = [
+        p
+        for p in list(inspect.signature(function).parameters.values())[1:]  # after ctx
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    try:
+        arguments, dependencies = dependencies_of(
+            [
+                (p.name, hints.get(p.name, Any), p.default is not p.empty, p.default)
+                for p in parameters
+            ]
+        )
+    except TypeError as exc:
+        raise TypeError(f"sandbox hook {name}: {exc}") from None
+    if arguments:
+        raise TypeError(
+            f"sandbox hook {name} takes ctx, then only session inputs, annotated "
+            f"Annotated[YourInput, Depends()]; {arguments[0][0]!r} is not one"
+        )
+    return dependencies
+
+
+class _Capped:
+    """A stream's bytes, the first and last halves of ``limit`` kept past it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data: bytes | bytearray) -> None:
+        self.total += len(data)
+        half = self.limit // 2
+        room = half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        self.tail += data
+        extra = len(self.tail) - (self.limit - half)
+        if extra > 0:
+            del self.tail[:extra]
+
+    async def drain(self, stream: trio.abc.ReceiveStream) -> None:
+        async for chunk in stream:
+            self.add(chunk)
+
+    def text(self) -> str:
+        if self.total <= self.limit:
+            return bytes(self.head + self.tail).decode("utf-8", "replace")
+        cut = self.total - len(self.head) - len(self.tail)
+        note = f"\n[... {cut} bytes cut: the output is capped at {self.limit} bytes ...]\n"
+        return self.head.decode("utf-8", "replace") + note + self.tail.decode("utf-8", "replace")
+
+
+def _kill_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass  # every process of the group has exited
+    except PermissionError:
+        pass  # the id names another user's group now: ours is gone
+
+
+class Workspace:
+    """A root session's sandbox as it runs: a folder, and the commands running in it.
+
+    Hooks get it as ``ctx.sandbox``; the model's ``file_system.*`` tools call it.
+    """
+
+    def __init__(self, config: DangerousLocalSandbox, session_id: str) -> None:
+        self.config = config
+        self.session_id = session_id
+        folder = _session_folder(config.root, session_id)
+        self._folder = folder
+        self._ready_marker = folder / "ready"
+        #: The workspace folder: commands run there, and it is their HOME.
+        self.path: Path = folder / "workspace"
+        self._opening = trio.Lock()
+        self._ready = False
+        self._groups: set[int] = set()  # process groups of the commands running
+        self._tools: dict[str, Tool] | None = None
+
+    def __repr__(self) -> str:
+        return f"Workspace(path={str(self.path)!r})"
+
+    # -- lifecycle (the engine's) -----------------------------------------------------------
+
+    async def open(self, inputs: Mapping[str, Any]) -> None:
+        """Make the workspace and run the ``on_create`` hooks, unless it was made already
+        (by this runtime, or one before it: the folder is found again).
+
+        Raises:
+            SandboxError: The folder cannot be made, or a hook failed; nothing is left.
+        """
+        async with self._opening:
+            if self._ready:
+                return
+            if await run_in_thread(self._ready_marker.exists):
+                self._ready = True
+                return
+            try:
+                await run_in_thread(self._make_folder)
+            except OSError as error:
+                raise SandboxError(
+                    f"the sandbox's workspace cannot be made: {error.strerror or error}"
+                ) from error
+            try:
+                for hook in self.config.hooks:
+                    await self._run_hook(hook, "on_create", inputs)
+                await run_in_thread(self._ready_marker.touch)
+            except BaseException as error:
+                with trio.CancelScope(shield=True):
+                    await self.kill_commands()
+                    await run_in_thread(self._delete_folder)
+                if isinstance(error, SandboxError) or not isinstance(error, Exception):
+                    raise
+                raise SandboxError(f"the sandbox could not be made: {error}") from error
+            self._ready = True
+
+    async def destroy(self, inputs: Mapping[str, Any]) -> None:
+        """Kill what still runs, run the ``on_destroy`` hooks (if the workspace was made) and
+        delete the workspace; returns once all is done. A hook's failure does not keep it.
+
+        Raises:
+            SandboxError: A hook failed (raised once the workspace is deleted).
+        """
+        await self.kill_commands()
+        failure: BaseException | None = None
+        if await run_in_thread(self._ready_marker.exists):
+            for hook in self.config.hooks:
+                try:
+                    await self._run_hook(hook, "on_destroy", inputs)
+                except SandboxError as error:
+                    failure = failure or error
+            await self.kill_commands()
+        await run_in_thread(self._delete_folder)
+        self._ready = False
+        if failure is not None:
+            raise failure
+
+    async def kill_commands(self) -> None:
+        """Kill the process groups of the commands still running (a SIGKILL)."""
+        for pgid in list(self._groups):
+            _kill_group(pgid, signal.SIGKILL)
+        await trio.lowlevel.checkpoint()
+
+    async def _run_hook(self, hook: SandboxHook, method: str, inputs: Mapping[str, Any]) -> None:
+        name = f"{type(hook).__name__}.{method}"
+        try:
+            values = {d.name: read_input(inputs, d) for d in _hook_dependencies(hook, method)}
+            result = getattr(hook, method)(
+                SandboxCallbackContext(sandbox=self, session_id=self.session_id), **values
+            )
+            if inspect.isawaitable(result):
+                await result
+        except Exception as error:
+            raise SandboxError(
+                f"sandbox hook {name} failed: {type(error).__name__}: {error}"
+            ) from error
+
+    def _make_folder(self) -> None:
+        if self._folder.exists():  # left by a creation that did not finish
+            shutil.rmtree(self._folder)
+        self.path.mkdir(parents=True)
+
+    def _delete_folder(self) -> None:
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    # -- what hooks and tools do ------------------------------------------------------------
+
+    def resolve(self, path: str) -> Path:
+        """``path`` (relative to the workspace, or absolute inside it) as a real path in the
+        workspace, its symlinks followed.
+
+        Raises:
+            SandboxError: It leads outside the workspace.
+        """
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise SandboxError("a path is a non-empty string, relative to the workspace")
+        root = Path(os.path.realpath(self.path))
+        candidate = Path(path)
+        if not candidate.is_absolute():
+            candidate = root / candidate
+        real = Path(os.path.realpath(candidate))
+        if real != root and root not in real.parents:
+            raise SandboxError(
+                f"the path {path!r} leads outside the workspace; use paths inside it, "
+                "relative to it (such as 'notes/todo.txt')"
+            )
+        return real
+
+    async def execute(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        """Run ``command`` with bash in the workspace and return what it did.
+
+        It runs in a process group of its own, with ``PATH``, ``HOME`` (the workspace),
+        ``LANG``, the sandbox's ``env`` and this ``env``. When it times out, or the call is
+        cancelled (the turn interrupted, the session cancelled), the group gets SIGTERM,
+        then SIGKILL after the sandbox's ``kill_grace``; what is left of the group once the
+        command exits is killed too.
+
+        Args:
+            command: A bash command line.
+            cwd: Where it runs, inside the workspace; by default the workspace.
+            timeout: Seconds before it is killed; by default the sandbox's.
+            env: More environment variables.
+
+        Raises:
+            SandboxError: ``cwd`` leads outside the workspace, or bash cannot be started.
+        """
+        config = self.config
+        workdir = self.resolve(cwd) if cwd is not None else self.path
+        limit = config.timeout if timeout is None else timeout
+        environment = {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "HOME": str(self.path),
+            "LANG": "C.UTF-8",
+            **config.env,
+            **(env or {}),
+        }
+        out, err = _Capped(config.max_output), _Capped(config.max_output)
+        pgid: int | None = None
+
+        async def deliver_cancel(process: trio.Process) -> None:
+            _kill_group(process.pid, signal.SIGTERM)
+            await trio.sleep(config.kill_grace)
+            _kill_group(process.pid, signal.SIGKILL)
+
+        async def reap(process: trio.Process) -> None:
+            await process.wait()
+            # Children left in its group (`sleep 99 &`) would hold its pipes open.
+            _kill_group(process.pid, signal.SIGKILL)
+
+        try:
+            with trio.move_on_after(limit) as deadline:
+                async with trio.open_nursery() as nursery:
+                    try:
+                        process: trio.Process = await nursery.start(
+                            functools.partial(
+                                trio.run_process,
+                                config.command_line(command, workdir, self.path),
+                                stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE,
+                                cwd=workdir,
+                                env=environment,
+                                check=False,
+                                start_new_session=True,
+                                deliver_cancel=deliver_cancel,
+                            )
+                        )
+                    except OSError as error:
+                        raise SandboxError(
+                            f"the command could not be started: {error.strerror or error}"
+                        ) from error
+                    pgid = process.pid
+                    self._groups.add(pgid)
+                    assert process.stdout is not None
+                    assert process.stderr is not None
+                    nursery.start_soon(out.drain, process.stdout)
+                    nursery.start_soon(err.drain, process.stderr)
+                    nursery.start_soon(reap, process)
+        finally:
+            if pgid is not None:
+                _kill_group(pgid, signal.SIGKILL)
+                self._groups.discard(pgid)
+        code = process.returncode
+        assert code is not None
+        return CommandResult(
+            exit_code=code,
+            stdout=out.text(),
+            stderr=err.text(),
+            timed_out=deadline.cancelled_caught,
+        )
+
+    async def read_file(self, path: str) -> bytes:
+        """The bytes of the file at ``path`` in the workspace.
+
+        Raises:
+            SandboxError: The path leads outside the workspace, or names no file.
+        """
+        real = self.resolve(path)
+        return await run_in_thread(functools.partial(_read, real, path, None))
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """Write ``data`` (text as UTF-8) to the file at ``path`` in the workspace, making
+        its folders.
+
+        Raises:
+            SandboxError: The path leads outside the workspace, or cannot be written.
+        """
+        real = self.resolve(path)
+        content = data.encode() if isinstance(data, str) else bytes(data)
+        await run_in_thread(functools.partial(_write, real, path, content))
+
+    # -- the model's tools ------------------------------------------------------------------
+
+    def tools(self) -> dict[str, Tool]:
+        """The tools the model gets, by id, as the sandbox's ``access`` says."""
+        if self._tools is None:
+            self._tools = _workspace_tools(self)
+        return self._tools
+
+
+def _read(real: Path, shown: str, limit: int | None) -> bytes:
+    try:
+        with real.open("rb") as file:
+            return file.read() if limit is None else file.read(limit + 1)
+    except OSError as error:
+        raise SandboxError(_os_problem(shown, error)) from None
+
+
+def _write(real: Path, shown: str, content: bytes) -> None:
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+        real.write_bytes(content)
+    except OSError as error:
+        raise SandboxError(_os_problem(shown, error)) from None
+
+
+def _os_problem(shown: str, error: OSError) -> str:
+    if error.errno == errno.ENOENT:
+        return f"there is no file {shown!r} in the workspace"
+    if error.errno == errno.EISDIR:
+        return f"{shown!r} is a folder, not a file"
+    return f"{shown!r}: {error.strerror or error}"
+
+
+def _workspace_tools(workspace: Workspace) -> dict[str, Tool]:
+    access = workspace.config.access
+    made: list[Tool] = []
+    if access == "none":
+        return {}
+    limit = workspace.config.max_output
+
+    async def read_file(path: str) -> str:
+        """Read a text file of the workspace.
+
+        Args:
+            path: The file's path, relative to the workspace.
+        """
+        real = workspace.resolve(path)
+        data = await run_in_thread(functools.partial(_read, real, path, limit))
+        text = data[:limit].decode("utf-8", "replace")
+        if len(data) > limit:
+            text += f"\n[... the file is longer: only its first {limit} bytes are shown ...]"
+        return text
+
+    async def write_file(path: str, content: str) -> str:
+        """Write a text file in the workspace (replacing it if it exists), making its folders.
+
+        Args:
+            path: The file's path, relative to the workspace.
+            content: The file's whole text.
+        """
+        await workspace.write_file(path, content)
+        return f"wrote {len(content.encode())} bytes to {path}"
+
+    async def list_files(path: str = ".") -> list[str]:
+        """List a folder of the workspace: its files, and its folders ending with '/'.
+
+        Args:
+            path: The folder's path, relative to the workspace.
+        """
+        real = workspace.resolve(path)
+
+        def names() -> list[str]:
+            try:
+                return sorted(
+                    entry.name + ("/" if entry.is_dir() else "") for entry in os.scandir(real)
+                )
+            except OSError as error:
+                raise SandboxError(_os_problem(path, error)) from None
+
+        return await run_in_thread(names)
+
+    async def edit_file(path: str, old_text: str, new_text: str) -> str:
+        """Replace one passage of a text file of the workspace by another.
+
+        Args:
+            path: The file's path, relative to the workspace.
+            old_text: The passage to replace: it must occur exactly once in the file.
+            new_text: What replaces it.
+        """
+        text = (await workspace.read_file(path)).decode("utf-8", "replace")
+        count = text.count(old_text) if old_text else 0
+        if count != 1:
+            found = "does not occur" if count == 0 else f"occurs {count} times"
+            raise SandboxError(
+                f"old_text {found} in {path}; give a passage that occurs exactly once"
+            )
+        await workspace.write_file(path, text.replace(old_text, new_text, 1))
+        return f"edited {path}"
+
+    async def bash(command: str, timeout: float | None = None) -> CommandResult:
+        """Run a bash command in the workspace, and get its exit code, stdout and stderr.
+
+        Args:
+            command: The command line, run with `bash -c` in the workspace folder.
+            timeout: Seconds it may run before it is killed; by default the sandbox's.
+        """
+        if timeout is not None and not timeout > 0:
+            raise SandboxError("timeout must be a positive number of seconds")
+        if timeout is not None:
+            timeout = min(timeout, workspace.config.timeout)
+        return await workspace.execute(command, timeout=timeout)
+
+    functions: list[Any] = [read_file, write_file, list_files, edit_file]
+    if access == "full":
+        functions.insert(0, bash)
+    for function in functions:
+        made.append(
+            attrs.evolve(tool(name=f"{NAMESPACE}.{function.__name__}")(function), kind="builtin")
+        )
+    return {item.name: item for item in made}
+
+
+def workspace_for(environment: Environment, session_id: str) -> Workspace | None:
+    """The workspace ``environment`` gives root session ``session_id``; None for none."""
+    if isinstance(environment, DangerousLocalSandbox):
+        return Workspace(environment, session_id)
+    return None
