@@ -111,6 +111,7 @@ from ._records import UnknownOutcome as UnknownOutcome
 from ._records import UnknownRecord as UnknownRecord
 from ._sandbox import CommandResult as CommandResult
 from ._sandbox import DangerousLocalSandbox as DangerousLocalSandbox
+from ._sandbox import IsolatedSandbox as IsolatedSandbox
 from ._sandbox import NoSandbox as NoSandbox
 from ._sandbox import SandboxCallbackContext as SandboxCallbackContext
 from ._sandbox import SandboxHook as SandboxHook
@@ -172,6 +173,7 @@ __all__ = [
     "ImageContentBlock",
     "Interrupted",
     "InvalidCursorError",
+    "IsolatedSandbox",
     "KeepCallbackOpen",
     "LeaseLost",
     "LeaseRefused",

@@ -68,8 +68,9 @@ class Agent:
             the ``mcp`` extra (``pip install 'agentlib[mcp]'``): see "Tools from MCP
             servers".
         environment: The computer a root session gets (its subagents share it):
-            :class:`NoSandbox` (none, the default) or :class:`DangerousLocalSandbox` (a
-            workspace folder on this machine); its ``access`` decides the
+            :class:`NoSandbox` (none, the default), :class:`DangerousLocalSandbox` (a
+            workspace folder on this machine) or :class:`IsolatedSandbox` (the same, its
+            commands in Linux namespaces); its ``access`` decides the
             ``file_system.*`` tools the model gets. See "A session's computer".
 
     Raises:

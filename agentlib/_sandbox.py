@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import typing
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,7 @@ __all__ = [
     "CommandResult",
     "DangerousLocalSandbox",
     "Environment",
+    "IsolatedSandbox",
     "NoSandbox",
     "SandboxCallbackContext",
     "SandboxHook",
@@ -158,7 +160,7 @@ class DangerousLocalSandbox(_LocalSandbox):
     path or a symlink that leads outside it is refused. Commands (``file_system.bash``) are
     not: they run in the workspace, with a scrubbed environment, a timeout and an output cap,
     but can read and write whatever this user can, and reach the network. Use it for code
-    you would run yourself.
+    you would run yourself; :class:`IsolatedSandbox` for code you would not.
 
     Args:
         root: The folder that holds the workspaces, each in ``<root>/<session id>``; by
@@ -182,7 +184,117 @@ class DangerousLocalSandbox(_LocalSandbox):
     """
 
 
-Environment = NoSandbox | DangerousLocalSandbox
+#: Inside the namespaces: the workspace stays writable, every other mount but /proc, /dev
+#: and /sys is made read-only, then the command runs where it was asked to.
+_ISOLATE = r"""
+set -e
+workspace=$1 workdir=$2 command=$3
+mount --bind "$workspace" "$workspace"
+while read -r target; do
+  case "$target" in /proc|/proc/*|/dev|/dev/*|/sys|/sys/*|"$workspace") continue;; esac
+  mount -o remount,bind,ro "$target" 2>/dev/null || true
+done < <(awk '{print $5}' /proc/self/mountinfo | sed 's/\040/ /g')
+cd "$workdir"
+set +e
+exec bash -c "$command"
+"""
+
+
+@functools.cache
+def _namespaces_problem(network: bool) -> str | None:
+    """Why this machine cannot give a command its own namespaces; None when it can."""
+    if sys.platform != "linux":
+        return "Linux namespaces exist on Linux only"
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return "the unshare command is not installed (Debian: util-linux)"
+    try:
+        done = subprocess.run(
+            [*_unshare(network), "true"], capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"unshare could not be run: {error}"
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip() or f"exit {done.returncode}"
+        return f"unshare refused ({said}); user namespaces may be disabled here"
+    return None
+
+
+def _unshare(network: bool) -> list[str]:
+    return [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount-proc",
+        *([] if network else ["--net"]),
+    ]
+
+
+@attrs.frozen(kw_only=True)
+class IsolatedSandbox(_LocalSandbox):
+    """A workspace folder on this machine whose commands run in Linux namespaces of their
+    own (``unshare``, no root needed).
+
+    Each command gets: a network namespace with only a loopback that is down (no network at
+    all, unless ``network=True``); a pid namespace (it sees only its own processes, and
+    they all die with it); a mount namespace where the workspace is writable and every other
+    mount but ``/proc``, ``/dev`` and ``/sys`` is read-only; a user namespace where it is
+    "root" mapped to this process's user. It still reads what this user can read (secrets in
+    the home folder included), writes ``/dev/shm``, and shares the CPU, memory and disk
+    with no quota. File tools are confined to the workspace as with
+    :class:`DangerousLocalSandbox`.
+
+    Args:
+        root: The folder that holds the workspaces, each in ``<root>/<session id>``; by
+            default ``agentlib-sandboxes`` in the system's temporary folder.
+        access: What the model gets: ``"none"`` (no tools: the sandbox is for hooks),
+            ``"files"`` (``file_system.read_file``, ``write_file``, ``list_files``,
+            ``edit_file``), ``"full"`` (those and ``file_system.bash``).
+        timeout: Seconds a command may run before its process group is killed.
+        max_output: The most bytes of a command's stdout (and of its stderr) the model
+            gets: past it, the first and last halves are kept, and a line in between says
+            how many bytes were cut. A file read is cut to it too.
+        env: Variables added to every command's environment, which holds only ``PATH``,
+            ``HOME`` (the workspace) and ``LANG`` otherwise.
+        hooks: :class:`SandboxHook` instances, run in order.
+        kill_grace: Seconds a command has to exit after SIGTERM before SIGKILL.
+
+        network: Share this machine's network with commands; by default they have none.
+
+    Raises:
+        SandboxError: This machine cannot make the namespaces (not Linux, no ``unshare``,
+            user namespaces disabled): the message says which.
+        ValueError: ``access`` is not one of the three, or a time or size is not positive.
+        TypeError: A hook is not a :class:`SandboxHook`, or takes a parameter that is not a
+            session input.
+    """
+
+    network: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        problem = _namespaces_problem(self.network)
+        if problem is not None:
+            raise SandboxError(f"an IsolatedSandbox cannot be made on this machine: {problem}")
+
+    def command_line(self, command: str, workdir: Path, workspace: Path) -> list[str]:
+        """``command`` in namespaces of its own."""
+        return [
+            *_unshare(self.network),
+            "bash",
+            "-c",
+            _ISOLATE,
+            "isolate",
+            str(workspace),
+            str(workdir),
+            command,
+        ]
+
+
+Environment = NoSandbox | DangerousLocalSandbox | IsolatedSandbox
 
 
 def _session_folder(root: Path | None, session_id: str) -> Path:
@@ -201,7 +313,7 @@ def check_environment(value: object) -> Environment:
     """
     if value is None:
         return NoSandbox()
-    if not isinstance(value, (NoSandbox, DangerousLocalSandbox)):
+    if not isinstance(value, (NoSandbox, DangerousLocalSandbox, IsolatedSandbox)):
         raise TypeError(
             "environment takes a sandbox, e.g. agentlib.DangerousLocalSandbox(), or "
             f"agentlib.NoSandbox(); not {type(value).__name__}"
@@ -296,7 +408,7 @@ class Workspace:
     Hooks get it as ``ctx.sandbox``; the model's ``file_system.*`` tools call it.
     """
 
-    def __init__(self, config: DangerousLocalSandbox, session_id: str) -> None:
+    def __init__(self, config: DangerousLocalSandbox | IsolatedSandbox, session_id: str) -> None:
         self.config = config
         self.session_id = session_id
         folder = _session_folder(config.root, session_id)
@@ -652,6 +764,6 @@ def _workspace_tools(workspace: Workspace) -> dict[str, Tool]:
 
 def workspace_for(environment: Environment, session_id: str) -> Workspace | None:
     """The workspace ``environment`` gives root session ``session_id``; None for none."""
-    if isinstance(environment, DangerousLocalSandbox):
+    if isinstance(environment, (DangerousLocalSandbox, IsolatedSandbox)):
         return Workspace(environment, session_id)
     return None

@@ -48,6 +48,7 @@ from agentlib import HookDecision as HookDecision
 from agentlib import ImageContentBlock as ImageContentBlock
 from agentlib import Interrupted as Interrupted
 from agentlib import InvalidCursorError as InvalidCursorError
+from agentlib import IsolatedSandbox as IsolatedSandbox
 from agentlib import KeepCallbackOpen as KeepCallbackOpen
 from agentlib import LeaseLost as LeaseLost
 from agentlib import LeaseRefused as LeaseRefused
@@ -174,6 +175,7 @@ __all__ = [
     "ImageContentBlock",
     "Interrupted",
     "InvalidCursorError",
+    "IsolatedSandbox",
     "KeepCallbackOpen",
     "LeaseLost",
     "LeaseRefused",

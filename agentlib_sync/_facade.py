@@ -95,7 +95,9 @@ class Agent:
         max_steps: int = 25,
         model_options: ChatOptions | None = None,
         mcps: Mapping[str, agentlib.RemoteMCP | agentlib.StdioMCP] | None = None,
-        environment: agentlib.NoSandbox | agentlib.DangerousLocalSandbox | None = None,
+        environment: (
+            agentlib.NoSandbox | agentlib.DangerousLocalSandbox | agentlib.IsolatedSandbox | None
+        ) = None,
     ) -> None:
         delegates = [_async_agent(sub) for sub in subagents]
         self.agent: agentlib.Agent = agentlib.Agent(

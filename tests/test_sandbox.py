@@ -81,12 +81,13 @@ async def wait_for_pid(fifo: Path) -> int:
 # -- the workspace and its tools -----------------------------------------------------------
 
 
+@pytest.mark.parametrize("kind", [DangerousLocalSandbox, agentlib.IsolatedSandbox])
 async def test_a_model_writes_a_script_runs_it_in_the_workspace_and_reads_its_result(
-    tmp_path: Path,
+    tmp_path: Path, kind: type[DangerousLocalSandbox]
 ) -> None:
     script = "import pathlib\npathlib.Path('result.txt').write_text(str(6 * 7))\nprint('ok')\n"
     agent = agent_with(
-        DangerousLocalSandbox(root=tmp_path),
+        kind(root=tmp_path),
         call("write_file", path="script.py", content=script),
         call("bash", command=f"{PYTHON} script.py"),
         call("read_file", path="result.txt"),
@@ -605,3 +606,82 @@ def test_the_blocking_facade_runs_a_sandboxed_session(tmp_path: Path) -> None:
     assert json.loads(ran.content[0].text)["stdout"] == "hi\n"  # type: ignore[union-attr]
     session.cancel()
     assert list(tmp_path.iterdir()) == []
+
+
+# -- the isolated kind ---------------------------------------------------------------------
+
+
+async def test_an_isolated_command_cannot_reach_a_server_on_this_machines_loopback(
+    tmp_path: Path,
+) -> None:
+    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listener.socket.getsockname()[1]
+    connect = (
+        f"{PYTHON} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 5); "
+        "print('connected')\""
+    )
+    isolated = agentlib.IsolatedSandbox(root=tmp_path / "isolated")
+    local = DangerousLocalSandbox(root=tmp_path / "local")
+    async with agentlib.open_runtime():
+        for sandbox, reached in ((local, True), (isolated, False)):
+            session = await agent_with(
+                sandbox, call("bash", command=connect), "done"
+            ).start_session()
+            with trio.fail_after(10):
+                record = await session.run("go")
+            (ran,) = await results_of(session, record)
+            assert (result_json(ran)["stdout"] == "connected\n") is reached
+            if not reached:
+                assert "Network is unreachable" in result_json(ran)["stderr"]
+            await session.cancel()
+    await listener.aclose()
+
+
+async def test_an_isolated_command_sees_only_its_own_processes_and_writes_only_its_workspace(
+    tmp_path: Path,
+) -> None:
+    command = f"echo $$; touch mine; touch {tmp_path}/outside"
+    agent = agent_with(
+        agentlib.IsolatedSandbox(root=tmp_path / "root"), call("bash", command=command), "done"
+    )
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        with trio.fail_after(10):
+            record = await session.run("go")
+        (ran,) = await results_of(session, record)
+        assert result_json(ran)["stdout"] == "1\n"  # the first process of its pid namespace
+        assert "Read-only file system" in result_json(ran)["stderr"]
+        assert (tmp_path / "root" / session.id / "workspace" / "mine").exists()
+        assert not (tmp_path / "outside").exists()
+        await session.cancel()
+
+
+async def test_an_isolated_command_past_its_timeout_is_killed(tmp_path: Path) -> None:
+    agent = agent_with(
+        agentlib.IsolatedSandbox(root=tmp_path, timeout=0.2, kill_grace=0.2),
+        call("bash", command="sleep 30 & sleep 30"),
+        "done",
+    )
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        with trio.fail_after(10):
+            record = await session.run("go")
+        (ran,) = await results_of(session, record)
+        assert result_json(ran)["timed_out"] is True
+        assert result_json(ran)["exit_code"] != 0  # unshare says 128 + the signal
+        await session.cancel()
+
+
+def test_an_isolated_sandbox_is_refused_where_namespaces_cannot_be_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import agentlib._sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: None)
+    sandbox_module._namespaces_problem.cache_clear()
+    try:
+        with pytest.raises(agentlib.SandboxError, match="the unshare command is not installed"):
+            agentlib.IsolatedSandbox()
+    finally:
+        monkeypatch.undo()
+        sandbox_module._namespaces_problem.cache_clear()
