@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -685,3 +687,48 @@ def test_an_isolated_sandbox_is_refused_where_namespaces_cannot_be_made(
     finally:
         monkeypatch.undo()
         sandbox_module._namespaces_problem.cache_clear()
+
+
+# -- a runtime that dies while a command runs ----------------------------------------------
+
+
+async def test_a_command_that_may_have_run_when_its_runtime_died_is_never_run_again(
+    tmp_path: Path,
+) -> None:
+    from _sandbox_worker import agent
+
+    store, root, fifo = tmp_path / "sessions.db", tmp_path / "root", tmp_path / "pid"
+    os.mkfifo(fifo)
+    worker = Path(__file__).with_name("_sandbox_worker.py")
+    process = await trio.lowlevel.open_process(
+        [PYTHON, str(worker), str(store), str(root), str(fifo)], stdout=subprocess.PIPE
+    )
+    try:
+        with trio.fail_after(30):
+            assert process.stdout is not None
+            said = b""
+            while not said.endswith(b"\n"):
+                said += await process.stdout.receive_some()
+            session_id, turn_id = said.decode().split()
+            pid = await wait_for_pid(fifo)  # the command runs
+            process.kill()
+            await process.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        assert process.stdout is not None
+        await process.stdout.aclose()
+    os.kill(pid, signal.SIGKILL)  # a command outlives the runtime that was killed
+    async with agentlib.open_runtime(f"sqlite:///{store}"):
+        session = agent(root, fifo).session(session_id)
+        with trio.fail_after(30):
+            crashed = await session.turn(turn_id).get()
+            assert isinstance(crashed, agentlib.UnknownOutcome)
+            record = await session.run("again")
+        assert isinstance(record, Completed)
+        assert record.text == "done"
+        assert (root / "runs").read_text() == "ran\n"
+        assert (root / session_id / "workspace").is_dir()  # found again
+        await session.cancel()
+    assert not (root / session_id).exists()
