@@ -732,3 +732,24 @@ async def test_a_command_that_may_have_run_when_its_runtime_died_is_never_run_ag
         assert (root / session_id / "workspace").is_dir()  # found again
         await session.cancel()
     assert not (root / session_id).exists()
+
+
+@pytest.mark.usefixtures("transport")
+async def test_a_sandboxed_session_works_the_same_served_over_http(tmp_path: Path) -> None:
+    agent = agent_with(
+        DangerousLocalSandbox(root=tmp_path),
+        call("write_file", path="a.txt", content="over http"),
+        call("bash", command="cat a.txt"),
+        "done",
+    )
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        with trio.fail_after(30):
+            record = await session.run("go")
+        assert isinstance(record, Completed)
+        assert [entry.tool_kind for entry in record.tool_calls] == ["builtin", "builtin"]
+        ran = (await results_of(session, record))[-1]
+        assert result_json(ran)["stdout"] == "over http"
+        assert (tmp_path / session.id / "workspace").is_dir()
+        await session.cancel()
+        assert list(tmp_path.iterdir()) == []  # deleted before cancel returned
