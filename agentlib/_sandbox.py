@@ -164,7 +164,8 @@ class DangerousLocalSandbox(_LocalSandbox):
 
     Args:
         root: The folder that holds the workspaces, each in ``<root>/<session id>``; by
-            default ``agentlib-sandboxes`` in the system's temporary folder.
+            default ``agentlib-sandboxes-<uid>`` in the system's temporary folder, which
+            only this user may enter.
         access: What the model gets: ``"none"`` (no tools: the sandbox is for hooks),
             ``"files"`` (``file_system.read_file``, ``write_file``, ``list_files``,
             ``edit_file``), ``"full"`` (those and ``file_system.bash``).
@@ -250,7 +251,8 @@ class IsolatedSandbox(_LocalSandbox):
 
     Args:
         root: The folder that holds the workspaces, each in ``<root>/<session id>``; by
-            default ``agentlib-sandboxes`` in the system's temporary folder.
+            default ``agentlib-sandboxes-<uid>`` in the system's temporary folder, which
+            only this user may enter.
         access: What the model gets: ``"none"`` (no tools: the sandbox is for hooks),
             ``"files"`` (``file_system.read_file``, ``write_file``, ``list_files``,
             ``edit_file``), ``"full"`` (those and ``file_system.bash``).
@@ -297,8 +299,30 @@ class IsolatedSandbox(_LocalSandbox):
 Environment = NoSandbox | DangerousLocalSandbox | IsolatedSandbox
 
 
+def _default_root() -> Path:
+    """The folder of the workspaces when a sandbox names none: this user's own, in the
+    system's temporary folder (which other users may write)."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"agentlib-sandboxes-{uid}"
+
+
+def _check_default_root(base: Path) -> None:
+    """Make ``base`` (the default root) only this user may enter, and check nobody else made
+    it first.
+
+    Raises:
+        SandboxError: It is a symlink, or another user's folder.
+    """
+    base.mkdir(mode=0o700, exist_ok=True)
+    found = os.lstat(base)
+    if not os.path.isdir(base) or os.path.islink(base) or found.st_uid != os.getuid():
+        raise SandboxError(
+            f"{base} is not a folder of this user's: give the sandbox a root=... of its own"
+        )
+
+
 def _session_folder(root: Path | None, session_id: str) -> Path:
-    base = root if root is not None else Path(tempfile.gettempdir()) / "agentlib-sandboxes"
+    base = root if root is not None else _default_root()
     name = session_id
     if not _SAFE_ID.fullmatch(name):  # an id from elsewhere: a name it cannot escape with
         name = hashlib.sha256(session_id.encode()).hexdigest()[:32]
@@ -500,6 +524,8 @@ class Workspace:
             ) from error
 
     def _make_folder(self) -> None:
+        if self.config.root is None:
+            _check_default_root(self._folder.parent)
         if self._folder.exists():  # left by a creation that did not finish
             shutil.rmtree(self._folder)
         self.path.mkdir(parents=True)

@@ -115,6 +115,20 @@ async def test_a_model_writes_a_script_runs_it_in_the_workspace_and_reads_its_re
         await session.cancel()
 
 
+async def test_by_default_workspaces_are_in_a_temporary_folder_only_this_user_may_enter() -> None:
+    agent = agent_with(DangerousLocalSandbox(), call("bash", command="pwd"), "done")
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        record = await session.run("go")
+        (ran,) = await results_of(session, record)
+        workspace = Path(result_json(ran)["stdout"].strip())
+        root = workspace.parent.parent
+        assert root.name == f"agentlib-sandboxes-{os.getuid()}"
+        assert root.stat().st_mode & 0o777 == 0o700
+        await session.cancel()
+        assert not workspace.parent.exists()
+
+
 async def test_sandbox_calls_are_builtin_tool_call_entries(tmp_path: Path) -> None:
     agent = agent_with(DangerousLocalSandbox(root=tmp_path), call("bash", command="true"), "done")
     async with agentlib.open_runtime():
