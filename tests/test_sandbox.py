@@ -443,6 +443,62 @@ async def test_a_pre_tool_call_hook_asks_approval_for_commands_and_a_denial_runs
         await session.cancel()
 
 
+async def test_an_approved_command_runs_once_approved(tmp_path: Path) -> None:
+    @pre_tool_call
+    def ask(call: ToolCallEntry) -> RequestApproval:
+        return RequestApproval()
+
+    agent = agent_with(
+        DangerousLocalSandbox(root=tmp_path),
+        call("bash", command="echo ran >> runs; cat runs"),
+        "done",
+        hooks=[ask],
+    )
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        blocked = await session.run("go")
+        assert isinstance(blocked, agentlib.Blocked)
+        assert not (tmp_path / session.id / "workspace" / "runs").exists()
+        (approval,) = blocked.callbacks
+        turn = session.turn(blocked.turn_id)
+        await turn.answer(approval.id, AllowApproval())
+        record = await turn.result()
+        assert isinstance(record, Completed)
+        (ran,) = await results_of(session, record)
+        assert result_json(ran)["stdout"] == "ran\n"
+        await session.cancel()
+
+
+class WorksInFolders(SandboxHook):
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    async def on_create(self, ctx: SandboxCallbackContext) -> None:
+        await ctx.sandbox.write_file("sub/file.txt", b"x")
+        here = await ctx.sandbox.execute("pwd; ls; echo $HOW", cwd="sub", env={"HOW": "hook"})
+        self.seen.append(here.stdout.splitlines()[1:])
+        try:
+            await ctx.sandbox.execute("pwd", cwd="..")
+        except agentlib.SandboxError as error:
+            self.seen.append(str(error))
+
+
+async def test_a_hook_runs_commands_in_a_folder_of_the_workspace_and_nowhere_else(
+    tmp_path: Path,
+) -> None:
+    hook = WorksInFolders()
+    agent = agent_with(DangerousLocalSandbox(root=tmp_path, hooks=[hook]), "done")
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        await session.run("go")
+        await session.cancel()
+    assert hook.seen == [
+        ["file.txt", "hook"],
+        "the path '..' leads outside the workspace; use paths inside it, relative to it "
+        "(such as 'notes/todo.txt')",
+    ]
+
+
 async def test_a_subagent_shares_its_root_sessions_sandbox(tmp_path: Path) -> None:
     helper = Agent(
         name="helper",
