@@ -429,7 +429,13 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
 class Workspace:
     """A root session's sandbox as it runs: a folder, and the commands running in it.
 
-    Hooks get it as ``ctx.sandbox``; the model's ``file_system.*`` tools call it.
+    Hooks get it as ``ctx.sandbox``; the model's ``file_system.*`` tools call it. Its
+    making and deletion are the engine's: see "A session's computer".
+
+    Attributes:
+        path: The workspace folder: commands run there, and it is their ``HOME``.
+        session_id: The root session whose workspace it is.
+        config: The sandbox it was made from.
     """
 
     def __init__(self, config: DangerousLocalSandbox | IsolatedSandbox, session_id: str) -> None:
@@ -438,19 +444,18 @@ class Workspace:
         folder = _session_folder(config.root, session_id)
         self._folder = folder
         self._ready_marker = folder / "ready"
-        #: The workspace folder: commands run there, and it is their HOME.
         self.path: Path = folder / "workspace"
         self._opening = trio.Lock()
         self._ready = False
         self._groups: set[int] = set()  # process groups of the commands running
-        self._tools: dict[str, Tool] | None = None
+        self._tool_cache: dict[str, Tool] | None = None
 
     def __repr__(self) -> str:
         return f"Workspace(path={str(self.path)!r})"
 
     # -- lifecycle (the engine's) -----------------------------------------------------------
 
-    async def open(self, inputs: Mapping[str, Any]) -> None:
+    async def _open(self, inputs: Mapping[str, Any]) -> None:
         """Make the workspace and run the ``on_create`` hooks, unless it was made already
         (by this runtime, or one before it: the folder is found again).
 
@@ -475,21 +480,21 @@ class Workspace:
                 await run_in_thread(self._ready_marker.touch)
             except BaseException as error:
                 with trio.CancelScope(shield=True):
-                    await self.kill_commands()
+                    await self._kill_commands()
                     await run_in_thread(self._delete_folder)
                 if isinstance(error, SandboxError) or not isinstance(error, Exception):
                     raise
                 raise SandboxError(f"the sandbox could not be made: {error}") from error
             self._ready = True
 
-    async def destroy(self, inputs: Mapping[str, Any]) -> None:
+    async def _destroy(self, inputs: Mapping[str, Any]) -> None:
         """Kill what still runs, run the ``on_destroy`` hooks (if the workspace was made) and
         delete the workspace; returns once all is done. A hook's failure does not keep it.
 
         Raises:
             SandboxError: A hook failed (raised once the workspace is deleted).
         """
-        await self.kill_commands()
+        await self._kill_commands()
         failure: BaseException | None = None
         if await run_in_thread(self._ready_marker.exists):
             for hook in self.config.hooks:
@@ -497,13 +502,13 @@ class Workspace:
                     await self._run_hook(hook, "on_destroy", inputs)
                 except SandboxError as error:
                     failure = failure or error
-            await self.kill_commands()
+            await self._kill_commands()
         await run_in_thread(self._delete_folder)
         self._ready = False
         if failure is not None:
             raise failure
 
-    async def kill_commands(self) -> None:
+    async def _kill_commands(self) -> None:
         """Kill the process groups of the commands still running (a SIGKILL)."""
         for pgid in list(self._groups):
             _kill_group(pgid, signal.SIGKILL)
@@ -668,11 +673,11 @@ class Workspace:
 
     # -- the model's tools ------------------------------------------------------------------
 
-    def tools(self) -> dict[str, Tool]:
+    def _model_tools(self) -> dict[str, Tool]:
         """The tools the model gets, by id, as the sandbox's ``access`` says."""
-        if self._tools is None:
-            self._tools = _workspace_tools(self)
-        return self._tools
+        if self._tool_cache is None:
+            self._tool_cache = _workspace_tools(self)
+        return self._tool_cache
 
 
 def _read(real: Path, shown: str, limit: int | None) -> bytes:

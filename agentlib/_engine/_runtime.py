@@ -832,7 +832,7 @@ class Runtime:
                 sandbox = self._sandbox(live)
                 self._sandboxes.pop(live.id, None)
                 if sandbox is not None:
-                    await sandbox.destroy(live.state.inputs)
+                    await sandbox._destroy(live.state.inputs)
         finally:
             if not live.log.closed:
                 live.log.close()
@@ -1135,11 +1135,11 @@ class Runtime:
         cancelled."""
         sandboxes, self._sandboxes = self._sandboxes, {}
         for root_id, sandbox in sandboxes.items():
-            await sandbox.kill_commands()
+            await sandbox._kill_commands()
             live = self._sessions.get(root_id)
             if not self.store.durable:
                 with contextlib.suppress(SandboxError):  # a hook's failure: deleted anyway
-                    await sandbox.destroy(live.state.inputs if live is not None else {})
+                    await sandbox._destroy(live.state.inputs if live is not None else {})
 
     def _stop_turns(self) -> list[trio.Event]:
         """Stop (or, with a durable store, suspend) the trees of turns still going; the

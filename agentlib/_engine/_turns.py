@@ -266,14 +266,14 @@ async def _offer_tools(turn: _Turn, *, note: bool = True) -> tuple[ToolSchema, .
     root = engine._live(machine.root_of(engine._states, turn.live.id).id)
     sandbox = engine._sandbox(root)
     if sandbox is not None:
-        await sandbox.open(root.state.inputs)
+        await sandbox._open(root.state.inputs)
     if not servers and sandbox is None:
         turn.tools = agent.tools_by_name
         return agent.tool_schemas
     tools = dict(agent.tools_by_name)
     schemas = list(agent.tool_schemas)
     if sandbox is not None:
-        for tool in sandbox.tools().values():
+        for tool in sandbox._model_tools().values():
             tools[tool.name] = tool
             schemas.append(tool.schema)
     if not servers:
