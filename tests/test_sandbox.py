@@ -606,6 +606,29 @@ async def test_a_hook_without_its_session_input_fails_the_turn_naming_the_input(
         await session.cancel()
 
 
+class FailsToClean(SandboxHook):
+    async def on_destroy(self, ctx: SandboxCallbackContext) -> None:
+        raise OSError("the volume is gone")
+
+
+@pytest.mark.usefixtures("transport")
+async def test_a_failing_on_destroy_still_deletes_the_workspace_and_cancel_raises(
+    tmp_path: Path,
+) -> None:
+    agent = agent_with(DangerousLocalSandbox(root=tmp_path, hooks=[FailsToClean()]), "done")
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        await session.run("go")
+        with pytest.raises(agentlib.SandboxError) as raised:
+            await session.cancel()
+        assert str(raised.value) == (
+            "sandbox hook FailsToClean.on_destroy failed: OSError: the volume is gone"
+        )
+        assert list(tmp_path.iterdir()) == []
+        with pytest.raises(agentlib.SessionTerminatedError):
+            await session.run("again")
+
+
 def test_a_hook_that_takes_something_other_than_session_inputs_is_refused() -> None:
     class Odd(SandboxHook):
         async def on_create(self, ctx: SandboxCallbackContext, name: str) -> None:
