@@ -162,7 +162,7 @@ class DangerousLocalSandbox(_LocalSandbox):
     but can read and write whatever this user can, and reach the network. Use it for code
     you would run yourself; :class:`IsolatedSandbox` for code you would not.
 
-    Args:
+    Attributes:
         root: The folder that holds the workspaces, each in ``<root>/<session id>``; by
             default ``agentlib-sandboxes-<uid>`` in the system's temporary folder, which
             only this user may enter.
@@ -249,7 +249,7 @@ class IsolatedSandbox(_LocalSandbox):
     with no quota. File tools are confined to the workspace as with
     :class:`DangerousLocalSandbox`.
 
-    Args:
+    Attributes:
         root: The folder that holds the workspaces, each in ``<root>/<session id>``; by
             default ``agentlib-sandboxes-<uid>`` in the system's temporary folder, which
             only this user may enter.
