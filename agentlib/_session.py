@@ -564,9 +564,14 @@ class Session:
         """End the session and its subagents: interrupt the running turns; later sends
         raise ``SessionTerminatedError``. Its history stays readable. Idempotent.
 
+        Returns once the session has ended and its sandbox (if its agent has one) is
+        released: its commands killed, its ``on_destroy`` hooks run, its workspace deleted.
+
         Raises:
             UnsupportedSessionProcedureError: The session is a subagent's: its references
                 only read, and interrupt its turns.
+            SandboxError: An ``on_destroy`` hook failed; the session is cancelled and its
+                workspace deleted all the same.
         """
         live = await self._held("cancel")
         if live is None:
