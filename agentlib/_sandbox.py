@@ -37,6 +37,8 @@ __all__ = [
     "Environment",
     "IsolatedSandbox",
     "NoSandbox",
+    "ProcessOutput",
+    "Sandbox",
     "SandboxCallbackContext",
     "SandboxHook",
     "Workspace",
@@ -90,6 +92,25 @@ class SandboxHook:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+@attrs.frozen(kw_only=True)
+class ProcessOutput:
+    """What a background process wrote since its output was last read.
+
+    Attributes:
+        stdout: Its new standard output, decoded as UTF-8, cut to the sandbox's
+            ``max_output`` (the first and last halves kept).
+        stderr: The same for its standard error.
+        running: It has not exited yet.
+        exit_code: Its exit status once it has exited (negative for a signal); None while
+            it runs.
+    """
+
+    stdout: str
+    stderr: str
+    running: bool
+    exit_code: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -149,6 +170,9 @@ class _LocalSandbox:
     def command_line(self, command: str, workdir: Path, workspace: Path) -> list[str]:
         """How ``command`` is started, in ``workdir`` of ``workspace``."""
         return ["bash", "-c", command]
+
+    def _workspace(self, session_id: str) -> Workspace:
+        return _FolderWorkspace(typing.cast("Sandbox", self), session_id)
 
 
 @attrs.frozen(kw_only=True)
@@ -296,7 +320,9 @@ class IsolatedSandbox(_LocalSandbox):
         ]
 
 
-Environment = NoSandbox | DangerousLocalSandbox | IsolatedSandbox
+#: The sandboxes that give a session a computer.
+Sandbox = DangerousLocalSandbox | IsolatedSandbox
+Environment = NoSandbox | Sandbox
 
 
 def _default_root() -> Path:
@@ -427,49 +453,145 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
 
 
 class Workspace:
-    """A root session's sandbox as it runs: a folder, and the commands running in it.
+    """A root session's sandbox as it runs: where its commands run and its files are.
 
     Hooks get it as ``ctx.sandbox``; the model's ``file_system.*`` tools call it. Its
-    making and deletion are the engine's: see "A session's computer".
+    making and deletion are the engine's: see "A session's computer". Each kind of sandbox
+    has its own; they all take the calls below.
 
     Attributes:
-        path: The workspace folder: commands run there, and it is their ``HOME``.
-        session_id: The root session whose workspace it is.
+        session_id: The root session whose sandbox it is.
         config: The sandbox it was made from.
     """
 
-    def __init__(self, config: DangerousLocalSandbox | IsolatedSandbox, session_id: str) -> None:
+    #: Whether :meth:`start_process` works here (the model then gets the tools for it).
+    runs_background_processes: bool = False
+
+    def __init__(self, config: Sandbox, session_id: str) -> None:
         self.config = config
         self.session_id = session_id
-        folder = _session_folder(config.root, session_id)
-        self._folder = folder
-        self._ready_marker = folder / "ready"
-        self.path: Path = folder / "workspace"
         self._opening = trio.Lock()
         self._ready = False
-        self._groups: set[int] = set()  # process groups of the commands running
         self._tool_cache: dict[str, Tool] | None = None
 
     def __repr__(self) -> str:
-        return f"Workspace(path={str(self.path)!r})"
+        return f"{type(self).__name__}(session_id={self.session_id!r})"
+
+    # -- what hooks and tools do ------------------------------------------------------------
+
+    async def execute(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        """Run ``command`` with bash in the workspace and return what it did.
+
+        Args:
+            command: A bash command line.
+            cwd: Where it runs, inside the workspace; by default the workspace.
+            timeout: Seconds before it is killed; by default the sandbox's.
+            env: More environment variables.
+
+        Raises:
+            SandboxError: ``cwd`` leads outside the workspace, or bash cannot be started.
+        """
+        raise NotImplementedError
+
+    async def read_file(self, path: str) -> bytes:
+        """The bytes of the file at ``path`` in the workspace.
+
+        Raises:
+            SandboxError: The path leads outside the workspace, or names no file.
+        """
+        raise NotImplementedError
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """Write ``data`` (text as UTF-8) to the file at ``path`` in the workspace, making
+        its folders.
+
+        Raises:
+            SandboxError: The path leads outside the workspace, or cannot be written.
+        """
+        raise NotImplementedError
+
+    async def list_files(self, path: str = ".") -> list[str]:
+        """The names in the folder at ``path`` of the workspace, sorted, folders ending
+        with ``/``.
+
+        Raises:
+            SandboxError: The path leads outside the workspace, or names no folder.
+        """
+        raise NotImplementedError
+
+    async def start_process(
+        self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None
+    ) -> str:
+        """Start ``command`` in the background and return its id, at once; it runs until
+        it exits, :meth:`stop_process` stops it or the sandbox is destroyed, with no timeout.
+
+        Raises:
+            SandboxError: This sandbox runs no background processes, or as for
+                :meth:`execute`.
+        """
+        raise SandboxError(f"a {type(self.config).__name__} runs no background processes")
+
+    async def process_output(self, process_id: str) -> ProcessOutput:
+        """What the background process ``process_id`` wrote since the last call, and
+        whether it still runs.
+
+        Raises:
+            SandboxError: No background process has this id.
+        """
+        raise SandboxError(f"there is no background process {process_id!r}")
+
+    async def stop_process(self, process_id: str) -> ProcessOutput:
+        """Stop the background process ``process_id`` (SIGTERM, then SIGKILL after the
+        sandbox's ``kill_grace``) and return what it wrote since the last read.
+
+        Raises:
+            SandboxError: No background process has this id.
+        """
+        raise SandboxError(f"there is no background process {process_id!r}")
+
+    # -- its making and deletion (each kind's) -----------------------------------------------
+
+    async def _found(self) -> bool:
+        """Whether a workspace made and prepared before (by a runtime before this one) is
+        there to take again."""
+        return False
+
+    async def _make(self) -> None:
+        """Make the workspace, empty. Raises OSError or SandboxError."""
+
+    async def _made(self) -> None:
+        """Note that the workspace is made and its ``on_create`` hooks have run."""
+
+    async def _remove(self) -> None:
+        """Delete the workspace and all in it."""
+
+    async def _kill_commands(self) -> None:
+        """Kill every command still running in the workspace (a SIGKILL)."""
 
     # -- lifecycle (the engine's) -----------------------------------------------------------
 
     async def _open(self, inputs: Mapping[str, Any]) -> None:
         """Make the workspace and run the ``on_create`` hooks, unless it was made already
-        (by this runtime, or one before it: the folder is found again).
+        (by this runtime, or one before it: the workspace is found again).
 
         Raises:
-            SandboxError: The folder cannot be made, or a hook failed; nothing is left.
+            SandboxError: The workspace cannot be made, or a hook failed; nothing is left.
         """
         async with self._opening:
             if self._ready:
                 return
-            if await run_in_thread(self._ready_marker.exists):
+            if await self._found():
                 self._ready = True
                 return
             try:
-                await run_in_thread(self._make_folder)
+                await self._make()
             except OSError as error:
                 raise SandboxError(
                     f"the sandbox's workspace cannot be made: {error.strerror or error}"
@@ -477,11 +599,11 @@ class Workspace:
             try:
                 for hook in self.config.hooks:
                     await self._run_hook(hook, "on_create", inputs)
-                await run_in_thread(self._ready_marker.touch)
+                await self._made()
             except BaseException as error:
                 with trio.CancelScope(shield=True):
                     await self._kill_commands()
-                    await run_in_thread(self._delete_folder)
+                    await self._remove()
                 if isinstance(error, SandboxError) or not isinstance(error, Exception):
                     raise
                 raise SandboxError(f"the sandbox could not be made: {error}") from error
@@ -496,23 +618,17 @@ class Workspace:
         """
         await self._kill_commands()
         failure: BaseException | None = None
-        if await run_in_thread(self._ready_marker.exists):
+        if self._ready or await self._found():
             for hook in self.config.hooks:
                 try:
                     await self._run_hook(hook, "on_destroy", inputs)
                 except SandboxError as error:
                     failure = failure or error
             await self._kill_commands()
-        await run_in_thread(self._delete_folder)
+        await self._remove()
         self._ready = False
         if failure is not None:
             raise failure
-
-    async def _kill_commands(self) -> None:
-        """Kill the process groups of the commands still running (a SIGKILL)."""
-        for pgid in list(self._groups):
-            _kill_group(pgid, signal.SIGKILL)
-        await trio.lowlevel.checkpoint()
 
     async def _run_hook(self, hook: SandboxHook, method: str, inputs: Mapping[str, Any]) -> None:
         name = f"{type(hook).__name__}.{method}"
@@ -528,6 +644,52 @@ class Workspace:
                 f"sandbox hook {name} failed: {type(error).__name__}: {error}"
             ) from error
 
+    # -- the model's tools ------------------------------------------------------------------
+
+    def _model_tools(self) -> dict[str, Tool]:
+        """The tools the model gets, by id, as the sandbox's ``access`` says."""
+        if self._tool_cache is None:
+            self._tool_cache = _workspace_tools(self)
+        return self._tool_cache
+
+
+class _FolderWorkspace(Workspace):
+    """A workspace that is a folder on this machine, its commands processes in it.
+
+    Attributes:
+        path: The workspace folder: commands run there, and it is their ``HOME``.
+    """
+
+    runs_background_processes = False
+
+    def __init__(self, config: Sandbox, session_id: str) -> None:
+        super().__init__(config, session_id)
+        folder = _session_folder(config.root, session_id)
+        self._folder = folder
+        self._ready_marker = folder / "ready"
+        self.path: Path = folder / "workspace"
+        self._groups: set[int] = set()  # process groups of the commands running
+
+    def __repr__(self) -> str:
+        return f"Workspace(path={str(self.path)!r})"
+
+    async def _found(self) -> bool:
+        return await run_in_thread(self._ready_marker.exists)
+
+    async def _make(self) -> None:
+        await run_in_thread(self._make_folder)
+
+    async def _made(self) -> None:
+        await run_in_thread(self._ready_marker.touch)
+
+    async def _remove(self) -> None:
+        await run_in_thread(self._delete_folder)
+
+    async def _kill_commands(self) -> None:
+        for pgid in list(self._groups):
+            _kill_group(pgid, signal.SIGKILL)
+        await trio.lowlevel.checkpoint()
+
     def _make_folder(self) -> None:
         if self.config.root is None:
             _check_default_root(self._folder.parent)
@@ -537,8 +699,6 @@ class Workspace:
 
     def _delete_folder(self) -> None:
         shutil.rmtree(self._folder, ignore_errors=True)
-
-    # -- what hooks and tools do ------------------------------------------------------------
 
     def resolve(self, path: str) -> Path:
         """``path`` (relative to the workspace, or absolute inside it) as a real path in the
@@ -652,32 +812,26 @@ class Workspace:
         )
 
     async def read_file(self, path: str) -> bytes:
-        """The bytes of the file at ``path`` in the workspace.
-
-        Raises:
-            SandboxError: The path leads outside the workspace, or names no file.
-        """
         real = self.resolve(path)
         return await run_in_thread(functools.partial(_read, real, path, None))
 
     async def write_file(self, path: str, data: bytes | str) -> None:
-        """Write ``data`` (text as UTF-8) to the file at ``path`` in the workspace, making
-        its folders.
-
-        Raises:
-            SandboxError: The path leads outside the workspace, or cannot be written.
-        """
         real = self.resolve(path)
         content = data.encode() if isinstance(data, str) else bytes(data)
         await run_in_thread(functools.partial(_write, real, path, content))
 
-    # -- the model's tools ------------------------------------------------------------------
+    async def list_files(self, path: str = ".") -> list[str]:
+        real = self.resolve(path)
 
-    def _model_tools(self) -> dict[str, Tool]:
-        """The tools the model gets, by id, as the sandbox's ``access`` says."""
-        if self._tool_cache is None:
-            self._tool_cache = _workspace_tools(self)
-        return self._tool_cache
+        def names() -> list[str]:
+            try:
+                return sorted(
+                    entry.name + ("/" if entry.is_dir() else "") for entry in os.scandir(real)
+                )
+            except OSError as error:
+                raise SandboxError(_os_problem(path, error)) from None
+
+        return await run_in_thread(names)
 
 
 def _read(real: Path, shown: str, limit: int | None) -> bytes:
@@ -706,7 +860,6 @@ def _os_problem(shown: str, error: OSError) -> str:
 
 def _workspace_tools(workspace: Workspace) -> dict[str, Tool]:
     access = workspace.config.access
-    made: list[Tool] = []
     if access == "none":
         return {}
     limit = workspace.config.max_output
@@ -717,8 +870,7 @@ def _workspace_tools(workspace: Workspace) -> dict[str, Tool]:
         Args:
             path: The file's path, relative to the workspace.
         """
-        real = workspace.resolve(path)
-        data = await run_in_thread(functools.partial(_read, real, path, limit))
+        data = await workspace.read_file(path)
         text = data[:limit].decode("utf-8", "replace")
         if len(data) > limit:
             text += f"\n[... the file is longer: only its first {limit} bytes are shown ...]"
@@ -740,17 +892,7 @@ def _workspace_tools(workspace: Workspace) -> dict[str, Tool]:
         Args:
             path: The folder's path, relative to the workspace.
         """
-        real = workspace.resolve(path)
-
-        def names() -> list[str]:
-            try:
-                return sorted(
-                    entry.name + ("/" if entry.is_dir() else "") for entry in os.scandir(real)
-                )
-            except OSError as error:
-                raise SandboxError(_os_problem(path, error)) from None
-
-        return await run_in_thread(names)
+        return await workspace.list_files(path)
 
     async def edit_file(path: str, old_text: str, new_text: str) -> str:
         """Replace one passage of a text file of the workspace by another.
@@ -783,18 +925,45 @@ def _workspace_tools(workspace: Workspace) -> dict[str, Tool]:
             timeout = min(timeout, workspace.config.timeout)
         return await workspace.execute(command, timeout=timeout)
 
+    async def start_process(command: str) -> str:
+        """Start a bash command in the background (a server, a watcher) and get its id at
+        once; read what it writes with process_output, end it with stop_process.
+
+        Args:
+            command: The command line, run with `bash -c` in the workspace folder.
+        """
+        return await workspace.start_process(command)
+
+    async def process_output(process_id: str) -> ProcessOutput:
+        """What a background process wrote since the last read, and whether it still runs.
+
+        Args:
+            process_id: The id start_process gave.
+        """
+        return await workspace.process_output(process_id)
+
+    async def stop_process(process_id: str) -> ProcessOutput:
+        """Stop a background process, and get what it wrote since the last read.
+
+        Args:
+            process_id: The id start_process gave.
+        """
+        return await workspace.stop_process(process_id)
+
     functions: list[Any] = [read_file, write_file, list_files, edit_file]
     if access == "full":
         functions.insert(0, bash)
-    for function in functions:
-        made.append(
-            attrs.evolve(tool(name=f"{NAMESPACE}.{function.__name__}")(function), kind="builtin")
-        )
+        if workspace.runs_background_processes:
+            functions += [start_process, process_output, stop_process]
+    made = [
+        attrs.evolve(tool(name=f"{NAMESPACE}.{function.__name__}")(function), kind="builtin")
+        for function in functions
+    ]
     return {item.name: item for item in made}
 
 
 def workspace_for(environment: Environment, session_id: str) -> Workspace | None:
     """The workspace ``environment`` gives root session ``session_id``; None for none."""
-    if isinstance(environment, (DangerousLocalSandbox, IsolatedSandbox)):
-        return Workspace(environment, session_id)
-    return None
+    if isinstance(environment, NoSandbox):
+        return None
+    return environment._workspace(session_id)
