@@ -7,10 +7,12 @@ that needs it, and shares with the session's subagents.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import hashlib
 import inspect
+import itertools
 import os
 import re
 import shutil
@@ -18,7 +20,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import typing
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -135,6 +139,11 @@ def _check_env(instance: object, attribute: attrs.Attribute[Any], value: object)
         raise TypeError("env must map variable names to strings")
 
 
+def _check_cap(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"max_processes must be a positive integer or None, not {value!r}")
+
+
 def _hooks(value: Sequence[SandboxHook]) -> tuple[SandboxHook, ...]:
     hooks = tuple(value)
     for hook in hooks:
@@ -162,6 +171,15 @@ class _LocalSandbox:
     env: Mapping[str, str] = attrs.field(factory=dict, validator=_check_env)
     hooks: tuple[SandboxHook, ...] = attrs.field(default=(), converter=_hooks)
     kill_grace: float = attrs.field(default=2.0, validator=_check_positive)
+    max_processes: int | None = attrs.field(default=None, validator=_check_cap)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_processes is not None and _process_cap() is None:
+            raise SandboxError(
+                f"this machine cannot cap a command's processes (max_processes="
+                f"{self.max_processes}): this user can make no pids cgroup, and root ignores "
+                "RLIMIT_NPROC; give the user a delegated cgroup, or max_processes=None"
+            )
 
     def workspace_path(self, session_id: str) -> Path:
         """The folder of the root session ``session_id``'s workspace."""
@@ -201,8 +219,13 @@ class DangerousLocalSandbox(_LocalSandbox):
             ``HOME`` (the workspace) and ``LANG`` otherwise.
         hooks: :class:`SandboxHook` instances, run in order.
         kill_grace: Seconds a command has to exit after SIGTERM before SIGKILL.
+        max_processes: The most processes a command (or a background process) may have at
+            once, itself and all it starts, so that a fork bomb stops there; None (the
+            default here) for no cap. Held by a pids cgroup of the command's own where this
+            user may make one, else by ``RLIMIT_NPROC`` (which root ignores).
 
     Raises:
+        SandboxError: ``max_processes`` is set and this machine cannot hold it.
         ValueError: ``access`` is not one of the three, or a time or size is not positive.
         TypeError: A hook is not a :class:`SandboxHook`, or takes a parameter that is not a
             session input.
@@ -288,23 +311,29 @@ class IsolatedSandbox(_LocalSandbox):
             ``HOME`` (the workspace) and ``LANG`` otherwise.
         hooks: :class:`SandboxHook` instances, run in order.
         kill_grace: Seconds a command has to exit after SIGTERM before SIGKILL.
-
+        max_processes: The most processes a command (or a background process) may have at
+            once, itself and all it starts, so that a fork bomb stops there (512 by default);
+            None for no cap. Held by a pids cgroup of the command's own where this user may
+            make one, else by ``RLIMIT_NPROC`` (which root ignores).
         network: Share this machine's network with commands; by default they have none.
 
     Raises:
         SandboxError: This machine cannot make the namespaces (not Linux, no ``unshare``,
-            user namespaces disabled): the message says which.
+            user namespaces disabled), or cannot hold ``max_processes``: the message says
+            which.
         ValueError: ``access`` is not one of the three, or a time or size is not positive.
         TypeError: A hook is not a :class:`SandboxHook`, or takes a parameter that is not a
             session input.
     """
 
     network: bool = False
+    max_processes: int | None = attrs.field(default=512, validator=_check_cap)
 
     def __attrs_post_init__(self) -> None:
         problem = _namespaces_problem(self.network)
         if problem is not None:
             raise SandboxError(f"an IsolatedSandbox cannot be made on this machine: {problem}")
+        super().__attrs_post_init__()
 
     def command_line(self, command: str, workdir: Path, workspace: Path) -> list[str]:
         """``command`` in namespaces of its own."""
@@ -450,6 +479,179 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         pass  # every process of the group has exited
     except PermissionError:
         pass  # the id names another user's group now: ours is gone
+
+
+#: What every command runs in (``bash -c _GUARD guard <cgroup.procs or ""> <argv...>``): it
+#: joins its cgroup (when it has one), then leaves a watcher in its process group that reads
+#: the lifeline (its stdin, a pipe the runtime holds open and never writes) and kills the
+#: whole group once the pipe closes, that is when the runtime dies, even by SIGKILL; then it
+#: becomes the command. The command itself gets /dev/null as its stdin.
+_GUARD = r"""
+if [ -n "$1" ]; then echo $$ > "$1" || exit 125; fi
+shift
+exec 3<&0 </dev/null
+{ cat <&3; kill -KILL 0; } >/dev/null 2>&1 &
+exec 3<&- "$@"
+"""
+
+
+@attrs.define(eq=False)
+class _Launch:
+    """A command started (or about to be) in a folder workspace, until it is ended."""
+
+    argv: list[str]
+    workdir: Path
+    env: dict[str, str]
+    cgroup: Path | None
+    lifeline: int  # the read end of the pipe: the command's stdin
+    held: int  # the write end, held by this process while the command may run
+    groups: set[int]
+    pgid: int | None = None
+
+    def started(self, pid: int) -> None:
+        self.pgid = pid
+        self.groups.add(pid)
+        os.close(self.lifeline)
+        self.lifeline = -1
+
+    def close(self) -> None:
+        if self.pgid is not None:
+            _kill_group(self.pgid, signal.SIGKILL)
+            self.groups.discard(self.pgid)
+        for fd in (self.lifeline, self.held):
+            if fd >= 0:
+                os.close(fd)
+        self.lifeline = self.held = -1
+
+
+@functools.cache
+def _process_cap() -> Path | Literal["rlimit"] | None:
+    """How this machine caps a command's processes: the pids cgroup to make each command's
+    cgroup in, ``"rlimit"`` (``RLIMIT_NPROC`` through ``prlimit``), or None (it cannot)."""
+    if sys.platform != "linux":
+        return None
+    for base in _cgroup_candidates():
+        if _cgroup_works(base):
+            return base
+    if os.geteuid() != 0 and shutil.which("prlimit") is not None:
+        return "rlimit"
+    return None
+
+
+def _cgroup_candidates() -> list[Path]:
+    """The cgroups this process could make its commands' pids cgroups in: its own in a
+    cgroup-v1 pids hierarchy; its own and its parent in the cgroup-v2 one."""
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+        memberships = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    ours: dict[str, str] = {}  # controllers ("" for v2) -> this process's cgroup path
+    for line in memberships:
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            ours[controller] = path
+    found: list[Path] = []
+    for line in mounts:
+        fields, _, rest = line.partition(" - ")
+        parts, kinds = fields.split(), rest.split()
+        if len(parts) < 5 or len(kinds) < 3:
+            continue
+        root, mount_point, kind, options = parts[3], parts[4], kinds[0], kinds[2].split(",")
+        if kind == "cgroup" and "pids" in options:
+            member = ours.get("pids")
+        elif kind == "cgroup2":
+            member = ours.get("")
+        else:
+            continue
+        if member is None or not (member + "/").startswith(root.rstrip("/") + "/"):
+            continue
+        own = Path(mount_point) / member[len(root.rstrip("/")) :].lstrip("/")
+        found.append(own)
+        if kind == "cgroup2" and own != Path(mount_point):
+            found.append(own.parent)
+    return found
+
+
+def _cgroup_works(base: Path) -> bool:
+    """Whether a pids cgroup made in ``base`` caps the processes of a command that joins it."""
+    try:
+        probe = _make_cgroup(base, 8)
+    except OSError:
+        return False
+    try:
+        joined = subprocess.run(
+            ["sh", "-c", 'echo $$ > "$1"', "sh", str(probe / "cgroup.procs")],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+        return joined.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        _remove_cgroup(probe)
+
+
+def _make_cgroup(base: Path, limit: int) -> Path:
+    """A new pids cgroup in ``base`` that lets ``limit`` processes in at once."""
+    cgroup = base / f"agentlib-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    cgroup.mkdir()
+    try:
+        (cgroup / "pids.max").write_text(str(limit))
+    except OSError:
+        cgroup.rmdir()
+        raise
+    return cgroup
+
+
+def _remove_cgroup(cgroup: Path) -> None:
+    """Kill every process in ``cgroup``, then remove it."""
+    kill_all = cgroup / "cgroup.kill"  # cgroup v2, Linux 5.14 and later
+    for _ in range(1000):
+        try:
+            if kill_all.exists():
+                kill_all.write_text("1")
+            pids = [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return  # gone already
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            cgroup.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.001)  # a process killed has not left it yet
+
+
+def _nproc_limit(cap: int) -> int:
+    """The ``RLIMIT_NPROC`` that lets a command have ``cap`` processes: the limit counts
+    every process of this user, so those running now are added."""
+    uid = os.getuid()
+    running = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                running += entry.stat().st_uid == uid
+    import resource  # Unix only
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    wanted = running + cap
+    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+
+
+@attrs.define(eq=False)
+class _Background:
+    """A background process of a folder workspace."""
+
+    process: trio.Process
+    launch: _Launch
+    stdout: Path
+    stderr: Path
+    read: list[int] = attrs.Factory(lambda: [0, 0])  # bytes of each already given
 
 
 class Workspace:
@@ -660,7 +862,7 @@ class _FolderWorkspace(Workspace):
         path: The workspace folder: commands run there, and it is their ``HOME``.
     """
 
-    runs_background_processes = False
+    runs_background_processes = True
 
     def __init__(self, config: Sandbox, session_id: str) -> None:
         super().__init__(config, session_id)
@@ -669,6 +871,9 @@ class _FolderWorkspace(Workspace):
         self._ready_marker = folder / "ready"
         self.path: Path = folder / "workspace"
         self._groups: set[int] = set()  # process groups of the commands running
+        self._launches: set[_Launch] = set()  # the commands started and not yet ended
+        self._processes: dict[str, _Background] = {}  # background processes, by id
+        self._process_ids = itertools.count(1)
 
     def __repr__(self) -> str:
         return f"Workspace(path={str(self.path)!r})"
@@ -688,6 +893,12 @@ class _FolderWorkspace(Workspace):
     async def _kill_commands(self) -> None:
         for pgid in list(self._groups):
             _kill_group(pgid, signal.SIGKILL)
+        for launch in list(self._launches):
+            await self._end(launch)
+        processes, self._processes = self._processes, {}
+        with trio.CancelScope(shield=True):
+            for background in processes.values():
+                await background.process.wait()  # killed: it is reaped at once
         await trio.lowlevel.checkpoint()
 
     def _make_folder(self) -> None:
@@ -747,17 +958,9 @@ class _FolderWorkspace(Workspace):
             SandboxError: ``cwd`` leads outside the workspace, or bash cannot be started.
         """
         config = self.config
-        workdir = self.resolve(cwd) if cwd is not None else self.path
         limit = config.timeout if timeout is None else timeout
-        environment = {
-            "PATH": os.environ.get("PATH", os.defpath),
-            "HOME": str(self.path),
-            "LANG": "C.UTF-8",
-            **config.env,
-            **(env or {}),
-        }
+        launch = await self._launch(command, cwd, env)
         out, err = _Capped(config.max_output), _Capped(config.max_output)
-        pgid: int | None = None
 
         async def deliver_cancel(process: trio.Process) -> None:
             _kill_group(process.pid, signal.SIGTERM)
@@ -776,12 +979,12 @@ class _FolderWorkspace(Workspace):
                         process: trio.Process = await nursery.start(
                             functools.partial(
                                 trio.run_process,
-                                config.command_line(command, workdir, self.path),
-                                stdin=subprocess.DEVNULL,
+                                launch.argv,
+                                stdin=launch.lifeline,
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE,
-                                cwd=workdir,
-                                env=environment,
+                                cwd=launch.workdir,
+                                env=launch.env,
                                 check=False,
                                 start_new_session=True,
                                 deliver_cancel=deliver_cancel,
@@ -791,17 +994,15 @@ class _FolderWorkspace(Workspace):
                         raise SandboxError(
                             f"the command could not be started: {error.strerror or error}"
                         ) from error
-                    pgid = process.pid
-                    self._groups.add(pgid)
+                    launch.started(process.pid)
                     assert process.stdout is not None
                     assert process.stderr is not None
                     nursery.start_soon(out.drain, process.stdout)
                     nursery.start_soon(err.drain, process.stderr)
                     nursery.start_soon(reap, process)
         finally:
-            if pgid is not None:
-                _kill_group(pgid, signal.SIGKILL)
-                self._groups.discard(pgid)
+            with trio.CancelScope(shield=True):
+                await self._end(launch)
         code = process.returncode
         assert code is not None
         return CommandResult(
@@ -810,6 +1011,162 @@ class _FolderWorkspace(Workspace):
             stderr=err.text(),
             timed_out=deadline.cancelled_caught,
         )
+
+    async def _launch(
+        self, command: str, cwd: str | None, env: Mapping[str, str] | None
+    ) -> _Launch:
+        """What starts ``command``: its command line, folder, environment, and the cgroup
+        that caps its processes, made now."""
+        config = self.config
+        workdir = self.resolve(cwd) if cwd is not None else self.path
+        environment = {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "HOME": str(self.path),
+            "LANG": "C.UTF-8",
+            **config.env,
+            **(env or {}),
+        }
+        argv = config.command_line(command, workdir, self.path)
+        cap = _process_cap() if config.max_processes is not None else None
+        cgroup: Path | None = None
+        if isinstance(cap, Path):
+            cgroup = await run_in_thread(
+                functools.partial(_make_cgroup, cap, config.max_processes or 0)
+            )
+        elif cap == "rlimit":
+            allowed = await run_in_thread(
+                functools.partial(_nproc_limit, config.max_processes or 0)
+            )
+            argv = ["prlimit", f"--nproc={allowed}", "--", *argv]
+        joins = str(cgroup / "cgroup.procs") if cgroup is not None else ""
+        lifeline, self_end = os.pipe()
+        launch = _Launch(
+            argv=["bash", "-c", _GUARD, "guard", joins, *argv],
+            workdir=workdir,
+            env=environment,
+            cgroup=cgroup,
+            lifeline=lifeline,
+            held=self_end,
+            groups=self._groups,
+        )
+        self._launches.add(launch)
+        return launch
+
+    async def start_process(
+        self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None
+    ) -> str:
+        """Start ``command`` in the background and return its id, at once.
+
+        It runs as :meth:`execute`'s commands do (its own process group, the same
+        environment and cap), with no timeout, its output kept in files beside the
+        workspace. It is stopped by :meth:`stop_process`, by the sandbox's destruction, and
+        when this runtime ends, however it ends.
+
+        Raises:
+            SandboxError: ``cwd`` leads outside the workspace, or bash cannot be started.
+        """
+        launch = await self._launch(command, cwd, env)
+        process_id = f"p{next(self._process_ids)}"
+        logs = self._folder / "processes"
+        stdout, stderr = logs / f"{process_id}.out", logs / f"{process_id}.err"
+        try:
+
+            def open_logs() -> tuple[int, int]:
+                logs.mkdir(exist_ok=True)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                return os.open(stdout, flags, 0o600), os.open(stderr, flags, 0o600)
+
+            out, err = await run_in_thread(open_logs)
+            try:
+                process = await trio.lowlevel.open_process(
+                    launch.argv,
+                    stdin=launch.lifeline,
+                    stdout=out,
+                    stderr=err,
+                    cwd=launch.workdir,
+                    env=launch.env,
+                    start_new_session=True,
+                )
+            finally:
+                os.close(out)
+                os.close(err)
+        except OSError as error:
+            await self._end(launch)
+            raise SandboxError(
+                f"the command could not be started: {error.strerror or error}"
+            ) from error
+        launch.started(process.pid)
+        self._processes[process_id] = _Background(process, launch, stdout, stderr)
+        return process_id
+
+    async def process_output(self, process_id: str) -> ProcessOutput:
+        """What the background process ``process_id`` wrote since the last call, and
+        whether it still runs.
+
+        Raises:
+            SandboxError: No background process has this id.
+        """
+        background = self._background(process_id)
+        code = background.process.poll()
+        if code is not None and background.launch.pgid is not None:
+            await self._end(background.launch)  # what it left running dies with it
+        return await self._new_output(background, code)
+
+    async def stop_process(self, process_id: str) -> ProcessOutput:
+        """Stop the background process ``process_id`` (SIGTERM to its group, then SIGKILL
+        after the sandbox's ``kill_grace``) and return what it wrote since the last read.
+
+        Raises:
+            SandboxError: No background process has this id.
+        """
+        background = self._background(process_id)
+        process = background.process
+        if process.poll() is None:
+            _kill_group(process.pid, signal.SIGTERM)
+            with trio.move_on_after(self.config.kill_grace):
+                await process.wait()
+        with trio.CancelScope(shield=True):
+            await self._end(background.launch)
+            code = await process.wait()
+        del self._processes[process_id]
+        return await self._new_output(background, code)
+
+    def _background(self, process_id: str) -> _Background:
+        background = self._processes.get(process_id)
+        if background is None:
+            known = ", ".join(sorted(self._processes)) or "none runs now"
+            raise SandboxError(
+                f"there is no background process {process_id!r} ({known}); background "
+                "processes end with the sandbox, and with the runtime that started them"
+            )
+        return background
+
+    async def _new_output(self, background: _Background, code: int | None) -> ProcessOutput:
+        limit = self.config.max_output
+
+        def read(index: int, path: Path) -> str:
+            capped = _Capped(limit)
+            try:
+                with path.open("rb") as file:
+                    file.seek(background.read[index])
+                    while chunk := file.read(65536):
+                        capped.add(chunk)
+            except OSError:
+                pass  # the workspace is gone: nothing more to give
+            background.read[index] += capped.total
+            return capped.text()
+
+        stdout = await run_in_thread(functools.partial(read, 0, background.stdout))
+        stderr = await run_in_thread(functools.partial(read, 1, background.stderr))
+        return ProcessOutput(stdout=stdout, stderr=stderr, running=code is None, exit_code=code)
+
+    async def _end(self, launch: _Launch) -> None:
+        """Kill what is left of a command once it has exited (or to stop it): its group,
+        its cgroup's processes; and let go of its cgroup and lifeline."""
+        launch.close()
+        if launch.cgroup is not None:
+            await run_in_thread(functools.partial(_remove_cgroup, launch.cgroup))
+        self._launches.discard(launch)
 
     async def read_file(self, path: str) -> bytes:
         real = self.resolve(path)

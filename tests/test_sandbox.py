@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -93,9 +94,29 @@ async def exited(pidfd: int | None) -> None:
         os.close(pidfd)
 
 
+def running_with(argument: str) -> list[int]:
+    """The live processes of this machine that have ``argument`` on their command line."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if argument.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+    return [pid for pid in found if alive(pid)]
+
+
 async def wait_for_pid(fifo: Path) -> int:
     """The pid a command writes into the FIFO ``fifo``, once it has written it."""
     return int(await trio.to_thread.run_sync(fifo.read_text))
+
+
+class KeepsWorkspace(SandboxHook):
+    """A hook that keeps the workspace it is given, for a test to call."""
+
+    workspace: agentlib.Workspace
+
+    async def on_create(self, ctx: SandboxCallbackContext) -> None:
+        self.workspace = ctx.sandbox
 
 
 # -- the workspace and its tools -----------------------------------------------------------
@@ -186,7 +207,19 @@ async def test_commands_get_a_scrubbed_environment_with_home_in_the_workspace(
     [
         ("none", []),
         ("files", ["edit_file", "list_files", "read_file", "write_file"]),
-        ("full", ["bash", "edit_file", "list_files", "read_file", "write_file"]),
+        (
+            "full",
+            [
+                "bash",
+                "edit_file",
+                "list_files",
+                "process_output",
+                "read_file",
+                "start_process",
+                "stop_process",
+                "write_file",
+            ],
+        ),
     ],
 )
 async def test_access_decides_the_tools_the_model_gets(
@@ -344,6 +377,115 @@ async def test_a_command_left_running_in_the_background_is_killed_with_its_comma
             await exited(ended[0])
         assert not alive(pids[0])
         await session.cancel()
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        functools.partial(DangerousLocalSandbox, max_processes=40),
+        agentlib.IsolatedSandbox,  # capped at 512 by default
+    ],
+)
+async def test_a_fork_bomb_stops_at_the_process_cap_and_leaves_nothing(
+    tmp_path: Path, kind: Any
+) -> None:
+    marker = f"0.{os.getpid()}{id(tmp_path) % 997}"  # a `sleep` this test alone starts
+    bomb = f"sleep 600 {marker} & bomb() {{ bomb | bomb & }}; bomb; wait"
+    agent = agent_with(kind(root=tmp_path / "root", timeout=3), call("bash", command=bomb), "done")
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        with trio.fail_after(60):
+            record = await session.run("go")
+        (ran,) = await results_of(session, record)
+        outcome = result_json(ran)
+        assert outcome["timed_out"] is True
+        assert "Resource temporarily unavailable" in outcome["stderr"]  # fork refused
+        assert not running_with(marker)  # all it started is gone
+        await session.cancel()
+
+
+def test_max_processes_takes_a_positive_integer_or_none(tmp_path: Path) -> None:
+    for wrong in (0, -3, 2.5, True, "10"):
+        with pytest.raises(ValueError, match="max_processes must be a positive integer or None"):
+            DangerousLocalSandbox(root=tmp_path, max_processes=wrong)  # type: ignore[arg-type]
+    assert DangerousLocalSandbox(root=tmp_path, max_processes=None).max_processes is None
+
+
+async def test_a_background_process_is_started_read_and_stopped(tmp_path: Path) -> None:
+    fifo = tmp_path / "pid"
+    os.mkfifo(fifo)
+    keeper = KeepsWorkspace()
+    sandbox = DangerousLocalSandbox(root=tmp_path / "root", hooks=[keeper])
+    worker = Agent(name="worker", model=ScriptedModel(["done"]), environment=sandbox)
+    async with agentlib.open_runtime():
+        session = await worker.start_session()
+        await session.run("make the workspace")
+        workspace = keeper.workspace
+        process_id = await workspace.start_process(
+            f"echo serving; echo oops >&2; echo $$ > {fifo}; exec sleep 600"
+        )
+        with trio.fail_after(10):
+            pid = await wait_for_pid(fifo)  # written after its first lines
+        ended = exit_watch(pid)
+        first = await workspace.process_output(process_id)
+        assert (first.stdout, first.stderr, first.running) == ("serving\n", "oops\n", True)
+        again = await workspace.process_output(process_id)
+        assert (again.stdout, again.stderr, again.running) == ("", "", True)  # nothing new
+        stopped = await workspace.stop_process(process_id)
+        assert stopped.running is False
+        assert stopped.exit_code == -signal.SIGTERM
+        with trio.fail_after(10):
+            await exited(ended)
+        with pytest.raises(agentlib.SandboxError, match="there is no background process 'p1'"):
+            await workspace.process_output(process_id)
+        await session.cancel()
+
+
+async def test_the_model_runs_a_background_process_through_its_tools(tmp_path: Path) -> None:
+    server = "import time\nprint('ready', flush=True)\nopen('up', 'w').close()\ntime.sleep(600)\n"
+    agent = agent_with(
+        DangerousLocalSandbox(root=tmp_path / "root"),
+        call("write_file", path="server.py", content=server),
+        call("start_process", command=f"{PYTHON} server.py"),
+        call("bash", command="until [ -e up ]; do sleep 0.01; done"),  # the model waits
+        call("process_output", process_id="p1"),
+        call("stop_process", process_id="p1"),
+        "stopped",
+    )
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        with trio.fail_after(30):
+            record = await session.run("serve")
+        _, started, _, read, stopped = await results_of(session, record)
+        assert isinstance(record, Completed)
+        assert started.content == (agentlib.TextContentBlock(text="p1"),)
+        assert result_json(read) == {
+            "stdout": "ready\n",
+            "stderr": "",
+            "running": True,
+            "exit_code": None,
+        }
+        assert result_json(stopped)["running"] is False
+        await session.cancel()
+
+
+async def test_cancel_kills_the_background_processes(tmp_path: Path) -> None:
+    fifo = tmp_path / "pid"
+    os.mkfifo(fifo)
+    keeper = KeepsWorkspace()
+    sandbox = DangerousLocalSandbox(root=tmp_path / "root", hooks=[keeper])
+    worker = Agent(name="worker", model=ScriptedModel(["done"]), environment=sandbox)
+    async with agentlib.open_runtime():
+        session = await worker.start_session()
+        await session.run("make the workspace")
+        workspace = keeper.workspace
+        await workspace.start_process(f"trap '' TERM; echo $$ > {fifo}; exec sleep 600")
+        with trio.fail_after(10):
+            ended = exit_watch(await wait_for_pid(fifo))
+        await session.cancel()
+        with trio.fail_after(10):
+            await exited(ended)
+    assert not (tmp_path / "root" / session.id).exists()
 
 
 async def test_cancel_during_a_command_kills_it_and_deletes_the_workspace(
@@ -825,15 +967,16 @@ async def test_a_command_that_may_have_run_when_its_runtime_died_is_never_run_ag
                 said += await process.stdout.receive_some()
             session_id, turn_id = said.decode().split()
             pid = await wait_for_pid(fifo)  # the command runs
+            command_ended = exit_watch(pid)
             process.kill()
             await process.wait()
+            await exited(command_ended)  # the command dies with the runtime that ran it
     finally:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
         await process.wait()
         assert process.stdout is not None
         await process.stdout.aclose()
-    os.kill(pid, signal.SIGKILL)  # a command outlives the runtime that was killed
     async with agentlib.open_runtime(f"sqlite:///{store}"):
         session = agent(root, fifo).session(session_id)
         with trio.fail_after(30):
