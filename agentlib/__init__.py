@@ -113,6 +113,7 @@ from ._sandbox import CommandResult as CommandResult
 from ._sandbox import DangerousLocalSandbox as DangerousLocalSandbox
 from ._sandbox import IsolatedSandbox as IsolatedSandbox
 from ._sandbox import NoSandbox as NoSandbox
+from ._sandbox import ProcessOutput as ProcessOutput
 from ._sandbox import SandboxCallbackContext as SandboxCallbackContext
 from ._sandbox import SandboxHook as SandboxHook
 from ._sandbox import Workspace as Workspace
@@ -194,6 +195,7 @@ __all__ = [
     "OpenApproval",
     "OpenClientToolCall",
     "OpenSignIn",
+    "ProcessOutput",
     "RemoteAgent",
     "RemoteMCP",
     "RequestApproval",

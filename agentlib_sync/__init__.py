@@ -69,6 +69,7 @@ from agentlib import OpenAICompatibleModel as OpenAICompatibleModel
 from agentlib import OpenApproval as OpenApproval
 from agentlib import OpenClientToolCall as OpenClientToolCall
 from agentlib import OpenSignIn as OpenSignIn
+from agentlib import ProcessOutput as ProcessOutput
 from agentlib import RemoteMCP as RemoteMCP
 from agentlib import RequestApproval as RequestApproval
 from agentlib import ResourceLinkContentBlock as ResourceLinkContentBlock
@@ -196,6 +197,7 @@ __all__ = [
     "OpenApproval",
     "OpenClientToolCall",
     "OpenSignIn",
+    "ProcessOutput",
     "RemoteAgent",
     "RemoteMCP",
     "RequestApproval",
