@@ -481,7 +481,7 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         pass  # the id names another user's group now: ours is gone
 
 
-#: What every command runs in (``bash -c _GUARD guard <cgroup.procs or ""> <argv...>``): it
+#: What every command runs in (``sh -c _GUARD guard <cgroup.procs or ""> <argv...>``): it
 #: joins its cgroup (when it has one), then leaves a watcher in its process group that reads
 #: the lifeline (its stdin, a pipe the runtime holds open and never writes) and kills the
 #: whole group once the pipe closes, that is when the runtime dies, even by SIGKILL; then it
@@ -490,7 +490,7 @@ _GUARD = r"""
 if [ -n "$1" ]; then echo $$ > "$1" || exit 125; fi
 shift
 exec 3<&0 </dev/null
-{ cat <&3; kill -KILL 0; } >/dev/null 2>&1 &
+{ read -r _ <&3; kill -KILL 0; } >/dev/null 2>&1 &
 exec 3<&- "$@"
 """
 
@@ -1041,7 +1041,7 @@ class _FolderWorkspace(Workspace):
         joins = str(cgroup / "cgroup.procs") if cgroup is not None else ""
         lifeline, self_end = os.pipe()
         launch = _Launch(
-            argv=["bash", "-c", _GUARD, "guard", joins, *argv],
+            argv=["sh", "-c", _GUARD, "guard", joins, *argv],
             workdir=workdir,
             env=environment,
             cgroup=cgroup,
