@@ -24,6 +24,7 @@ from agentlib import (
     Interrupted,
     OpenApproval,
     Running,
+    SessionIdempotencyConflictError,
     TextContentBlock,
     ToolCallEntry,
     TurnEnded,
@@ -168,7 +169,7 @@ def test_a_key_returns_the_turn_it_started_and_refuses_another_message() -> None
     again, facts = machine.start_turn(run.sessions, ROOT, text("go"), "k", max_steps=5)
     assert again == machine.Started(first, new=False)
     assert list(facts) == []
-    with pytest.raises(machine.SessionIdempotencyConflictError):
+    with pytest.raises(SessionIdempotencyConflictError):
         machine.start_turn(run.sessions, ROOT, text("other"), "k", max_steps=5)
 
 
