@@ -211,6 +211,8 @@ def add_close(
     answer: Any,
     error: str | None,
 ) -> None:
+    """Add to ``facts`` the closing of the session's callback ``callback_id``, if it is
+    open (what :func:`close_callback` brings; an ending turn closes its own unanswered)."""
     state = session.callbacks[callback_id]
     if not state.open:
         return

@@ -231,7 +231,7 @@ class SessionMachine:
     turns: Mapping[str, TurnMachine] = attrs.field(default=NOTHING, repr=False)
     active: str | None = None
     # What most sessions never have is a shared empty value until the first fact adds to it
-    # (``_own``): an idle session is small.
+    # (``own``): an idle session is small.
     keys: Mapping[str, tuple[str, str]] = attrs.field(default=NOTHING, repr=False)
     callbacks: Mapping[str, CallbackState] = attrs.field(default=NOTHING, repr=False)
     shown: Mapping[str, tuple[int, Callback]] = attrs.field(default=NOTHING, repr=False)
