@@ -1,5 +1,6 @@
-"""The engine's state machine (``_engine/_machine.py``), driven without trio and without a
-store: each transition's facts, and what a restart decides at every point of a turn.
+"""The engine's state machine (the package ``_engine/_machine``), driven without trio and
+without a store: each transition's facts and the state it leaves, and what a restart decides
+at every point of a turn.
 
 A "crash" here is the facts a runtime wrote up to some point, applied again to an empty
 state (what reading the store back does), then :func:`restart`.
@@ -18,21 +19,34 @@ from agentlib import (
     Blocked,
     CallbackClosed,
     CallbackOpened,
+    Completed,
+    ContextMessage,
     DenyApproval,
     EntryAdded,
     EntryCompleted,
+    EntryDelta,
+    Failed,
     Interrupted,
+    MessageEntry,
     OpenApproval,
+    OpenSignIn,
     Running,
+    SessionBusyError,
+    SessionIdempotencyConflictError,
+    SessionTerminatedError,
+    SignInAnswer,
     TextContentBlock,
     ToolCallEntry,
+    ToolResultEntry,
     TurnEnded,
     TurnStarted,
+    UnknownEntry,
     UnknownOutcome,
+    Usage,
 )
 from agentlib._engine import _machine as machine
 from agentlib._engine._machine import Call, CallState, Facts, Sessions
-from agentlib._ops import EventRow, Op
+from agentlib._ops import CallbackRow, EntryRow, EventRow, KeyRow, Op, SessionRow, StepRow
 
 ROOT = "root-session"
 
@@ -168,7 +182,7 @@ def test_a_key_returns_the_turn_it_started_and_refuses_another_message() -> None
     again, facts = machine.start_turn(run.sessions, ROOT, text("go"), "k", max_steps=5)
     assert again == machine.Started(first, new=False)
     assert list(facts) == []
-    with pytest.raises(machine.SessionIdempotencyConflictError):
+    with pytest.raises(SessionIdempotencyConflictError):
         machine.start_turn(run.sessions, ROOT, text("other"), "k", max_steps=5)
 
 
@@ -291,6 +305,364 @@ def test_the_stored_facts_applied_again_give_the_same_state() -> None:
     assert read.shown == live.shown
     assert read.callbacks[callback_id].callback == live.callbacks[callback_id].callback
     assert read.last_seq == live.last_seq
+
+
+# --- one test per transition, driven with plain Python -----------------------------------------
+
+
+def events_of(facts: Facts) -> list[Any]:
+    return [fact.event for fact in facts if isinstance(fact, EventRow)]
+
+
+def calls_of(run: Run, turn_id: str) -> tuple[Call, ...]:
+    step = run.sessions[ROOT].turns[turn_id].step
+    assert step is not None
+    return step.calls
+
+
+def test_cursors_name_a_seq_and_sort_like_positions() -> None:
+    cursors = [machine.format_cursor(ROOT, seq) for seq in (2, 10, 100)]
+    assert sorted(cursors) == cursors
+    assert [machine.seq_of_cursor(cursor) for cursor in cursors] == [2, 10, 100]
+    assert machine.seq_of_cursor(None) is None
+
+
+def test_new_session_writes_its_row_and_joins_its_parents_children() -> None:
+    run = Run()
+    facts = machine.new_session(run.sessions, ROOT, "agent", {"x": 1}, key="k", lease=("me", 9.0))
+    assert list(facts) == [SessionRow(ROOT, "agent", None, None, "k", {"x": 1}, False, ("me", 9.0))]
+    session = run.sessions[ROOT]
+    assert (session.agent, session.key, session.inputs) == ("agent", "k", {"x": 1})
+    assert (session.active, session.last_seq, list(session.entries)) == (None, 0, [])
+    run.keep(facts)
+    turn_id = run.turn()
+    machine.new_session(run.sessions, "child", "helper", {}, parent=(ROOT, turn_id))
+    assert run.sessions["child"].parent_turn_id == turn_id
+    assert list(run.sessions[ROOT].children) == ["child"]
+
+
+def test_import_history_adds_each_entry_and_hides_snapshots_from_the_model() -> None:
+    run = Run()
+    run.session()
+    said = MessageEntry(id="m-1", role="user", content=text("earlier"))
+    snapshot = UnknownEntry(id="c-1", entry_type="checkpoint", raw={"note": "x"})
+    facts = machine.import_history(run.sessions, ROOT, [said, snapshot])
+    kinds = [type(fact).__name__ for fact in facts]
+    assert kinds == ["EventRow", "EntryRow", "EventRow"] * 2
+    assert [type(event) for event in events_of(facts)] == [EntryAdded, EntryCompleted] * 2
+    session = run.sessions[ROOT]
+    assert list(session.entries) == [said, snapshot]
+    assert (session.hidden, session.last_seq) == (1, 4)
+    assert list(machine.model_history(session)) == [said]
+
+
+def test_cancel_marks_the_session_terminated_once_and_it_takes_no_more_messages() -> None:
+    run = Run()
+    run.session()
+    facts = machine.cancel(run.sessions, ROOT)
+    assert list(facts) == [SessionRow(ROOT, "agent", terminated=True)]
+    assert run.sessions[ROOT].terminated
+    assert list(machine.cancel(run.sessions, ROOT)) == []
+    with pytest.raises(SessionTerminatedError):
+        machine.start_turn(run.sessions, ROOT, text("go"), None, max_steps=5)
+
+
+def test_stop_keeps_the_first_cause_brings_no_fact_and_refuses_steers() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    before = list(run.written)
+    machine.stop(run.sessions, ROOT, turn_id, machine.StopCause.CANCELLED)
+    machine.stop(run.sessions, ROOT, turn_id, machine.StopCause.INTERRUPTED)
+    turn = run.sessions[ROOT].turns[turn_id]
+    assert turn.stop_cause is machine.StopCause.CANCELLED
+    assert run.written == before
+    steered, facts = machine.steer(run.sessions, ROOT, turn_id, text("late"))
+    assert (steered, list(facts)) == (False, [])
+    assert machine.interrupted(turn).cause == "cancelled"
+
+
+def test_end_turn_adds_late_steers_records_the_end_once_and_frees_the_session() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    run.model_step(turn_id)
+    run.keep(machine.steer(run.sessions, ROOT, turn_id, text("too late"))[1])
+    completed = machine.completed(run.sessions, ROOT, turn_id, "done")
+    record, facts = machine.end_turn(run.sessions, ROOT, turn_id, completed)
+    session = run.sessions[ROOT]
+    assert session.entries[-1].text == "too late"
+    assert isinstance(record, Completed)
+    assert record.output == "done"
+    assert record.cursor == machine.format_cursor(ROOT, session.last_seq)
+    ended = events_of(facts)[-1]
+    assert isinstance(ended, TurnEnded)
+    assert ended.record == record
+    turn = session.turns[turn_id]
+    assert (turn.record, turn.end_seq, session.active) == (record, session.last_seq, None)
+    again, more = machine.end_turn(run.sessions, ROOT, turn_id, machine.interrupted(turn))
+    assert (again, list(more)) == (record, [])
+
+
+def test_start_subagent_starts_a_session_below_and_its_turn_up_to_the_limit() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    run.model_step(turn_id)
+    run.tool_step(turn_id, "helper")
+    child_turn = run.delegate(turn_id)
+    child = run.sessions["child"]
+    assert (child.parent_id, child.parent_turn_id, child.agent) == (ROOT, turn_id, "helper")
+    assert child.active == child_turn
+    assert child.entries[-1].text == "look"
+    assert machine.running_subagents(run.sessions, ROOT) == 1
+    with pytest.raises(SessionBusyError):
+        machine.start_subagent(
+            run.sessions,
+            ROOT,
+            turn_id,
+            child_id="other",
+            agent="helper",
+            message="look",
+            limit=1,
+            max_steps=5,
+            output_type=None,
+            lease=None,
+        )
+    assert "other" not in run.sessions
+
+
+def test_begin_model_step_counts_the_step() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    limit, facts = machine.begin_model_step(run.sessions, ROOT, turn_id)
+    assert (limit, list(facts)) == (None, [])
+    assert run.sessions[ROOT].turns[turn_id].model_steps == 1
+
+
+def test_text_streamed_opens_the_entry_once_and_adds_nothing_to_the_history() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    entries = list(run.sessions[ROOT].entries)
+    first = machine.text_streamed(run.sessions, ROOT, turn_id, "m-1", "Hel", first=True)
+    second = machine.text_streamed(run.sessions, ROOT, turn_id, "m-1", "lo", first=False)
+    assert [type(event) for event in events_of(first)] == [EntryAdded, EntryDelta]
+    assert [type(event) for event in events_of(second)] == [EntryDelta]
+    assert [event.delta for event in events_of(second)] == ["lo"]
+    assert all(isinstance(fact, EventRow) for fact in [*first, *second])
+    assert list(run.sessions[ROOT].entries) == entries
+
+
+def test_model_replied_adds_the_text_with_the_usage_or_leaves_it_to_the_calls() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    usage = Usage(input_tokens=3, output_tokens=2, total_tokens=5)
+    on_text, facts = machine.model_replied(
+        run.sessions, ROOT, turn_id, "m-1", "Hi", streamed=True, usage=usage, has_calls=False
+    )
+    assert on_text
+    assert [type(event) for event in events_of(facts)] == [EntryCompleted]  # added streaming
+    reply = run.sessions[ROOT].entries[-1]
+    assert isinstance(reply, MessageEntry)
+    assert (reply.id, reply.role, reply.text, reply.usage) == ("m-1", "assistant", "Hi", usage)
+    on_text, facts = machine.model_replied(
+        run.sessions, ROOT, turn_id, "m-2", None, streamed=False, usage=usage, has_calls=True
+    )
+    assert (on_text, list(facts)) == (False, [])
+    assert run.sessions[ROOT].entries[-1] is reply
+
+
+def test_completed_sums_the_turns_usage_or_fails_on_an_answer_of_the_wrong_type() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    for entry_id in ("m-1", "m-2"):
+        usage = Usage(input_tokens=1, output_tokens=1, total_tokens=2)
+        _, facts = machine.model_replied(
+            run.sessions,
+            ROOT,
+            turn_id,
+            entry_id,
+            "42",
+            streamed=False,
+            usage=usage,
+            has_calls=False,
+        )
+        run.keep(facts)
+    record = machine.completed(run.sessions, ROOT, turn_id, "42")
+    assert isinstance(record, Completed)
+    assert record.usage == Usage(input_tokens=2, output_tokens=2, total_tokens=4, requests=2)
+    run.sessions[ROOT].turns[turn_id].output_type = int
+    assert machine.completed(run.sessions, ROOT, turn_id, "42").output == 42
+    failed = machine.completed(run.sessions, ROOT, turn_id, "not a number")
+    assert isinstance(failed, Failed)
+    assert failed.error.type == "ValidationError"
+
+
+def test_note_capability_adds_a_context_message_unless_the_last_one_says_it() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    facts = machine.note_capability(run.sessions, ROOT, turn_id, "files", "files: offline")
+    note = run.sessions[ROOT].entries[-1]
+    assert isinstance(note, ContextMessage)
+    assert (note.kind, note.source, note.text) == ("capability_source", "files", "files: offline")
+    assert [type(event) for event in events_of(facts)] == [EntryAdded, EntryCompleted]
+    again = machine.note_capability(run.sessions, ROOT, turn_id, "files", "files: offline")
+    assert list(again) == []
+    assert machine.capability_note(run.sessions[ROOT], "files") == "files: offline"
+
+
+def test_begin_tool_step_adds_the_calls_to_the_history_and_saves_the_step() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    run.model_step(turn_id)
+    run.tool_step(turn_id, "a", "b")
+    turn = run.sessions[ROOT].turns[turn_id]
+    assert [call.name for call in turn.tool_calls] == ["a", "b"]
+    assert [entry.id for entry in run.sessions[ROOT].entries[-2:]] == ["call-a", "call-b"]
+    step_rows = [fact for fact in run.written if isinstance(fact, StepRow)]
+    assert [row.step for row in step_rows] == [turn.step]
+    assert turn.step is not None
+    assert (turn.step.steps, turn.step.max_steps) == (1, 5)
+    assert [call.state for call in turn.step.calls] == [CallState.NEW, CallState.NEW]
+
+
+def test_update_call_saves_the_step_with_the_one_call_changed() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    run.model_step(turn_id)
+    run.tool_step(turn_id, "a", "b")
+    facts = machine.update_call(run.sessions, ROOT, turn_id, 1, state=CallState.RUNNING)
+    [row] = facts
+    assert isinstance(row, StepRow)
+    assert row.step == run.sessions[ROOT].turns[turn_id].step
+    assert [call.state for call in calls_of(run, turn_id)] == [CallState.NEW, CallState.RUNNING]
+
+
+def test_end_tool_step_adds_a_result_for_every_call_in_call_order() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    run.model_step(turn_id)
+    run.tool_step(turn_id, "a", "b", "c")
+    calls = calls_of(run, turn_id)
+    done = machine.error_result(calls[0].entry, "a's own result")
+    run.update(turn_id, 0, state=CallState.DONE, result=done)
+    run.keep(machine.update_call(run.sessions, ROOT, turn_id, 1, refusal="no such tool"))
+    facts = machine.end_tool_step(run.sessions, ROOT, turn_id, "the turn stopped")
+    results = [fact.entry for fact in facts if isinstance(fact, EntryRow)]
+    assert [result.tool_call_id for result in results] == ["ida", "idb", "idc"]
+    assert [result.text for result in results] == [
+        "a's own result",
+        "no such tool",
+        "the turn stopped",
+    ]
+    assert all(isinstance(result, ToolResultEntry) and result.is_error for result in results)
+    assert isinstance(facts[-1], StepRow)
+    assert facts[-1].step is None
+    assert run.sessions[ROOT].turns[turn_id].step is None
+
+
+def test_open_sign_in_opens_one_callback_per_turn_and_finds_it_again() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    run.model_step(turn_id)
+    callback_id, facts = machine.open_sign_in(
+        run.sessions, ROOT, turn_id, ("github",), {"github": "https://sign.in"}
+    )
+    run.keep(facts)
+    [opened] = events_of(facts)
+    assert isinstance(opened, CallbackOpened)
+    callback = run.sessions[ROOT].callbacks[callback_id].callback
+    assert isinstance(callback, OpenSignIn)
+    assert (callback.sources, callback.authorization_urls) == (
+        ("github",),
+        {"github": "https://sign.in"},
+    )
+    again, more = machine.open_sign_in(run.sessions, ROOT, turn_id, ("other",))
+    assert (again, list(more)) == (callback_id, [])
+
+
+def test_close_callback_unanswered_keeps_the_phase_closed_and_the_answers_key() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    run.model_step(turn_id)
+    run.tool_step(turn_id, "erase", "erase2")
+    first = run.approval(turn_id, 0)
+    second = run.approval(turn_id, 1)
+    key = machine.answer_key(first, "k")
+    facts = machine.close_callback(
+        run.sessions, ROOT, first, answer=DenyApproval(reason="no"), key=key
+    )
+    assert isinstance(facts[0], KeyRow)
+    assert run.sessions[ROOT].keys[key] == (turn_id, "answer")
+    [closed] = events_of(facts)
+    assert isinstance(closed, CallbackClosed)
+    assert (closed.answered, closed.answer) == (True, DenyApproval(reason="no"))
+    facts = machine.close_callback(run.sessions, ROOT, second, answered=False)
+    [row] = [fact for fact in facts if isinstance(fact, CallbackRow)]
+    assert row.state == "closed"
+    state = run.sessions[ROOT].callbacks[second]
+    assert state.phase is machine.CallbackPhase.CLOSED
+    assert not state.open
+    assert list(machine.close_callback(run.sessions, ROOT, second)) == []  # closed already
+
+
+def test_a_sign_in_answer_reaches_the_turn_but_never_the_store() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    callback_id, facts = machine.open_sign_in(run.sessions, ROOT, turn_id, ("github",))
+    run.keep(facts)
+    answer = SignInAnswer(credentials={"github": "token"})
+    facts = machine.close_callback(run.sessions, ROOT, callback_id, answer=answer)
+    [row] = [fact for fact in facts if isinstance(fact, CallbackRow)]
+    assert (row.state, row.answer) == ("answered", None)
+    assert run.sessions[ROOT].callbacks[callback_id].answer == answer
+
+
+def test_show_settled_closes_in_every_log_a_callback_the_store_settled() -> None:
+    run = Run()
+    run.session()
+    root_turn = run.turn()
+    run.model_step(root_turn)
+    run.tool_step(root_turn, "helper")
+    child_turn = run.delegate(root_turn)
+    run.model_step(child_turn, "child")
+    run.tool_step(child_turn, "erase", session_id="child")
+    callback_id = run.approval(child_turn, 0, "child")
+    callback = run.sessions["child"].callbacks[callback_id].callback
+    # Another runtime answered it in a shared store: its row is all this state gets.
+    machine.apply(run.sessions, CallbackRow("child", callback, "answered", AllowApproval()))
+    assert callback_id in run.sessions[ROOT].shown
+    facts = machine.show_settled(run.sessions, ROOT)
+    closed = [(fact.session_id, fact.event) for fact in facts if isinstance(fact, EventRow)]
+    assert [session_id for session_id, _ in closed] == ["child", ROOT]
+    assert all(
+        isinstance(event, CallbackClosed) and event.answer == AllowApproval() for _, event in closed
+    )
+    assert (run.sessions["child"].shown, run.sessions[ROOT].shown) == ({}, {})
+    assert list(machine.show_settled(run.sessions, ROOT)) == []
+
+
+def test_restart_ends_a_turn_in_a_model_step_as_unknown_outcome() -> None:
+    run = Run()
+    run.session()
+    turn_id = run.turn()
+    run.model_step(turn_id)
+    sessions, plan, facts = restarted(run)
+    assert plan.resume == ()
+    assert isinstance(sessions[ROOT].turns[turn_id].record, UnknownOutcome)
+    assert isinstance(events_of(facts)[-1], TurnEnded)
+    assert sessions[ROOT].active is None
 
 
 # --- restarting, at every point of a turn ------------------------------------------------------

@@ -175,10 +175,6 @@ class EventLog:
     def last_seq(self) -> int:
         return self.held_from - 1 + len(self._events)
 
-    def next_id(self) -> str:
-        """The id the next appended event must have."""
-        return format_cursor(self.session_id, self.last_seq + 1)
-
     def last_cursor(self) -> str | None:
         """The cursor of the last event a reader may see."""
         return format_cursor(self.session_id, self.visible) if self.visible else None
