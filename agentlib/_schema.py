@@ -192,6 +192,9 @@ def docstring_parameters(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     Reads Google style (``Args:`` then ``name: text`` lines, continuation lines indented)
     and Sphinx style (``:param name: text``).
     """
+    # Read here, line by line, rather than by docstring_parser: that one drops every
+    # description of a docstring one of whose other sections it cannot read (a "Raises:"
+    # line without a colon), and it would be a dependency of every install.
     doc = inspect.getdoc(fn) or ""
     lines = doc.splitlines()
     summary_lines: list[str] = []

@@ -47,6 +47,12 @@ def test_a_setting_changed_on_a_model_is_checked_as_when_it_was_made() -> None:
         model.max_retries = -1
 
 
+@pytest.mark.parametrize("seconds", [-1, float("nan"), "60", True])
+def test_a_max_retry_wait_that_is_no_number_of_seconds_is_refused(seconds: object) -> None:
+    with pytest.raises(ValueError, match="max_retry_wait must be a number of seconds >= 0"):
+        OpenAICompatibleModel("m", "http://127.0.0.1:1/v1", max_retry_wait=seconds)  # type: ignore[arg-type]
+
+
 def test_an_option_neither_model_takes_is_the_type_error_python_gives() -> None:
     unexpected = r"\.__init__\(\) got an unexpected keyword argument 'strem'"
     with pytest.raises(TypeError, match="^OpenAICompatibleModel" + unexpected):

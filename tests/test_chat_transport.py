@@ -8,13 +8,14 @@ import pytest
 import trio
 
 from agentlib._models._options import DEFAULT_TIMEOUT
-from agentlib._models._transport import RunClients, backoff, retry_after
+from agentlib._models._transport import BACKOFF, RunClients
+from agentlib._retry import retry_after
 
 
 def test_the_backoff_doubles_from_half_a_second_up_to_eight_plus_a_second_of_jitter() -> None:
     for attempt, base in [(0, 0.5), (1, 1.0), (2, 2.0), (4, 8.0), (9, 8.0)]:
         for _ in range(20):
-            assert base <= backoff(attempt) <= base + 1.0
+            assert base <= BACKOFF.pause(attempt) <= base + 1.0
 
 
 @pytest.mark.parametrize(

@@ -121,6 +121,22 @@ def test_tool_parameter_descriptions_come_from_the_docstring_args_lines() -> Non
     assert "description" not in properties["exact"]
 
 
+def test_parameter_descriptions_are_read_whatever_the_other_sections_hold() -> None:
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page.
+
+        Args:
+            url: The page's address.
+
+        Raises:
+            anything the network raises
+        """
+        return url
+
+    assert fetch.parameters["properties"]["url"]["description"] == "The page's address."
+
+
 def test_tool_schema_of_an_attrs_class_parameter_is_an_object_schema() -> None:
     @tool
     def move(to: Point) -> None:

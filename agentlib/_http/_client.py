@@ -14,7 +14,6 @@ import copy
 import functools
 import json
 import math
-import random
 import re
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from typing import Any
@@ -61,6 +60,7 @@ from .._records import (
     TurnConflict,
     TurnState,
 )
+from .._retry import Backoff, RetryPolicy
 from .._session import (
     ApprovalHandler,
     ClientToolHandler,
@@ -88,7 +88,8 @@ RETRY_FOR = 60.0
 #: How long a server has to accept a connection, and to begin an answer once it no longer
 #: holds it, in seconds (``connect_timeout``).
 CONNECT_TIMEOUT = 10.0
-#: The pauses between tries, in seconds: the first at most, the longest at most.
+#: The pauses between tries, in seconds: the first at most, the longest at most (each is
+#: drawn from none to its length: full jitter).
 _FIRST_PAUSE = 0.1
 _MOST_PAUSE = 5.0
 #: The tries after which pauses stop growing while answers are cut short (0.4 s at most).
@@ -264,10 +265,12 @@ class _Wire:
             AuthenticationError: The server refused the token (or wanted one).
             SdkError: The error the server answered with, as its class.
         """
-        started = trio.current_time()
-        give_up = started + self._retry_for
+        retries = RetryPolicy(
+            backoff=Backoff(first=_FIRST_PAUSE, most=_MOST_PAUSE, full_jitter=True),
+            give_up_after=self._retry_for,
+            steady_after=_CUT_ATTEMPTS,
+        ).start()
         held = float(params.get("wait", 0.0)) if params else 0.0
-        attempt = 0
         while True:
             url = self._bases[self._at] + path
             sent = {**params, "limit": self._limit} if paged and params is not None else params
@@ -296,17 +299,16 @@ class _Wire:
                 away = True
             if paged and not isinstance(failure, (httpx.ConnectError, httpx.HTTPStatusError)):
                 self._limit = max(1, self._limit // 4)  # an answer was cut, or came too slow
-            now = trio.current_time()
-            if now >= give_up:
-                raise self._unreachable(method, path, now - started, failure) from failure
+            # An answer cut short came from a server at work: its pauses stay short.
+            cut = isinstance(failure, (httpx.RemoteProtocolError, httpx.ReadError))
+            pause = retries.next_pause(steady=cut)
+            if pause is None:
+                raise self._unreachable(method, path, retries.elapsed, failure) from failure
             if away and len(self._bases) > 1:
                 # Another server of the store takes the session over (at once, from a dead
                 # process of its host; else once the lease expires).
                 self._at = (self._at + 1) % len(self._bases)
-            await trio.sleep(min(_pause(attempt), give_up - now))
-            # An answer cut short came from a server at work: its pauses stay short.
-            cut = isinstance(failure, (httpx.RemoteProtocolError, httpx.ReadError))
-            attempt = min(attempt + 1, _CUT_ATTEMPTS) if cut else attempt + 1
+            await trio.sleep(pause)
         if paged:
             self._limit = min(_PAGE, self._limit * 2)
         if response.status_code >= 400 and response.status_code not in allowed:
@@ -426,11 +428,6 @@ async def _close_at_the_end(client: httpx.AsyncClient) -> None:
     finally:
         with trio.CancelScope(shield=True), contextlib.suppress(Exception):
             await client.aclose()
-
-
-def _pause(attempt: int) -> float:
-    """A capped exponential pause with full jitter."""
-    return random.uniform(0, min(_MOST_PAUSE, _FIRST_PAUSE * 2 ** min(attempt, 16)))
 
 
 def error_from(response: httpx.Response) -> Exception:

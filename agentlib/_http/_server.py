@@ -34,6 +34,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from .. import _sse
 from .._agent import Agent, history_for
 from .._callbacks import (
     ApprovalAnswer,
@@ -695,13 +696,13 @@ class _EventStream(Response):
                 await write("".join(batch))
             # The end said in so many words: a stream cut short (the server stopped) ends
             # without it, and a client opens it again from its last cursor.
-            await write("event: end\ndata: {}\n\n")
+            await write(_END)
             nursery.cancel_scope.cancel()
 
         async def ping() -> None:
             while True:
                 await trio.sleep(PING_SECONDS)
-                await write(": ping\n\n")
+                await write(_PING)
 
         async def watch() -> None:
             while (await receive())["type"] != "http.disconnect":
@@ -797,7 +798,12 @@ class _AccessLog:
 def _frame(event: Event) -> str:
     data = unstructure(event)
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return f"id: {data['id']}\nevent: {data['type']}\ndata: {text}\n\n"
+    return _sse.frame(text, event=data["type"], id=data["id"])
+
+
+#: The last frame of a stream that ended (one cut short ends without it).
+_END = _sse.frame("{}", event="end")
+_PING = _sse.comment("ping")
 
 
 _SESSION = "/v1/agents/{agent}/sessions/{session_id}"

@@ -155,6 +155,13 @@ def _max_retries(settings: ChatSettings, attribute: attrs.Attribute[Any], count:
         raise ValueError("max_retries must be an int >= 0 (0 never retries)")
 
 
+def _max_retry_wait(
+    settings: ChatSettings, attribute: attrs.Attribute[Any], seconds: object
+) -> None:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise ValueError(f"max_retry_wait must be a number of seconds >= 0, not {seconds!r}")
+
+
 @attrs.define(kw_only=True, eq=False, repr=False)
 class ChatSettings:
     """What a chat-completions model is set up with: its model name, its endpoint, its key,
@@ -180,5 +187,5 @@ class ChatSettings:
     extra_body: dict[str, Any] = attrs.field(default=None, converter=_extra_body)
     timeout: httpx.Timeout = attrs.field(default=DEFAULT_TIMEOUT, converter=_timeout)
     max_retries: int = attrs.field(default=3, validator=_max_retries)
-    max_retry_wait: float = 60.0
+    max_retry_wait: float = attrs.field(default=60.0, validator=_max_retry_wait)
     _http_client: httpx.AsyncClient | None = attrs.field(default=None, alias="http_client")

@@ -1,12 +1,13 @@
 """A streamed chat completion, read line by line and put together, without I/O.
 
-The endpoint streams Server-Sent Events: ``data: {...}`` lines, each a chunk whose delta holds
-a piece of the reply's text or fragments of its tool calls, then ``data: [DONE]``. A
-:class:`StreamReader` is fed the body's lines as they arrive and returns the text each one
-brings, to be shown at once; the calls' fragments are put together by their index (or their
-id, for servers that give every call the same index); the usage and the finish reason are
-kept. Once the body has ended, :meth:`StreamReader.reply` is the whole reply, the one an
-answer that was not streamed gives.
+The endpoint streams Server-Sent Events (each line read by ``agentlib._sse.field``):
+``data: {...}`` lines, each a chunk whose delta holds a piece of the reply's text or fragments
+of its tool calls, then ``data: [DONE]``. A :class:`StreamReader` is fed the body's lines as
+they arrive and returns the text each one brings, to be shown at once (each ``data`` line is
+an event, blank line or not, as some servers leave them out); the calls' fragments are put
+together by their index (or their id, for servers that give every call the same index); the
+usage and the finish reason are kept. Once the body has ended, :meth:`StreamReader.reply` is
+the whole reply, the one an answer that was not streamed gives.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import attrs
 
 from .._errors import ModelError
 from .._json import read_whole_text
+from .._sse import field
 from .._usage import Usage
 from ._base import ModelReply
 from ._wire import (
@@ -66,9 +68,12 @@ class StreamReader:
         Lines after ``[DONE]`` or after an event that could not be read are skipped, as are
         comments, event names and the blank lines between events.
         """
-        if self.done or self.failure is not None or not line.startswith("data:"):
+        if self.done or self.failure is not None:
             return []
-        data = line[5:].strip()
+        read = field(line)
+        if read is None or read[0] != "data":
+            return []
+        data = read[1].strip()
         if data == "[DONE]":
             self.done = True
             return []

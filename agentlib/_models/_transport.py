@@ -5,10 +5,10 @@ Each attempt is one HTTP request, answered whole or streamed (a server that answ
 request whole is read whole). A connection error, a timeout, a 408, 429 or 5xx answer, or a
 stream that broke before any of its text reached the engine is retried, at most
 ``max_retries`` times, after an exponential backoff with jitter or as long as a
-``Retry-After`` header asks (up to ``max_retry_wait``). Any other answer fails at once. Every
-failure becomes one :class:`ModelError` saying what the provider answered and what to check,
-with its status, the provider's error code and an excerpt of the body, the API key scrubbed
-from all of them.
+``Retry-After`` header asks (up to ``max_retry_wait``): the policy of ``_retry``. Any other
+answer fails at once. Every failure becomes one :class:`ModelError` saying what the provider
+answered and what to check, with its status, the provider's error code and an excerpt of
+the body, the API key scrubbed from all of them.
 
 Requests go through one ``httpx.AsyncClient`` per trio run (:class:`RunClients`): its
 connections are reused from step to step, and it is closed when the run ends. Cancelling the
@@ -18,10 +18,6 @@ step aborts the request in flight.
 from __future__ import annotations
 
 import contextlib
-import email.utils
-import math
-import random
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +26,7 @@ import httpx
 import trio
 
 from .._errors import ModelError
+from .._retry import Backoff, RetryPolicy, retry_after
 from ._base import ModelReply, TextSink
 from ._sse import StreamReader
 from ._wire import ChatCodec, ToolNames, error_details, excerpt, json_or_none, scrub, shown_url
@@ -37,9 +34,13 @@ from ._wire import ChatCodec, ToolNames, error_details, excerpt, json_or_none, s
 if TYPE_CHECKING:
     from ._options import ChatSettings
 
-__all__ = ["ChatTransport", "RunClients", "backoff", "retry_after"]
+__all__ = ["BACKOFF", "ChatTransport", "RunClients"]
 
 _SHOWN = 300  # characters of the provider's own message kept in ours
+
+#: The pauses between a step's attempts: 0.5 s, 1 s, 2 s... at most 8 s, plus up to 1 s of
+#: jitter.
+BACKOFF = Backoff(first=0.5, most=8.0, jitter=1.0)
 
 
 @attrs.define(eq=False)
@@ -109,26 +110,28 @@ class ChatTransport:
                 token limit, or was stopped with an error.
         """
         client = self.http_client or await self.clients.current(self.settings.timeout)
-        attempt = 0
+        settings = self.settings
+        retries = RetryPolicy(
+            backoff=BACKOFF,
+            attempts=settings.max_retries + 1,
+            longest_asked=settings.max_retry_wait,
+        ).start()
         while True:
             try:
                 if on_text is not None:
                     return await self._streamed(client, body, names, on_text)
                 return await self._whole(client, body, names)
             except _Retryable as failure:  # nothing of this attempt reached the engine
-                if attempt >= self.settings.max_retries:
-                    raise failure.error(attempt + 1) from failure.__cause__
-                wait = failure.retry_after
-                if wait is None:
-                    wait = backoff(attempt)
-                elif wait > self.settings.max_retry_wait:
-                    raise failure.error(
-                        attempt + 1,
-                        f"; it asked to retry after {wait:g} s, more than "
-                        f"max_retry_wait={self.settings.max_retry_wait:g}",
-                    ) from failure.__cause__
-                attempt += 1
-                await trio.sleep(wait)
+                pause = retries.next_pause(failure.retry_after)
+                if pause is None:
+                    more = ""
+                    if retries.refused is not None:
+                        more = (
+                            f"; it asked to retry after {retries.refused:g} s, more than "
+                            f"max_retry_wait={settings.max_retry_wait:g}"
+                        )
+                    raise failure.error(retries.failures, more) from failure.__cause__
+                await trio.sleep(pause)
 
     def _headers(self, *, stream: bool) -> dict[str, str]:
         headers = {"Accept": "text/event-stream" if stream else "application/json"}
@@ -230,31 +233,6 @@ class ChatTransport:
                 f"({shown_url(self.settings.base_url)!r})"
             )
         return ""
-
-
-def backoff(attempt: int) -> float:
-    """Seconds to wait before retrying after failed attempt ``attempt`` (from 0): 0.5 s,
-    1 s, 2 s... at most 8 s, plus up to 1 s of jitter, so that clients that failed together
-    do not come back together."""
-    return min(8.0, 0.5 * 2.0**attempt) + random.uniform(0.0, 1.0)
-
-
-def retry_after(headers: Mapping[str, str]) -> float | None:
-    """The wait a ``Retry-After`` header asks for, in seconds (a number or an HTTP date)."""
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        seconds = when.timestamp() - time.time()
-    if math.isnan(seconds) or math.isinf(seconds):
-        return None
-    return max(0.0, seconds)
 
 
 class _Retryable(Exception):
