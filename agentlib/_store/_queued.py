@@ -15,7 +15,7 @@ import cattrs
 import trio
 
 from .._callbacks import AllowApproval, Callback, DenyApproval
-from .._convert import structure, unstructure
+from .._convert import structure
 from .._entries import Entry
 from .._events import Event
 from .._records import TurnState
@@ -33,15 +33,14 @@ from ._base import (
     TurnRow,
 )
 from ._rows import EventRows
+from ._sql import Reads
 
 __all__ = [
     "UNREADABLE",
     "Place",
     "QueuedStore",
-    "Reads",
     "check_none_left",
     "check_turns_named",
-    "dump",
     "read_answer",
     "read_session",
 ]
@@ -76,11 +75,6 @@ _KINDS: dict[type[Any], str] = {
     KeyRow: "idempotency keys",
     CallbackRow: "callbacks",
 }
-
-
-def dump(value: Any) -> str:
-    """A value as a store keeps it: its converter JSON, compact."""
-    return json.dumps(unstructure(value), separators=(",", ":"), ensure_ascii=False)
 
 
 #: What a store remembers of each lease it took: the owner (and, for some, an epoch).
@@ -364,29 +358,6 @@ def check_turns_named(
         if turn_id is not None and turn_id not in turn_ids:
             return f"turn {turn_id}, of its {what}, is missing"
     return None
-
-
-@attrs.frozen
-class Reads:
-    """The SQL of a store's reads of one session, each with one parameter, the session's id
-    (``event_page`` has three), in its driver's placeholder style; ``has`` names its table
-    ``{table}``. Rows come in the order each names."""
-
-    session: str  # agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,
-    # first_seq, last_seq, last_idx
-    bounds: str  # first_seq, last_seq
-    event_page: str  # seq, type, turn_id, id, data: from a seq to one before another, by seq
-    has: str  # 1, for a session that has a row in {table}
-    first_event: str  # min(seq)
-    last_event: str  # max(seq)
-    entries: str  # idx, data: by idx
-    turns: str  # turn_id, first_seq, output_type, record, step: by first_seq
-    steers: str  # turn_id, data: as written
-    callbacks: str  # callback, state, answer, error: as opened
-    keys: str  # key, turn_id, fingerprint
-    children: str  # session_id: as written
-    #: What the store's processes share, as its messages name it ("file", "database").
-    kept_in: str = "store"
 
 
 Execute = Callable[[str, tuple[Any, ...]], Iterable[Any]]

@@ -28,9 +28,23 @@ from ._base import (
     StepRow,
     TurnRow,
 )
-from ._queued import Reads, dump
 
-__all__ = ["LEASE", "ROWS", "Cursor", "Dialect", "RowKind", "Statements", "write_group"]
+__all__ = [
+    "LEASE",
+    "ROWS",
+    "Cursor",
+    "Dialect",
+    "Reads",
+    "RowKind",
+    "Statements",
+    "dump",
+    "write_group",
+]
+
+
+def dump(value: Any) -> str:
+    """A value as a store keeps it: its converter JSON, compact."""
+    return json.dumps(unstructure(value), separators=(",", ":"), ensure_ascii=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -173,6 +187,29 @@ class Cursor(Protocol):
     def execute(self, statement: str, values: Sequence[Any], /) -> Any: ...
 
     def executemany(self, statement: str, values: Iterable[Sequence[Any]], /) -> Any: ...
+
+
+@attrs.frozen
+class Reads:
+    """The SQL of a store's reads of one session, each with one parameter, the session's id
+    (``event_page`` has three), in its driver's placeholder style; ``has`` names its table
+    ``{table}``. Rows come in the order each names."""
+
+    session: str  # agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,
+    # first_seq, last_seq, last_idx
+    bounds: str  # first_seq, last_seq
+    event_page: str  # seq, type, turn_id, id, data: from a seq to one before another, by seq
+    has: str  # 1, for a session that has a row in {table}
+    first_event: str  # min(seq)
+    last_event: str  # max(seq)
+    entries: str  # idx, data: by idx
+    turns: str  # turn_id, first_seq, output_type, record, step: by first_seq
+    steers: str  # turn_id, data: as written
+    callbacks: str  # callback, state, answer, error: as opened
+    keys: str  # key, turn_id, fingerprint
+    children: str  # session_id: as written
+    #: What the store's processes share, as its messages name it ("file", "database").
+    kept_in: str = "store"
 
 
 class Statements:
