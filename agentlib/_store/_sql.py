@@ -47,6 +47,10 @@ def dump(value: Any) -> str:
     return json.dumps(unstructure(value), separators=(",", ":"), ensure_ascii=False)
 
 
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
 @attrs.frozen(kw_only=True)
 class RowKind:
     """How one kind of op row is written: an INSERT into ``table`` of ``columns``.
@@ -58,17 +62,16 @@ class RowKind:
             whose rows are serialized as they are written (see ``QueuedStore.write``).
         key: The columns of its key, when a later row of the same key changes the first.
         updates: The columns such a later row sets.
-        if_claimed: What its INSERT says besides, on a store where other runtimes claim
-            callbacks (``Dialect.claims``): a claim settles a callback and writes its
-            answer's key in another runtime's transaction, which the holder's later
-            writes leave be.
+        if_claimed: What its INSERT says besides where other runtimes claim callbacks
+            (``Dialect.claims``): a claim writes in another runtime's transaction, which
+            the holder's later writes leave be.
     """
 
     table: str
-    columns: tuple[str, ...]
+    columns: tuple[str, ...] = attrs.field(converter=_names)
     values: Callable[[Any], tuple[Any, ...]] | None
-    key: tuple[str, ...] = ()
-    updates: tuple[str, ...] = ()
+    key: tuple[str, ...] = attrs.field(default="", converter=_names)
+    updates: tuple[str, ...] = attrs.field(default="", converter=_names)
     if_claimed: str = ""
 
 
@@ -81,68 +84,48 @@ def _absent(value: Any) -> str | None:
 ROWS: Mapping[type[Any], RowKind] = {
     SessionRow: RowKind(
         table="sessions",
-        columns=(
-            "session_id",
-            "agent",
-            "parent_id",
-            "parent_turn_id",
-            "idempotency_key",
-            "inputs",
-            "terminated",
-        ),
+        columns="session_id agent parent_id parent_turn_id idempotency_key inputs terminated",
         values=lambda op: (
-            op.session_id,
-            op.agent,
-            op.parent_id,
-            op.parent_turn_id,
-            op.idempotency_key,
+            *(op.session_id, op.agent, op.parent_id, op.parent_turn_id, op.idempotency_key),
             json.dumps(op.inputs),
             op.terminated,  # a bool: SQLite keeps it as 0 or 1
         ),
-        key=("session_id",),
-        updates=("terminated",),
+        key="session_id",
+        updates="terminated",
     ),
-    EventRow: RowKind(
-        table="events", columns=("session_id", "seq", "type", "turn_id", "id", "data"), values=None
-    ),
-    EntryRow: RowKind(table="entries", columns=("session_id", "idx", "data"), values=None),
+    EventRow: RowKind(table="events", columns="session_id seq type turn_id id data", values=None),
+    EntryRow: RowKind(table="entries", columns="session_id idx data", values=None),
     TurnRow: RowKind(
         table="turns",
-        columns=("session_id", "turn_id", "first_seq", "output_type", "record"),
+        columns="session_id turn_id first_seq output_type record",
         values=lambda op: (
-            op.session_id,
-            op.turn_id,
-            op.first_seq,
-            op.output_type,
+            *(op.session_id, op.turn_id, op.first_seq, op.output_type),
             _absent(op.record),
         ),
-        key=("session_id", "turn_id"),
-        updates=("record",),
+        key="session_id turn_id",
+        updates="record",
     ),
     SteerRow: RowKind(
         table="steers",
-        columns=("session_id", "turn_id", "data"),
+        columns="session_id turn_id data",
         values=lambda op: (op.session_id, op.turn_id, dump(op.message)),
     ),
     CallbackRow: RowKind(
         table="callbacks",
-        columns=("session_id", "callback_id", "callback", "state", "answer", "error"),
+        columns="session_id callback_id callback state answer error",
         values=lambda op: (
-            op.session_id,
-            op.callback.id,
-            dump(op.callback),
-            op.state,
+            *(op.session_id, op.callback.id, dump(op.callback), op.state),
             None if op.state == "open" else json.dumps(unstructure(op.answer)),
             op.error,
         ),
-        key=("session_id", "callback_id"),
-        updates=("state", "answer", "error"),
+        key="session_id callback_id",
+        updates="state answer error",
         # Settled is settled: a claim through another runtime may have won.
         if_claimed=" WHERE {table}.state = 'open'",
     ),
     KeyRow: RowKind(
         table="keys",
-        columns=("session_id", "key", "turn_id", "fingerprint"),
+        columns="session_id key turn_id fingerprint",
         values=lambda op: (op.session_id, op.key, op.turn_id, op.fingerprint),
         # An answer's key may be there already: its claim wrote it.
         if_claimed=" ON CONFLICT DO NOTHING",

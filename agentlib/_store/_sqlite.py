@@ -32,22 +32,20 @@ from .._threads import run_in_thread
 from ._base import (
     EventRow,
     LeaseLost,
-    LeaseRefused,
     Op,
     SessionRow,
-    StoredSession,
     StoreError,
 )
-from ._holder import Holder, gone, this_process
+from ._holder import Holder, this_process
 from ._queued import (
     UNREADABLE,
     Place,
     QueuedStore,
-    read_event_page,
-    read_session,
+    check_leasable,
+    unreadable,
 )
 from ._rows import EventRows
-from ._sql import Dialect, Statements, write_group
+from ._sql import LEASE, Dialect, Statements, write_group
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -126,10 +124,7 @@ CREATE TABLE keys (
 
 
 _SQL = Statements(Dialect(placeholder="?", greatest="max", least="min", kept_in="file"))
-_LEASE = (
-    "UPDATE sessions SET lease_owner = ?, lease_until = ?, lease_host = ?, lease_pid = ?,"
-    " lease_started = ? WHERE session_id = ?"
-)
+_LEASE = f"UPDATE sessions SET {', '.join(f'{c} = ?' for c in LEASE)} WHERE session_id = ?"
 
 
 #: What reading rows this store did not write as they are raises: SQLite's errors (a damaged
@@ -154,6 +149,8 @@ class SQLiteStore(QueuedStore[str]):
     """
 
     _commit_errors = (sqlite3.Error, LeaseLost)
+    _statements = _SQL
+    _after_failure = "check the disk, then open a new runtime on the file"
 
     def __init__(self, path: str, *, clock: Callable[[], float] = time.time) -> None:
         self.path = path
@@ -238,15 +235,6 @@ class SQLiteStore(QueuedStore[str]):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def check(self) -> None:
-        if isinstance(self.failure, LeaseLost):
-            super().check()
-        if self.failure is not None:  # said with the file's name
-            raise StoreError(
-                f"the store {self.path} could not commit ({self.failure}); what was not "
-                "acknowledged is lost: check the disk, then open a new runtime on the file"
-            ) from self.failure
-
     def _lease_of_new_session(self, op: SessionRow) -> str:
         assert op.lease is not None
         return op.lease[0]  # a new session, leased as it is made
@@ -327,16 +315,10 @@ class SQLiteStore(QueuedStore[str]):
                 f"the store {self.path} failed on {place.what}, in table {place.table} "
                 f"({error}); check the disk, then try again"
             )
-        if isinstance(error, sqlite3.Error):
-            reason = str(error)  # SQLite's own words, which quote no row
-        elif isinstance(error, json.JSONDecodeError):
-            reason = f"a row is not JSON: {error.msg}, at character {error.pos}"
-        else:
-            reason = f"a row is not what agentlib writes ({type(error).__name__})"
-        return self._damaged(place, reason)
-
-    def damaged(self, session_id: str, table: str, reason: str) -> StoreError:
-        return self._damaged(Place(f"session {session_id}", table), reason)
+        # SQLite's own words quote no row.
+        return self._damaged(
+            place, str(error) if isinstance(error, sqlite3.Error) else unreadable(error)
+        )
 
     def _damaged(self, place: Place, reason: str) -> StoreError:
         return StoreError(
@@ -344,38 +326,6 @@ class SQLiteStore(QueuedStore[str]):
             f"{place.table} ({reason}). Restore the file from a backup; `sqlite3 {self.path} "
             "'PRAGMA integrity_check'` tells what SQLite finds wrong with it"
         )
-
-    async def load(self, session_id: str) -> StoredSession | None:
-        if not self.can_hold(session_id):
-            return None
-        return await self._in_thread(self._load, session_id)
-
-    def _load(self, session_id: str) -> StoredSession | None:
-        with self._reading(f"session {session_id}") as (db, at):
-            return read_session(db.execute, _SQL.reads, session_id, at, self._damaged)
-
-    async def session_for_key(self, key: str) -> str | None:
-        if not self.can_hold(key):
-            return None
-
-        def read() -> str | None:
-            with self._reading("the session an idempotency key started") as (db, _):
-                row = db.execute(_SQL.session_for_key, (key,)).fetchone()
-            return None if row is None else str(row[0])
-
-        return await self._in_thread(read)
-
-    async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
-        if not self.can_hold(session_id):
-            return []
-
-        def read() -> list[Event]:
-            with self._reading(f"session {session_id}") as (db, at):
-                return read_event_page(
-                    db.execute, _SQL.reads, session_id, after, limit, at, self._damaged
-                )
-
-        return await self._in_thread(read)
 
     # -- leases ----------------------------------------------------------------------------
 
@@ -392,13 +342,8 @@ class SQLiteStore(QueuedStore[str]):
                         " FROM sessions WHERE session_id = ?",
                         (session_id,),
                     ).fetchone()
-                    if row is None or row[0] in (None, owner) or row[1] <= now:
-                        continue
-                    holder, until, host, pid, started = row
-                    # A process of this host that died (a crash, SIGKILL) renews nothing:
-                    # its lease is taken at once, rather than once it expires.
-                    if pid is None or not gone(Holder(host=host, pid=pid, started=started)):
-                        raise LeaseRefused(session_id, holder, until)
+                    if row is not None:
+                        check_leasable(session_id, row, owner, now)
                 lease = _lease(owner, now + seconds, this_process())
                 db.executemany(_LEASE, [(*lease, session_id) for session_id in session_ids])
             for session_id in session_ids:
@@ -451,12 +396,6 @@ class SQLiteStore(QueuedStore[str]):
                 db.close()
         except sqlite3.Error as error:
             raise self._unreadable(Place(_naming(session_ids)), error) from error
-
-    async def release(self, session_ids: Sequence[str], owner: str) -> None:
-        for session_id in session_ids:
-            self._held.pop(session_id, None)
-        leases = [(session_id, owner) for session_id in session_ids if self.can_hold(session_id)]
-        await self._in_thread(self._free, leases)
 
     def _free(self, leases: Sequence[tuple[str, str]], wait: float = 30.0) -> None:
         """End the leases (session id, owner), in one transaction on a connection of its

@@ -9,7 +9,6 @@ connection of a :class:`psycopg_pool.ConnectionPool` of that size.
 from __future__ import annotations
 
 import contextlib
-import json
 import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,7 +17,7 @@ import trio
 
 from ..._threads import run_in_thread
 from .._base import StoreError
-from .._queued import UNREADABLE, Place
+from .._queued import UNREADABLE, Place, unreadable
 from .._sql import Statements
 from ._schema import dialect, migrate
 
@@ -174,7 +173,7 @@ class Database:
             except UNREADABLE as error:
                 if isinstance(error, StoreError):
                     raise
-                raise self.damaged(place, _unreadable(error)) from error
+                raise self.damaged(place, unreadable(error)) from error
 
     def damaged(self, place: Place, reason: str) -> StoreError:
         """The error saying that the store is damaged: ``place`` cannot be read."""
@@ -188,9 +187,3 @@ def _said(error: BaseException) -> str:
     """What a driver's error says, on one line; never a row's values (psycopg's messages
     name what failed, and the server's detail lines, which may quote a row, are left out)."""
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
-def _unreadable(error: BaseException) -> str:
-    if isinstance(error, json.JSONDecodeError):
-        return f"a row is not JSON: {error.msg}, at character {error.pos}"
-    return f"a row is not what agentlib writes ({type(error).__name__})"

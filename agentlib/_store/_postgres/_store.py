@@ -6,32 +6,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from ..._events import Event
 from .._base import (
     CallbackRow,
     KeyRow,
-    LeaseLost,
-    LeaseRefused,
     Op,
     Progress,
     Request,
     SessionRow,
-    StoredSession,
     StoreError,
 )
-from .._holder import Holder, gone, this_process
-from .._queued import Place, QueuedStore, read_event_page, read_session
+from .._holder import this_process
+from .._queued import Place, QueuedStore, check_leasable
 from ._claims import Claims
 from ._database import Database
 from ._mailbox import Mailbox
 from ._notifications import Listener
 from ._writer import commit_group
 
+if TYPE_CHECKING:
+    import psycopg
+
 __all__ = ["PostgresStore"]
+
+T = TypeVar("T")
 
 
 class PostgresStore(QueuedStore[tuple[str, int]]):
@@ -69,6 +71,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         self._clock = clock
         self._database = Database(conninfo, schema, pool_size)
         self.where = self._database.where
+        self._statements = self._database.statements
         self._start_queue()  # the leases it took: session id -> (owner, epoch)
         self._listener = Listener(self._database)
         self._claims = Claims(self._database, self._listener)
@@ -91,15 +94,6 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def check(self) -> None:
-        if isinstance(self.failure, LeaseLost):
-            super().check()
-        if self.failure is not None:
-            raise StoreError(
-                f"the store {self.where} could not commit ({self.failure}); what was not "
-                "acknowledged is lost: check the database, then open a new runtime on it"
-            ) from self.failure
-
     def _lease_of_new_session(self, op: SessionRow) -> tuple[str, int]:
         assert op.lease is not None
         return (op.lease[0], 1)  # a new session's first lease: epoch 1
@@ -117,57 +111,20 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
 
     async def _let_go(self, held: Mapping[str, tuple[str, int]]) -> None:
         self._held.clear()
-        await self._database.in_thread(
+        await self._in_thread(
             self._free, [(session, owner) for session, (owner, _) in held.items()]
         )
 
     # -- reading ---------------------------------------------------------------------------
 
-    def damaged(self, session_id: str, table: str, reason: str) -> StoreError:
-        return self._database.damaged(Place(f"session {session_id}", table), reason)
+    def _reading(self, what: str) -> AbstractContextManager[tuple[psycopg.Connection[Any], Place]]:
+        return self._database.reading(what)
 
-    async def load(self, session_id: str) -> StoredSession | None:
-        if not self.can_hold(session_id):
-            return None
-        return await self._database.in_thread(self._load, session_id)
+    async def _in_thread(self, function: Callable[..., T], *args: Any) -> T:
+        return await self._database.in_thread(function, *args)
 
-    def _load(self, session_id: str) -> StoredSession | None:
-        database = self._database
-        with database.reading(f"session {session_id}") as (db, at):
-            return read_session(
-                db.execute, database.statements.reads, session_id, at, database.damaged
-            )
-
-    async def session_for_key(self, key: str) -> str | None:
-        if not self.can_hold(key):
-            return None
-        database = self._database
-
-        def read() -> str | None:
-            with database.reading("the session an idempotency key started") as (db, _):
-                row = db.execute(database.statements.session_for_key, (key,)).fetchone()
-            return None if row is None else str(row[0])
-
-        return await database.in_thread(read)
-
-    async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
-        if not self.can_hold(session_id):
-            return []
-        database = self._database
-
-        def read() -> list[Event]:
-            with database.reading(f"session {session_id}") as (db, at):
-                return read_event_page(
-                    db.execute,
-                    database.statements.reads,
-                    session_id,
-                    after,
-                    limit,
-                    at,
-                    database.damaged,
-                )
-
-        return await database.in_thread(read)
+    def _damaged(self, place: Place, reason: str) -> StoreError:
+        return self._database.damaged(place, reason)
 
     # -- following other runtimes, claims and requests ---------------------------------------
 
@@ -215,13 +172,8 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
                     ),
                     (list(session_ids),),
                 ).fetchall()
-                for session_id, current, until, host, pid, started in rows:
-                    if current in (None, owner) or until <= now:
-                        continue
-                    # A process of this host that died renews nothing: its lease is taken
-                    # at once, rather than once it expires.
-                    if pid is None or not gone(Holder(host=host, pid=pid, started=started)):
-                        raise LeaseRefused(session_id, current, until)
+                for session_id, *lease in rows:
+                    check_leasable(session_id, lease, owner, now)
                 taken = db.execute(
                     self._database.sql(
                         "UPDATE {schema}.sessions SET"
@@ -244,7 +196,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             return dict(taken)
 
         await self.flush()  # a new session's row must be there to hold its lease
-        for session_id, epoch in (await self._database.in_thread(lease)).items():
+        for session_id, epoch in (await self._in_thread(lease)).items():
             self._held[session_id] = (owner, epoch)
 
     async def renew(self, session_ids: Sequence[str], owner: str, seconds: float) -> list[str]:
@@ -278,13 +230,7 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
             # fence refuses their writes.
             return [s for s in session_ids if s in known and s not in renewed]
 
-        return await self._database.in_thread(lease)
-
-    async def release(self, session_ids: Sequence[str], owner: str) -> None:
-        for session_id in session_ids:
-            self._held.pop(session_id, None)
-        leases = [(session_id, owner) for session_id in session_ids if self.can_hold(session_id)]
-        await self._database.in_thread(self._free, leases)
+        return await self._in_thread(lease)
 
     def _free(self, leases: Sequence[tuple[str, str]]) -> None:
         """End the leases (session id, owner); a session another owner holds now is left

@@ -1,13 +1,6 @@
-"""The PostgreSQL store's commits: a group of writes in one transaction, fenced, notified to
-the other runtimes, and tried again after failures that left nothing written.
-
-**Fencing.** Each session's row holds its lease: the owner, until when (on the store's
-clock), the process holding it, and an epoch bumped whenever the session is leased to an
-owner other than the one holding it. The store remembers the epoch of each lease it took;
-every commit first locks the row of each session it writes to that this store leased (a
-takeover waits for the commit), and goes on only where the lease is still that owner's at
-that epoch: a runtime that stalled past its lease while another took the session over has
-its late write refused (:class:`LeaseLost`).
+"""The PostgreSQL store's commits: a group of writes in one transaction, fenced by the
+leases the store took (at their epochs), notified to the other runtimes, and tried again
+after failures that left nothing written.
 """
 
 from __future__ import annotations
@@ -154,7 +147,8 @@ def _fence(
 ) -> None:
     """Lock the rows of the sessions of the group this store leased, for the rest of the
     transaction (a takeover waits for it), and check that each lease is still the one this
-    store took, at its epoch.
+    store took, at its epoch: a session's epoch is bumped whenever it is leased to an owner
+    other than the one holding it.
 
     Raises:
         LeaseLost: Another runtime took over a session of the group (this one stalled past
