@@ -46,7 +46,8 @@ from agentlib._store._base import (
     SessionRow,
     TurnRow,
 )
-from agentlib._store._contract import (
+from agentlib._store._sqlite import SCHEMA_VERSION
+from agentlib.testing._store_contract import (
     ManualClock,
     events_of,
     events_of_a_turn,
@@ -56,7 +57,6 @@ from agentlib._store._contract import (
     user_message,
     write_all,
 )
-from agentlib._store._sqlite import SCHEMA_VERSION
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup

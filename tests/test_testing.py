@@ -775,7 +775,7 @@ async def test_a_block_entered_in_another_thread_blocks_this_ones_requests(serve
 
 
 def test_store_contract_exports_every_test_of_the_suite_its_clock_and_its_fixture() -> None:
-    suite = agentlib._store._contract
+    suite = agentlib.testing._store_contract
     tests = [name for name in vars(suite) if name.startswith("test_")]
     assert agentlib.testing.store_contract.__all__ == sorted(["ManualClock", "clock", *tests])
 
@@ -791,7 +791,7 @@ def test_agentlib_and_its_namespaces_never_import_pytest() -> None:
     """pytest is a dependency of a store's tests, not of agentlib: only the suite imports it."""
     code = (
         "import sys, agentlib, agentlib.store, agentlib.testing, agentlib_sync\n"
-        "suite = ('pytest', 'agentlib._store._contract')\n"
+        "suite = ('pytest', 'agentlib.testing._store_contract')\n"
         "print([name for name in suite if name in sys.modules])"
     )
     ran = subprocess.run(

@@ -8,6 +8,7 @@ import bisect
 import contextlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -15,7 +16,7 @@ import cattrs
 import trio
 
 from .._callbacks import AllowApproval, Callback, DenyApproval
-from .._convert import structure, unstructure
+from .._convert import structure
 from .._entries import Entry
 from .._events import Event
 from .._records import TurnState
@@ -25,6 +26,7 @@ from ._base import (
     EventRow,
     KeyRow,
     LeaseLost,
+    LeaseRefused,
     Op,
     SessionRow,
     Store,
@@ -32,18 +34,20 @@ from ._base import (
     StoreError,
     TurnRow,
 )
+from ._holder import Holder, gone
 from ._rows import EventRows
+from ._sql import Reads, Statements
 
 __all__ = [
     "UNREADABLE",
     "Place",
     "QueuedStore",
-    "Reads",
+    "check_leasable",
     "check_none_left",
     "check_turns_named",
-    "dump",
     "read_answer",
     "read_session",
+    "unreadable",
 ]
 
 #: What reading rows a store did not write as they are raises: the decoders' errors (a row
@@ -57,6 +61,27 @@ UNREADABLE: tuple[type[BaseException], ...] = (
     RecursionError,
     cattrs.BaseValidationError,
 )
+
+
+def check_leasable(session_id: str, lease: Sequence[Any], owner: str, now: float) -> None:
+    """Raises:
+    LeaseRefused: The session's lease, as its row's lease columns hold it (owner, until,
+        host, pid, started), is another owner's, runs on, and its holder may still be
+        alive: a process of this host that died (a crash, SIGKILL) renews nothing, and its
+        lease is taken at once, rather than once it expires.
+    """
+    current, until, host, pid, started = lease
+    if current in (None, owner) or until <= now:
+        return
+    if pid is None or not gone(Holder(host=host, pid=pid, started=started)):
+        raise LeaseRefused(session_id, current, until)
+
+
+def unreadable(error: BaseException) -> str:
+    """Why a row does not read, as the decoders' ``error`` says it, quoting no row."""
+    if isinstance(error, json.JSONDecodeError):
+        return f"a row is not JSON: {error.msg}, at character {error.pos}"
+    return f"a row is not what agentlib writes ({type(error).__name__})"
 
 
 @attrs.define
@@ -78,10 +103,7 @@ _KINDS: dict[type[Any], str] = {
 }
 
 
-def dump(value: Any) -> str:
-    """A value as a store keeps it: its converter JSON, compact."""
-    return json.dumps(unstructure(value), separators=(",", ":"), ensure_ascii=False)
-
+T = TypeVar("T")
 
 #: What a store remembers of each lease it took: the owner (and, for some, an epoch).
 Lease = TypeVar("Lease")
@@ -109,6 +131,10 @@ class QueuedStore(Store, Generic[Lease]):
     _commit_errors: tuple[type[BaseException], ...] = (StoreError, LeaseLost)
     #: Whether the database keeps NUL in text.
     _keeps_nul = True
+    #: The store's SQL (see ``_sql``).
+    _statements: Statements
+    #: What a failed store's message says to do.
+    _after_failure = "check the database, then open a new runtime on it"
 
     def can_hold(self, text: str) -> bool:
         """Whether the database can keep ``text`` (an id, a key): one it cannot was never
@@ -177,6 +203,77 @@ class QueuedStore(Store, Generic[Lease]):
         """End the leases the store holds, for a failed store: another runtime takes the
         sessions at once. Raises :class:`StoreError` if the database cannot (they expire
         by themselves then)."""
+
+    @abc.abstractmethod
+    def _free(self, leases: Sequence[tuple[str, str]]) -> None:
+        """End the leases (session id, owner), in one transaction, in a worker thread; a
+        session another owner holds now is left be."""
+
+    @abc.abstractmethod
+    async def _in_thread(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` in a worker thread; the driver's errors as
+        :class:`StoreError`."""
+
+    @abc.abstractmethod
+    def _reading(self, what: str) -> AbstractContextManager[tuple[Any, Place]]:
+        """A connection in one read transaction, for a read of ``what`` (``"session X"``),
+        and the place the read says which table it is at; what the rows it reads raise
+        becomes a :class:`StoreError` saying where."""
+
+    @abc.abstractmethod
+    def _damaged(self, place: Place, reason: str) -> StoreError:
+        """The error saying that the store is damaged: ``place`` cannot be read."""
+
+    def check(self) -> None:
+        if isinstance(self.failure, LeaseLost):
+            super().check()
+        if self.failure is not None:  # said with the store's name
+            raise StoreError(
+                f"the store {self.where} could not commit ({self.failure}); what was not "
+                f"acknowledged is lost: {self._after_failure}"
+            ) from self.failure
+
+    def damaged(self, session_id: str, table: str, reason: str) -> StoreError:
+        return self._damaged(Place(f"session {session_id}", table), reason)
+
+    async def load(self, session_id: str) -> StoredSession | None:
+        if not self.can_hold(session_id):
+            return None
+        return await self._in_thread(self._load, session_id)
+
+    def _load(self, session_id: str) -> StoredSession | None:
+        with self._reading(f"session {session_id}") as (db, at):
+            return read_session(db.execute, self._statements.reads, session_id, at, self._damaged)
+
+    async def session_for_key(self, key: str) -> str | None:
+        if not self.can_hold(key):
+            return None
+
+        def read() -> str | None:
+            with self._reading("the session an idempotency key started") as (db, _):
+                row = db.execute(self._statements.session_for_key, (key,)).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._in_thread(read)
+
+    async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
+        if not self.can_hold(session_id):
+            return []
+        reads = self._statements.reads
+
+        def read() -> list[Event]:
+            with self._reading(f"session {session_id}") as (db, at):
+                return read_event_page(
+                    db.execute, reads, session_id, after, limit, at, self._damaged
+                )
+
+        return await self._in_thread(read)
+
+    async def release(self, session_ids: Sequence[str], owner: str) -> None:
+        for session_id in session_ids:
+            self._held.pop(session_id, None)
+        leases = [(session_id, owner) for session_id in session_ids if self.can_hold(session_id)]
+        await self._in_thread(self._free, leases)
 
     def write(self, op: Op) -> None:
         self._queue.append(op)
@@ -364,29 +461,6 @@ def check_turns_named(
         if turn_id is not None and turn_id not in turn_ids:
             return f"turn {turn_id}, of its {what}, is missing"
     return None
-
-
-@attrs.frozen
-class Reads:
-    """The SQL of a store's reads of one session, each with one parameter, the session's id
-    (``event_page`` has three), in its driver's placeholder style; ``has`` names its table
-    ``{table}``. Rows come in the order each names."""
-
-    session: str  # agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,
-    # first_seq, last_seq, last_idx
-    bounds: str  # first_seq, last_seq
-    event_page: str  # seq, type, turn_id, id, data: from a seq to one before another, by seq
-    has: str  # 1, for a session that has a row in {table}
-    first_event: str  # min(seq)
-    last_event: str  # max(seq)
-    entries: str  # idx, data: by idx
-    turns: str  # turn_id, first_seq, output_type, record, step: by first_seq
-    steers: str  # turn_id, data: as written
-    callbacks: str  # callback, state, answer, error: as opened
-    keys: str  # key, turn_id, fingerprint
-    children: str  # session_id: as written
-    #: What the store's processes share, as its messages name it ("file", "database").
-    kept_in: str = "store"
 
 
 Execute = Callable[[str, tuple[Any, ...]], Iterable[Any]]

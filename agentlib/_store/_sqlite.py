@@ -25,37 +25,27 @@ from typing import Any, TypeVar
 
 import trio
 
-from .._convert import structure, unstructure
+from .._convert import structure
 from .._errors import StoreSchemaError
 from .._events import Event
 from .._threads import run_in_thread
 from ._base import (
-    CallbackRow,
-    EntryRow,
     EventRow,
-    KeyRow,
     LeaseLost,
-    LeaseRefused,
     Op,
-    PruneRow,
     SessionRow,
-    SteerRow,
-    StepRow,
-    StoredSession,
     StoreError,
-    TurnRow,
 )
-from ._holder import Holder, gone, this_process
+from ._holder import Holder, this_process
 from ._queued import (
     UNREADABLE,
     Place,
     QueuedStore,
-    Reads,
-    dump,
-    read_event_page,
-    read_session,
+    check_leasable,
+    unreadable,
 )
 from ._rows import EventRows
+from ._sql import LEASE, Dialect, Statements, write_group
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -133,38 +123,8 @@ CREATE TABLE keys (
 """
 
 
-_INSERT_EVENT = (
-    "INSERT INTO events (session_id, seq, type, turn_id, id, data) VALUES (?, ?, ?, ?, ?, ?)"
-)
-_LEASE = (
-    "UPDATE sessions SET lease_owner = ?, lease_until = ?, lease_host = ?, lease_pid = ?,"
-    " lease_started = ? WHERE session_id = ?"
-)
-#: A session's last event and last history entry, recorded in the transaction that writes
-#: them: a read that finds fewer rows knows that the file lost some.
-_RECORD_LAST = (
-    "UPDATE sessions SET last_seq = max(last_seq, ?), last_idx = max(last_idx, ?)"
-    " WHERE session_id = ?"
-)
-_SELECT_EVENTS = "SELECT seq, type, turn_id, id, data FROM events WHERE session_id = ?"
-_READS = Reads(
-    session="SELECT agent, parent_id, parent_turn_id, idempotency_key, inputs, terminated,"
-    " first_seq, last_seq, last_idx FROM sessions WHERE session_id = ?",
-    bounds="SELECT first_seq, last_seq FROM sessions WHERE session_id = ?",
-    event_page=_SELECT_EVENTS + " AND seq >= ? AND seq < ? ORDER BY seq",
-    has="SELECT 1 FROM {table} WHERE session_id = ? LIMIT 1",
-    first_event="SELECT min(seq) FROM events WHERE session_id = ?",
-    last_event="SELECT max(seq) FROM events WHERE session_id = ?",
-    entries="SELECT idx, data FROM entries WHERE session_id = ? ORDER BY idx",
-    turns="SELECT turn_id, first_seq, output_type, record, step FROM turns"
-    " WHERE session_id = ? ORDER BY first_seq",
-    steers="SELECT turn_id, data FROM steers WHERE session_id = ? ORDER BY rowid",
-    callbacks="SELECT callback, state, answer, error FROM callbacks WHERE session_id = ?"
-    " ORDER BY rowid",
-    keys="SELECT key, turn_id, fingerprint FROM keys WHERE session_id = ?",
-    children="SELECT session_id FROM sessions WHERE parent_id = ? ORDER BY rowid",
-    kept_in="file",
-)
+_SQL = Statements(Dialect(placeholder="?", greatest="max", least="min", kept_in="file"))
+_LEASE = f"UPDATE sessions SET {', '.join(f'{c} = ?' for c in LEASE)} WHERE session_id = ?"
 
 
 #: What reading rows this store did not write as they are raises: SQLite's errors (a damaged
@@ -189,6 +149,8 @@ class SQLiteStore(QueuedStore[str]):
     """
 
     _commit_errors = (sqlite3.Error, LeaseLost)
+    _statements = _SQL
+    _after_failure = "check the disk, then open a new runtime on the file"
 
     def __init__(self, path: str, *, clock: Callable[[], float] = time.time) -> None:
         self.path = path
@@ -273,15 +235,6 @@ class SQLiteStore(QueuedStore[str]):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def check(self) -> None:
-        if isinstance(self.failure, LeaseLost):
-            super().check()
-        if self.failure is not None:  # said with the file's name
-            raise StoreError(
-                f"the store {self.path} could not commit ({self.failure}); what was not "
-                "acknowledged is lost: check the disk, then open a new runtime on the file"
-            ) from self.failure
-
     def _lease_of_new_session(self, op: SessionRow) -> str:
         assert op.lease is not None
         return op.lease[0]  # a new session, leased as it is made
@@ -298,31 +251,7 @@ class SQLiteStore(QueuedStore[str]):
         writer.execute("BEGIN IMMEDIATE")
         try:
             self._fence(writer, group)
-            events: list[Any] = []  # runs of events go in one executemany
-            last: dict[str, list[int]] = {}  # session id -> [last seq, last idx] written
-            payload = iter(payloads)
-            for op in group:
-                if isinstance(op, EventRow):
-                    events.append(next(payload))
-                    last.setdefault(op.session_id, [0, -1])[0] = op.seq
-                    continue
-                if events:
-                    writer.executemany(_INSERT_EVENT, events)
-                    events.clear()
-                if isinstance(op, EntryRow):
-                    writer.execute(
-                        "INSERT INTO entries (session_id, idx, data) VALUES (?, ?, ?)",
-                        (op.session_id, op.index, next(payload)),
-                    )
-                    written = last.setdefault(op.session_id, [0, -1])
-                    written[1] = max(written[1], op.index)
-                    continue
-                if isinstance(op, PruneRow) and last:  # it reads the last seq
-                    _record_last(writer, last)
-                self._apply(writer, op)
-            if events:
-                writer.executemany(_INSERT_EVENT, events)
-            _record_last(writer, last)
+            write_group(writer, _SQL, group, payloads, self._lease_columns)
             writer.execute("COMMIT")
         except BaseException:
             if writer.in_transaction:  # SQLite may have rolled back already (a full disk)
@@ -342,84 +271,10 @@ class SQLiteStore(QueuedStore[str]):
             if holder != held.get(session_id):
                 raise LeaseLost(session_id, holder, store=str(self.path))
 
-    def _apply(self, db: sqlite3.Connection, op: Op) -> None:
-        if isinstance(op, TurnRow):
-            db.execute(
-                "INSERT INTO turns (session_id, turn_id, first_seq, output_type, record)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, turn_id)"
-                " DO UPDATE SET record = excluded.record",
-                (
-                    op.session_id,
-                    op.turn_id,
-                    op.first_seq,
-                    op.output_type,
-                    None if op.record is None else dump(op.record),
-                ),
-            )
-        elif isinstance(op, StepRow):
-            db.execute(
-                "UPDATE turns SET step = ? WHERE session_id = ? AND turn_id = ?",
-                (
-                    None if op.step is None else dump(op.step),
-                    op.session_id,
-                    op.turn_id,
-                ),
-            )
-        elif isinstance(op, SteerRow):
-            db.execute(
-                "INSERT INTO steers (session_id, turn_id, data) VALUES (?, ?, ?)",
-                (op.session_id, op.turn_id, dump(op.message)),
-            )
-        elif isinstance(op, CallbackRow):
-            db.execute(
-                "INSERT INTO callbacks (session_id, callback_id, callback, state, answer, error)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, callback_id)"
-                " DO UPDATE SET state = excluded.state, answer = excluded.answer,"
-                " error = excluded.error",
-                (
-                    op.session_id,
-                    op.callback.id,
-                    dump(op.callback),
-                    op.state,
-                    None if op.state == "open" else json.dumps(unstructure(op.answer)),
-                    op.error,
-                ),
-            )
-        elif isinstance(op, KeyRow):
-            db.execute(
-                "INSERT INTO keys (session_id, key, turn_id, fingerprint) VALUES (?, ?, ?, ?)",
-                (op.session_id, op.key, op.turn_id, op.fingerprint),
-            )
-        elif isinstance(op, SessionRow):
-            lease: tuple[Any, ...] = (None,) * 5
-            if op.lease is not None:
-                lease = _lease(op.lease[0], self._clock() + op.lease[1], this_process())
-            db.execute(
-                "INSERT INTO sessions (session_id, agent, parent_id, parent_turn_id,"
-                " idempotency_key, inputs, terminated, lease_owner, lease_until, lease_host,"
-                " lease_pid, lease_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (session_id) DO UPDATE SET terminated = excluded.terminated",
-                (
-                    op.session_id,
-                    op.agent,
-                    op.parent_id,
-                    op.parent_turn_id,
-                    op.idempotency_key,
-                    json.dumps(op.inputs),
-                    int(op.terminated),
-                    *lease,
-                ),
-            )
-        elif isinstance(op, PruneRow):
-            db.execute(
-                "DELETE FROM events WHERE session_id = ? AND seq < ?",
-                (op.session_id, op.before_seq),
-            )
-            db.execute(
-                "UPDATE sessions SET first_seq = max(first_seq, min(?, last_seq + 1))"
-                " WHERE session_id = ?",
-                (op.before_seq, op.session_id),
-            )
+    def _lease_columns(self, op: SessionRow) -> tuple[Any, ...]:
+        if op.lease is None:
+            return (None,) * len(_SQL.lease_columns)
+        return _lease(op.lease[0], self._clock() + op.lease[1], this_process())
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -460,16 +315,10 @@ class SQLiteStore(QueuedStore[str]):
                 f"the store {self.path} failed on {place.what}, in table {place.table} "
                 f"({error}); check the disk, then try again"
             )
-        if isinstance(error, sqlite3.Error):
-            reason = str(error)  # SQLite's own words, which quote no row
-        elif isinstance(error, json.JSONDecodeError):
-            reason = f"a row is not JSON: {error.msg}, at character {error.pos}"
-        else:
-            reason = f"a row is not what agentlib writes ({type(error).__name__})"
-        return self._damaged(place, reason)
-
-    def damaged(self, session_id: str, table: str, reason: str) -> StoreError:
-        return self._damaged(Place(f"session {session_id}", table), reason)
+        # SQLite's own words quote no row.
+        return self._damaged(
+            place, str(error) if isinstance(error, sqlite3.Error) else unreadable(error)
+        )
 
     def _damaged(self, place: Place, reason: str) -> StoreError:
         return StoreError(
@@ -477,40 +326,6 @@ class SQLiteStore(QueuedStore[str]):
             f"{place.table} ({reason}). Restore the file from a backup; `sqlite3 {self.path} "
             "'PRAGMA integrity_check'` tells what SQLite finds wrong with it"
         )
-
-    async def load(self, session_id: str) -> StoredSession | None:
-        if not self.can_hold(session_id):
-            return None
-        return await self._in_thread(self._load, session_id)
-
-    def _load(self, session_id: str) -> StoredSession | None:
-        with self._reading(f"session {session_id}") as (db, at):
-            return read_session(db.execute, _READS, session_id, at, self._damaged)
-
-    async def session_for_key(self, key: str) -> str | None:
-        if not self.can_hold(key):
-            return None
-
-        def read() -> str | None:
-            with self._reading("the session an idempotency key started") as (db, _):
-                row = db.execute(
-                    "SELECT session_id FROM sessions WHERE idempotency_key = ?", (key,)
-                ).fetchone()
-            return None if row is None else str(row[0])
-
-        return await self._in_thread(read)
-
-    async def read_events(self, session_id: str, after: int, limit: int) -> list[Event]:
-        if not self.can_hold(session_id):
-            return []
-
-        def read() -> list[Event]:
-            with self._reading(f"session {session_id}") as (db, at):
-                return read_event_page(
-                    db.execute, _READS, session_id, after, limit, at, self._damaged
-                )
-
-        return await self._in_thread(read)
 
     # -- leases ----------------------------------------------------------------------------
 
@@ -527,13 +342,8 @@ class SQLiteStore(QueuedStore[str]):
                         " FROM sessions WHERE session_id = ?",
                         (session_id,),
                     ).fetchone()
-                    if row is None or row[0] in (None, owner) or row[1] <= now:
-                        continue
-                    holder, until, host, pid, started = row
-                    # A process of this host that died (a crash, SIGKILL) renews nothing:
-                    # its lease is taken at once, rather than once it expires.
-                    if pid is None or not gone(Holder(host=host, pid=pid, started=started)):
-                        raise LeaseRefused(session_id, holder, until)
+                    if row is not None:
+                        check_leasable(session_id, row, owner, now)
                 lease = _lease(owner, now + seconds, this_process())
                 db.executemany(_LEASE, [(*lease, session_id) for session_id in session_ids])
             for session_id in session_ids:
@@ -587,24 +397,13 @@ class SQLiteStore(QueuedStore[str]):
         except sqlite3.Error as error:
             raise self._unreadable(Place(_naming(session_ids)), error) from error
 
-    async def release(self, session_ids: Sequence[str], owner: str) -> None:
-        for session_id in session_ids:
-            self._held.pop(session_id, None)
-        leases = [(session_id, owner) for session_id in session_ids if self.can_hold(session_id)]
-        await self._in_thread(self._free, leases)
-
     def _free(self, leases: Sequence[tuple[str, str]], wait: float = 30.0) -> None:
         """End the leases (session id, owner), in one transaction on a connection of its
         own; a session another owner holds now is left be."""
         if not leases:
             return
         with self._leasing([session_id for session_id, _ in leases], wait=wait) as db:
-            db.executemany(
-                "UPDATE sessions SET lease_owner = NULL, lease_until = NULL,"
-                " lease_host = NULL, lease_pid = NULL, lease_started = NULL"
-                " WHERE session_id = ? AND lease_owner = ?",
-                leases,
-            )
+            db.executemany(_SQL.free, leases)
 
 
 def _events_from_version_1(db: sqlite3.Connection) -> None:
@@ -616,7 +415,7 @@ def _events_from_version_1(db: sqlite3.Connection) -> None:
     rows = EventRows()
     old = db.execute("SELECT session_id, seq, data FROM events_1 ORDER BY session_id, seq")
     db.executemany(
-        _INSERT_EVENT,
+        _SQL.insert[EventRow],
         (
             rows.row(session_id, seq, structure(json.loads(data), Event))
             for session_id, seq, data in old
@@ -644,13 +443,6 @@ def _sessions_from_version_2(db: sqlite3.Connection) -> None:
         " last_idx = coalesce((SELECT max(idx) FROM entries"
         " WHERE entries.session_id = sessions.session_id), -1)"
     )
-
-
-def _record_last(db: sqlite3.Connection, last: dict[str, list[int]]) -> None:
-    """Record the last seq and idx written of each session (and forget them)."""
-    if last:
-        db.executemany(_RECORD_LAST, [(seq, idx, session) for session, (seq, idx) in last.items()])
-        last.clear()
 
 
 def _lease(owner: str, until: float, holder: Holder) -> tuple[Any, ...]:

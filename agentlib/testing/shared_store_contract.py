@@ -18,9 +18,11 @@ The tests run under pytest-trio, as the store contract's do.
 import pytest
 
 # The suite builds on the store contract's helpers: both have their asserts rewritten.
-pytest.register_assert_rewrite("agentlib._store._contract", "agentlib._store._shared_contract")
+pytest.register_assert_rewrite(
+    "agentlib.testing._store_contract", "agentlib.testing._shared_store_contract"
+)
 
-from .._store._shared_contract import (  # noqa: E402  (registered for rewriting first)
+from ._shared_store_contract import (  # noqa: E402  (registered for rewriting first)
     ManualClock,
     clock,
     test_a_claim_settles_an_open_callback_once_and_its_holder_hears_of_it,

@@ -33,9 +33,9 @@ imports it. It has pytest rewrite the suite's asserts, to show the values that d
 
 import pytest
 
-pytest.register_assert_rewrite("agentlib._store._contract")
+pytest.register_assert_rewrite("agentlib.testing._store_contract")
 
-from .._store._contract import (  # noqa: E402  (registered for rewriting before it is imported)
+from ._store_contract import (  # noqa: E402  (registered for rewriting before it is imported)
     ManualClock,
     clock,
     test_a_session_is_leased_as_its_row_is_written,

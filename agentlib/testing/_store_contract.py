@@ -34,7 +34,7 @@ from .._events import (
     UnknownEvent,
 )
 from .._records import Completed, Interrupted
-from ._base import (
+from .._store._base import (
     CallbackRow,
     EntryRow,
     EventRow,

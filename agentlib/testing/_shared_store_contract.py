@@ -16,8 +16,8 @@ import trio
 
 from .._callbacks import AllowApproval, DenyApproval
 from .._events import TurnStarted
-from ._base import CallbackRow, EventRow, KeyRow, Request, SessionRow, Store, TurnRow
-from ._contract import (
+from .._store._base import CallbackRow, EventRow, KeyRow, Request, SessionRow, Store, TurnRow
+from ._store_contract import (
     ManualClock,
     approval_callback,
     clock,
