@@ -238,15 +238,21 @@ class _BashkitWorkspace(Workspace):
         limit = config.timeout if timeout is None else timeout
         exports = "".join(f"export {name}={_quote(value)}\n" for name, value in (env or {}).items())
         script = f"(\ncd -- {_quote(workdir)} || exit 1\n{exports}{command}\n)"
-        async with self._running:
-            done, timed_out = await _run_stoppably(self._interpreter(), script, limit)
-        if done is None:
-            return CommandResult(exit_code=1, stdout="", stderr="", timed_out=True)
         out, err = _Capped(config.max_output), _Capped(config.max_output)
-        out.add(done.stdout.encode())
-        err.add(done.stderr.encode())
+
+        def output(stdout: str, stderr: str) -> None:  # in the worker thread, as it runs
+            out.add(stdout.encode())
+            err.add(stderr.encode())
+
+        async with self._running:
+            done, timed_out = await _run_stoppably(self._interpreter(), script, limit, output)
+        if done is not None and done.error:  # bashkit's own message: a limit, a syntax error
+            err.add(f"{done.error}\n".encode())
         return CommandResult(
-            exit_code=done.exit_code, stdout=out.text(), stderr=err.text(), timed_out=timed_out
+            exit_code=1 if done is None else done.exit_code,
+            stdout=out.text(),
+            stderr=err.text(),
+            timed_out=timed_out,
         )
 
     async def read_file(self, path: str) -> bytes:
@@ -285,11 +291,12 @@ class _BashkitWorkspace(Workspace):
 
 
 async def _run_stoppably(
-    bash: bashkit.Bash, script: str, limit: float
+    bash: bashkit.Bash, script: str, limit: float, output: Callable[[str, str], None]
 ) -> tuple[bashkit.ExecResult | None, bool]:
-    """``bash.execute_sync(script)`` in a worker thread, and whether it ran past ``limit``
-    seconds. Past them, or cancelled, it asks the interpreter to stop, which it does before
-    its next command, and returns then; None when it never started."""
+    """``bash.execute_sync(script)`` in a worker thread, its output given to ``output`` as it
+    comes, and whether it ran past ``limit`` seconds. Past them, or cancelled, it asks the
+    interpreter to stop, which it does before its next command, and returns then; None when
+    it never started."""
     running = True
     done: bashkit.ExecResult | None = None
 
@@ -305,7 +312,7 @@ async def _run_stoppably(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(stop_when_cancelled)
                 try:
-                    done = await run_in_thread(bash.execute_sync, script)
+                    done = await run_in_thread(bash.execute_sync, script, output)
                 finally:
                     running = False
                     nursery.cancel_scope.cancel()
