@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -40,6 +41,8 @@ __all__ = ["WORKSPACE", "BashkitSandbox"]
 WORKSPACE = "/workspace"
 
 T = TypeVar("T")
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 #: How bashkit's error says a command ran past the interpreter's own timeout.
 _TIMED_OUT = "resource limit exceeded: execution timeout"
@@ -133,7 +136,7 @@ class BashkitSandbox:
     def _workspace(self, session_id: str) -> Workspace:
         return _BashkitWorkspace(self, session_id)
 
-    def _interpreter(self) -> bashkit.Bash:
+    def _new_interpreter(self) -> bashkit.Bash:
         """A new interpreter with this sandbox's settings, its file system empty."""
         network: dict[str, Any] | None = None
         if self.network is True:
@@ -175,7 +178,7 @@ class _BashkitWorkspace(Workspace):
         return f"Workspace(session_id={self.session_id!r}, kind='BashkitSandbox')"
 
     async def _make(self) -> None:
-        self._bash = await run_in_thread(self.config._interpreter)
+        self._bash = await run_in_thread(self.config._new_interpreter)
 
     async def _remove(self) -> None:
         self._bash = None
@@ -231,10 +234,14 @@ class _BashkitWorkspace(Workspace):
             env: More environment variables.
 
         Raises:
-            SandboxError: ``cwd`` leads outside the workspace.
+            SandboxError: ``cwd`` leads outside the workspace, or a name of ``env`` is not
+                a variable's.
         """
         config = self.config
         workdir = self.resolve(cwd) if cwd is not None else WORKSPACE
+        for name in env or {}:
+            if not _NAME.fullmatch(name):
+                raise SandboxError(f"{name!r} is not an environment variable's name")
         limit = config.timeout if timeout is None else timeout
         exports = "".join(f"export {name}={_quote(value)}\n" for name, value in (env or {}).items())
         script = f"(\ncd -- {_quote(workdir)} || exit 1\n{exports}{command}\n)"

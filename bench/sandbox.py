@@ -70,7 +70,7 @@ def time_bare(command: list[str], count: int) -> list[float]:
 
 
 def time_bare_bashkit(sandbox: agentlib.BashkitSandbox, count: int) -> list[float]:
-    bash = sandbox._interpreter()
+    bash = sandbox._new_interpreter()
     times = []
     for _ in range(count):
         began = time.perf_counter()

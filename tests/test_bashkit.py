@@ -167,7 +167,7 @@ async def test_nothing_of_this_machine_is_in_its_file_system(tmp_path: Path) -> 
     assert not secret.with_name("link.txt").exists()
 
 
-async def test_by_default_it_has_no_network_and_a_list_lets_only_those_urls_through() -> None:
+async def test_by_default_it_has_no_network_a_list_lets_only_its_urls_and_none_is_private() -> None:
     (closed,) = await run_steps(
         BashkitSandbox(),
         call("bash", command="curl -s https://example.org/"),
@@ -182,6 +182,13 @@ async def test_by_default_it_has_no_network_and_a_list_lets_only_those_urls_thro
     )
     assert listed.structured_content["exit_code"] != 0
     assert "not in allowlist" in listed.structured_content["stderr"]
+    (private,) = await run_steps(
+        BashkitSandbox(network=True),
+        call("bash", command="curl -s http://127.0.0.1:1/"),
+        "done",
+    )
+    assert private.structured_content["exit_code"] != 0
+    assert "private IP" in private.structured_content["stderr"]
 
 
 def test_a_network_policy_it_cannot_enforce_is_refused_when_built() -> None:
@@ -249,19 +256,31 @@ async def test_hooks_prepare_the_workspace_before_the_model_and_see_it_at_cancel
     assert hook.destroyed == ["hook\n"]
 
 
-class Outside(SandboxHook):
+class Refused(SandboxHook):
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+
     async def on_create(self, ctx: SandboxCallbackContext) -> None:
-        await ctx.sandbox.execute("true", cwd="../etc")
+        await ctx.sandbox.execute("true", **self.options)
 
 
-async def test_a_hooks_command_is_refused_a_folder_outside_the_workspace() -> None:
-    agent = agent_with(BashkitSandbox(hooks=[Outside()]), "done")
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"cwd": "../etc"}, "leads outside the workspace"),
+        ({"env": {"A; echo injected #": "x"}}, "is not an environment variable's name"),
+    ],
+)
+async def test_a_hooks_command_is_refused_a_folder_outside_the_workspace_or_a_bad_name(
+    options: dict[str, Any], said: str
+) -> None:
+    agent = agent_with(BashkitSandbox(hooks=[Refused(**options)]), "done")
     async with agentlib.open_runtime():
         session = await agent.start_session()
         with trio.fail_after(30):
             record = await session.run("go")
         assert isinstance(record, agentlib.Failed)
-        assert "leads outside the workspace" in str(record.error)
+        assert said in str(record.error)
         await session.cancel()
 
 
