@@ -294,17 +294,44 @@ async def test_cancel_during_a_command_stops_it_and_deletes_the_workspace() -> N
         session = await agent.start_session()
         await session.start_turn("go")
         with trio.fail_after(30):
-            async with contextlib.aclosing(session.iter_events()) as events:
-                async for event in events:
-                    entry = getattr(event, "entry", None)
-                    if isinstance(entry, agentlib.ToolCallEntry):
-                        break
+            await until_bash_is_called(session)
             await session.cancel()  # returns only once the command has stopped
             again = agent_with(BashkitSandbox(), call("bash", command="ls"), "done")
             other = await again.start_session()
             record = await other.run("go")
             assert isinstance(record, Completed)
             await other.cancel()
+
+
+async def until_bash_is_called(session: agentlib.Session) -> None:
+    async with contextlib.aclosing(session.iter_events()) as events:
+        async for event in events:
+            entry = getattr(event, "entry", None)
+            if isinstance(entry, agentlib.ToolCallEntry) and entry.name == "file_system.bash":
+                return
+
+
+async def test_interrupting_a_turn_stops_its_command_and_the_next_command_runs() -> None:
+    agent = agent_with(
+        BashkitSandbox(timeout=600, max_commands=10**9, max_loop_iterations=10**9),
+        call("write_file", path="kept.txt", content="kept"),
+        call("bash", command="while :; do :; done"),
+        call("bash", command="cat kept.txt"),
+        "done",
+    )
+    async with agentlib.open_runtime():
+        session = await agent.start_session()
+        turn = await session.start_turn("go")
+        assert isinstance(turn, agentlib.Turn)
+        with trio.fail_after(30):
+            await until_bash_is_called(session)
+            await turn.interrupt()
+            assert isinstance(await turn.result(), agentlib.Interrupted)
+            record = await session.run("again")
+        assert isinstance(record, Completed)
+        (ran,) = await results_of(session, record)
+        assert ran.structured_content["stdout"] == "kept"
+        await session.cancel()
 
 
 async def test_each_of_fifty_sessions_in_parallel_has_its_own_file_system() -> None:
