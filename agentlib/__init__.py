@@ -5,6 +5,7 @@ an append-only log of events. ``agentlib_sync`` offers the same API as blocking 
 """
 
 from ._agent import Agent as Agent
+from ._bashkit import BashkitSandbox as BashkitSandbox
 from ._callbacks import AllowApproval as AllowApproval
 from ._callbacks import ApprovalAnswer as ApprovalAnswer
 from ._callbacks import Callback as Callback
@@ -138,6 +139,7 @@ __all__ = [
     "ApprovalAnswer",
     "AudioContentBlock",
     "AuthenticationError",
+    "BashkitSandbox",
     "Blocked",
     "Busy",
     "Callback",

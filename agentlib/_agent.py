@@ -11,6 +11,7 @@ from ._callbacks import Credentials
 from ._context import check_trio, current_door, remote_agent
 from ._definition import check_max_steps
 from ._entries import Entry, MessageEntry
+from ._environment import Environment, check_environment
 from ._errors import ValidationError
 from ._history import parse_history
 from ._history_items import HistoryImportEntry
@@ -21,7 +22,7 @@ from ._mcp._servers import MCPServer, check_mcps
 from ._models._base import Model, ToolSchema, check_for_model
 from ._models._chat import model_from_string
 from ._models._options import ChatOptions
-from ._sandbox import NAMESPACE, Environment, check_environment
+from ._sandbox import NAMESPACE
 from ._tools import Tool, ToolSource, tool
 
 if TYPE_CHECKING:
@@ -69,8 +70,9 @@ class Agent:
             servers".
         environment: The computer a root session gets (its subagents share it):
             :class:`NoSandbox` (none, the default), :class:`DangerousLocalSandbox` (a
-            workspace folder on this machine) or :class:`IsolatedSandbox` (the same, its
-            commands in Linux namespaces); its ``access`` decides the
+            workspace folder on this machine), :class:`IsolatedSandbox` (the same, its
+            commands in Linux namespaces) or :class:`BashkitSandbox` (a bash interpreter
+            in this process, over a virtual file system); its ``access`` decides the
             ``file_system.*`` tools the model gets. See "A session's computer".
 
     Raises:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
+from ._environment import Environment
 from ._hooks import Hook
 from ._mcp._servers import MCPServer
 from ._models._base import Model, ToolSchema
-from ._sandbox import Environment
 from ._tools import Tool
 
 __all__ = ["AgentDefinition", "check_max_steps"]

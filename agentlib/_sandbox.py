@@ -25,7 +25,7 @@ import typing
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
 import trio
@@ -38,15 +38,14 @@ from ._tools import Tool, tool
 __all__ = [
     "CommandResult",
     "DangerousLocalSandbox",
-    "Environment",
     "IsolatedSandbox",
+    "LocalSandbox",
     "NoSandbox",
     "ProcessOutput",
-    "Sandbox",
     "SandboxCallbackContext",
     "SandboxHook",
+    "SandboxSettings",
     "Workspace",
-    "workspace_for",
 ]
 
 Access = Literal["none", "files", "full"]
@@ -190,7 +189,7 @@ class _LocalSandbox:
         return ["bash", "-c", command]
 
     def _workspace(self, session_id: str) -> Workspace:
-        return _FolderWorkspace(typing.cast("Sandbox", self), session_id)
+        return _FolderWorkspace(typing.cast("LocalSandbox", self), session_id)
 
 
 @attrs.frozen(kw_only=True)
@@ -349,9 +348,22 @@ class IsolatedSandbox(_LocalSandbox):
         ]
 
 
-#: The sandboxes that give a session a computer.
-Sandbox = DangerousLocalSandbox | IsolatedSandbox
-Environment = NoSandbox | Sandbox
+#: The sandboxes with a workspace folder on this machine (agentlib/_environment.py has them
+#: all).
+LocalSandbox = DangerousLocalSandbox | IsolatedSandbox
+
+
+class SandboxSettings(Protocol):
+    """What a :class:`Workspace` reads of the sandbox it was made from, whatever its kind."""
+
+    @property
+    def access(self) -> Access: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def max_output(self) -> int: ...
+    @property
+    def hooks(self) -> tuple[SandboxHook, ...]: ...
 
 
 def _default_root() -> Path:
@@ -382,22 +394,6 @@ def _session_folder(root: Path | None, session_id: str) -> Path:
     if not _SAFE_ID.fullmatch(name):  # an id from elsewhere: a name it cannot escape with
         name = hashlib.sha256(session_id.encode()).hexdigest()[:32]
     return base / name
-
-
-def check_environment(value: object) -> Environment:
-    """``value`` as an agent's environment.
-
-    Raises:
-        TypeError: It is not a sandbox.
-    """
-    if value is None:
-        return NoSandbox()
-    if not isinstance(value, (NoSandbox, DangerousLocalSandbox, IsolatedSandbox)):
-        raise TypeError(
-            "environment takes a sandbox, e.g. agentlib.DangerousLocalSandbox(), or "
-            f"agentlib.NoSandbox(); not {type(value).__name__}"
-        )
-    return value
 
 
 @attrs.frozen(kw_only=True)
@@ -669,7 +665,7 @@ class Workspace:
     #: Whether :meth:`start_process` works here (the model then gets the tools for it).
     runs_background_processes: bool = False
 
-    def __init__(self, config: Sandbox, session_id: str) -> None:
+    def __init__(self, config: SandboxSettings, session_id: str) -> None:
         self.config = config
         self.session_id = session_id
         self._opening = trio.Lock()
@@ -863,8 +859,9 @@ class _FolderWorkspace(Workspace):
     """
 
     runs_background_processes = True
+    config: LocalSandbox
 
-    def __init__(self, config: Sandbox, session_id: str) -> None:
+    def __init__(self, config: LocalSandbox, session_id: str) -> None:
         super().__init__(config, session_id)
         folder = _session_folder(config.root, session_id)
         self._folder = folder
@@ -1317,10 +1314,3 @@ def _workspace_tools(workspace: Workspace) -> dict[str, Tool]:
         for function in functions
     ]
     return {item.name: item for item in made}
-
-
-def workspace_for(environment: Environment, session_id: str) -> Workspace | None:
-    """The workspace ``environment`` gives root session ``session_id``; None for none."""
-    if isinstance(environment, NoSandbox):
-        return None
-    return environment._workspace(session_id)

@@ -12,6 +12,7 @@ from agentlib import Answered as Answered
 from agentlib import ApprovalAnswer as ApprovalAnswer
 from agentlib import AudioContentBlock as AudioContentBlock
 from agentlib import AuthenticationError as AuthenticationError
+from agentlib import BashkitSandbox as BashkitSandbox
 from agentlib import Blocked as Blocked
 from agentlib import Busy as Busy
 from agentlib import Callback as Callback
@@ -140,6 +141,7 @@ __all__ = [
     "ApprovalAnswer",
     "AudioContentBlock",
     "AuthenticationError",
+    "BashkitSandbox",
     "Blocked",
     "Busy",
     "Callback",

@@ -96,7 +96,11 @@ class Agent:
         model_options: ChatOptions | None = None,
         mcps: Mapping[str, agentlib.RemoteMCP | agentlib.StdioMCP] | None = None,
         environment: (
-            agentlib.NoSandbox | agentlib.DangerousLocalSandbox | agentlib.IsolatedSandbox | None
+            agentlib.NoSandbox
+            | agentlib.DangerousLocalSandbox
+            | agentlib.IsolatedSandbox
+            | agentlib.BashkitSandbox
+            | None
         ) = None,
     ) -> None:
         delegates = [_async_agent(sub) for sub in subagents]

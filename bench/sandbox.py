@@ -5,11 +5,13 @@ Usage::
 
     python bench/sandbox.py [N]       # N calls each way (200), after 20 warm-up calls
 
-In one process, for ``DangerousLocalSandbox`` and ``IsolatedSandbox`` (where this machine
-can make one), it times:
+In one process, for ``DangerousLocalSandbox``, ``IsolatedSandbox`` (where this machine can
+make one) and ``BashkitSandbox`` (where bashkit is installed), it times:
 
 - ``bare``: ``subprocess.run(["bash", "-c", "true"])`` (for the isolated kind, with the
-  same ``unshare`` command line the sandbox uses);
+  same ``unshare`` command line the sandbox uses; for the bashkit kind,
+  ``bashkit.Bash().execute_sync("true")`` on an interpreter made as the sandbox makes its
+  own);
 - ``turn``: a scripted turn of one session whose model asks for ``file_system.bash`` with
   ``true`` and then answers, minus the same turn asking for a local tool that returns at
   once (``turn_local``): what the command costs inside a turn, the turn's own work taken out.
@@ -67,13 +69,24 @@ def time_bare(command: list[str], count: int) -> list[float]:
     return times
 
 
+def time_bare_bashkit(sandbox: agentlib.BashkitSandbox, count: int) -> list[float]:
+    bash = sandbox._new_interpreter()
+    times = []
+    for _ in range(count):
+        began = time.perf_counter()
+        done = bash.execute_sync("true")
+        times.append(time.perf_counter() - began)
+        assert done.exit_code == 0, done
+    return times
+
+
 def median_us(times: list[float]) -> float:
     return round(statistics.median(times) * 1e6, 1)
 
 
-async def bench(kind: type[agentlib.DangerousLocalSandbox], n: int, warm: int) -> dict[str, Any]:
+async def bench(kind: type[Any], n: int, warm: int) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
-    sandbox = kind(root=root)
+    sandbox = kind() if kind is agentlib.BashkitSandbox else kind(root=root)
     turns = warm + n
     bash = agentlib.Agent(
         name="bash",
@@ -92,11 +105,15 @@ async def bench(kind: type[agentlib.DangerousLocalSandbox], n: int, warm: int) -
         turn_local = await time_turns(local_session, n)
         await through_session.cancel()
         await local_session.cancel()
-    workspace = root / "bare"
-    workspace.mkdir()
-    command = sandbox.command_line("true", workspace, workspace)
-    time_bare(command, warm)
-    bare = time_bare(command, n)
+    if kind is agentlib.BashkitSandbox:
+        time_bare_bashkit(sandbox, warm)
+        bare = time_bare_bashkit(sandbox, n)
+    else:
+        workspace = root / "bare"
+        workspace.mkdir()
+        command = sandbox.command_line("true", workspace, workspace)
+        time_bare(command, warm)
+        bare = time_bare(command, n)
     turn = median_us(through) - median_us(turn_local)
     return {
         "bench": "sandbox_bash_true",
@@ -119,6 +136,13 @@ async def main(n: int) -> None:
                           "skipped": str(error)}))  # fmt: skip
     else:
         kinds.append(agentlib.IsolatedSandbox)
+    try:
+        agentlib.BashkitSandbox()
+    except agentlib.SandboxError as error:
+        print(json.dumps({"bench": "sandbox_bash_true", "kind": "BashkitSandbox",
+                          "skipped": str(error)}))  # fmt: skip
+    else:
+        kinds.append(agentlib.BashkitSandbox)
     for kind in kinds:
         print(json.dumps(await bench(kind, n, max(1, n // 10))), flush=True)
 

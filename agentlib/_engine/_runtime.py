@@ -30,6 +30,7 @@ from .._callbacks import (
     SignInAnswer,
 )
 from .._entries import Entry
+from .._environment import workspace_for
 from .._errors import (
     LeaseLost,
     LeaseRefused,
@@ -46,7 +47,7 @@ from .._mcp._connection import MCPConnection
 from .._mcp._servers import MCPServer
 from .._ops import CallbackRow, EventRow, KeyRow, Op, PruneRow
 from .._records import AlreadySettled, Answered, NotFound, TurnState
-from .._sandbox import Workspace, workspace_for
+from .._sandbox import Workspace
 from .._store import open_store
 from .._store._base import Store, StoredSession
 from . import _machine as machine
