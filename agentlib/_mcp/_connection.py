@@ -135,10 +135,6 @@ class _Call:
                     ask.answered.set()
 
 
-class _SessionLost(Exception):
-    """The server dropped the connection's session (HTTP 404): connect again."""
-
-
 @attrs.define(eq=False)
 class MCPConnection:
     """The runtime's connection to one MCP server declaration (see the module's doc)."""
