@@ -9,14 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Union, overload
 
 import trio
 
-from ._backends._base import (
-    Content,
-    Occupied,
-    Started,
-    event_for_reader,
-    for_reader,
-    message_content,
-)
+from ._backends._base import Content, Occupied, Started, for_reader
 from ._callbacks import (
     AllowApproval,
     Callback,
@@ -46,7 +39,7 @@ if TYPE_CHECKING:
     from ._backends._base import Backend
     from ._engine._handlers import Handler
 
-__all__ = ["Content", "Session", "Turn", "message_content"]
+__all__ = ["Content", "Session", "Turn"]
 
 #: A function (sync or async) called with each event.
 EventHandler = Callable[[Event], Union[Awaitable[None], None]]
@@ -64,10 +57,6 @@ ClientToolHandler = Callable[[OpenClientToolCall], Any]
 
 
 OutputT = TypeVar("OutputT")
-
-#: The readers' helpers, under the names the HTTP client imports.
-_for_reader = for_reader
-_event_for_reader = event_for_reader
 
 
 class Session:
