@@ -32,6 +32,14 @@ class _Door:
     """The verbs of the public API that need the current runtime."""
 
     runtime: Runtime
+    #: The backend of the agent last reached: its sessions' references share it.
+    _last: LocalBackend | None = attrs.field(default=None, init=False)
+
+    def _backend(self, agent: AgentDefinition) -> LocalBackend:
+        last = self._last
+        if last is None or last.agent is not agent:
+            last = self._last = LocalBackend(self.runtime, agent)
+        return last
 
     async def start_session(
         self,
@@ -43,10 +51,10 @@ class _Door:
         **handlers: Any,
     ) -> Session:
         live = await self.runtime._start_session(agent, history, inputs, idempotency_key)
-        return Session(LocalBackend(self.runtime, agent), live.id, **handlers)
+        return Session(self._backend(agent), live.id, **handlers)
 
     def session(self, agent: AgentDefinition, session_id: str, **handlers: Any) -> Session:
-        return Session(LocalBackend(self.runtime, agent), session_id, **handlers)
+        return Session(self._backend(agent), session_id, **handlers)
 
 
 def start_session_soon(
