@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._agent import history_for
+from ._backends._local import LocalBackend
 from ._context import check_trio, current_door, reset_door, set_door
 from ._engine._runtime import Runtime, open_engine
 from ._entries import Entry
@@ -31,6 +32,14 @@ class _Door:
     """The verbs of the public API that need the current runtime."""
 
     runtime: Runtime
+    #: The backend of the agent last reached: its sessions' references share it.
+    _last: LocalBackend | None = attrs.field(default=None, init=False)
+
+    def _backend(self, agent: AgentDefinition) -> LocalBackend:
+        last = self._last
+        if last is None or last.agent is not agent:
+            last = self._last = LocalBackend(self.runtime, agent)
+        return last
 
     async def start_session(
         self,
@@ -42,10 +51,10 @@ class _Door:
         **handlers: Any,
     ) -> Session:
         live = await self.runtime._start_session(agent, history, inputs, idempotency_key)
-        return Session(self.runtime, live.id, agent=agent, **handlers)
+        return Session(self._backend(agent), live.id, **handlers)
 
     def session(self, agent: AgentDefinition, session_id: str, **handlers: Any) -> Session:
-        return Session(self.runtime, session_id, agent=agent, **handlers)
+        return Session(self._backend(agent), session_id, **handlers)
 
 
 def start_session_soon(
@@ -73,9 +82,8 @@ def start_session_soon(
     entries = history_for(agent.model, history)
     stored = stored_inputs(inputs)
     session = Session(
-        runtime,
+        LocalBackend(runtime, agent),
         new_id(),
-        agent=agent,
         on_approval=on_approval,
         on_sign_in=on_sign_in,
         on_client_tool=on_client_tool,

@@ -4,7 +4,8 @@ Only the runtime that holds a session (its lease) changes it. Another runtime on
 store that is asked to change it (a new turn, a message, a steer, an interrupt, a cancel)
 sends the holder a request through the store (:meth:`Store.send_request`) and waits for its
 reply. The holder takes each request for the sessions it holds (:func:`serve`), does what
-the request asks as a local call would (:func:`perform`), and replies: what the call
+the request asks as a local call would (each kind of request, a class of this module, has
+its ``perform``), and replies: what the call
 returned, or the error it raised. The sender gives that back to its caller as its own.
 
 If the holder dies or stalls before it replies, its lease runs out: the sender then takes
@@ -18,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Union
 
+import attrs
 import trio
 
 from .._content import ContentBlock
@@ -89,13 +91,14 @@ class Runtime(Protocol):
 
 __all__ = [
     "STALE_SECONDS",
+    "Cancel",
+    "Interrupt",
+    "Report",
+    "SendMessage",
+    "StartTurn",
+    "Steer",
     "ask",
-    "decode_content",
-    "decode_told",
-    "encode_content",
-    "encode_told",
     "holds",
-    "raise_failure",
     "request_key",
     "serve",
 ]
@@ -132,17 +135,8 @@ def request_key(key: str | None) -> str:
     return key if key is not None else f"request {uuid.uuid4()}"
 
 
-def encode_content(blocks: tuple[ContentBlock, ...]) -> Any:
-    return unstructure(list(blocks))
-
-
-def decode_content(data: Any) -> tuple[ContentBlock, ...]:
-    blocks: tuple[ContentBlock, ...] = structure(data, tuple[ContentBlock, ...])
-    return blocks
-
-
-def encode_told(told: Answered | AlreadySettled | NotFound | None) -> Any:
-    """What an answer (or a report) was told, as JSON; ``decode_told`` reads it back."""
+def _told(told: Answered | AlreadySettled | NotFound | None) -> Any:
+    """What an answer (or a report) was told, as JSON; :func:`_read_told` reads it back."""
     if told is None:
         return None
     if isinstance(told, NotFound):
@@ -151,7 +145,7 @@ def encode_told(told: Answered | AlreadySettled | NotFound | None) -> Any:
     return {"kind": kind, "session_id": told.session_id}
 
 
-def decode_told(data: Any) -> Answered | AlreadySettled | NotFound | None:
+def _read_told(data: Any) -> Answered | AlreadySettled | NotFound | None:
     if data is None:
         return None
     if data["kind"] == "not_found":
@@ -161,7 +155,147 @@ def decode_told(data: Any) -> Answered | AlreadySettled | NotFound | None:
     return AlreadySettled(session_id=data["session_id"])
 
 
-def raise_failure(reply: Mapping[str, Any]) -> None:
+@attrs.frozen(kw_only=True)
+class StartTurn:
+    """Start a turn (``start_turn``, or ``run``: what a refusal names)."""
+
+    procedure: ClassVar[str] = "start_turn"
+    asked_as: str
+    content: tuple[ContentBlock, ...]
+    key: str
+    max_steps: int | None = None
+
+    async def perform(self, runtime: Runtime, live: LiveSession) -> dict[str, Any]:
+        runtime._check_writable(live, self.asked_as)
+        started = runtime._start_turn(
+            live, self.content, self.key, live.agent.output_type, self.max_steps
+        )
+        await runtime._flush(live)
+        if isinstance(started, machine.Started):
+            return {"turn_id": started.turn_id, "new": started.new}
+        return {"busy": started.turn_id}
+
+    @staticmethod
+    def read(reply: Mapping[str, Any]) -> machine.Started | machine.Occupied:
+        if "busy" in reply:
+            return machine.Occupied(reply["busy"])
+        return machine.Started(reply["turn_id"], reply["new"])
+
+
+@attrs.frozen(kw_only=True)
+class SendMessage:
+    """Start a turn, or add the message to the active one."""
+
+    procedure: ClassVar[str] = "send_message"
+    content: tuple[ContentBlock, ...]
+    key: str
+
+    async def perform(self, runtime: Runtime, live: LiveSession) -> dict[str, Any]:
+        runtime._check_writable(live, self.procedure)
+        turn_id, started = await runtime._send_message(
+            live, self.content, self.key, live.agent.output_type
+        )
+        return {"turn_id": turn_id, "started": started}
+
+    @staticmethod
+    def read(reply: Mapping[str, Any]) -> tuple[str, bool]:
+        return reply["turn_id"], reply["started"]
+
+
+@attrs.frozen(kw_only=True)
+class Steer:
+    """Add a message to the active turn."""
+
+    procedure: ClassVar[str] = "steer"
+    turn_id: str
+    content: tuple[ContentBlock, ...]
+    key: str
+
+    async def perform(self, runtime: Runtime, live: LiveSession) -> dict[str, Any]:
+        runtime._check_writable(live, self.procedure)
+        live.state.turn(self.turn_id)  # raises TurnNotFoundError
+        steered = runtime._steer(live, self.turn_id, self.content, self.key)
+        await runtime._flush(live)
+        return {"steered": steered}
+
+    @staticmethod
+    def read(reply: Mapping[str, Any]) -> bool:
+        return bool(reply["steered"])
+
+
+@attrs.frozen(kw_only=True)
+class Interrupt:
+    """Stop the active turn."""
+
+    procedure: ClassVar[str] = "interrupt"
+    turn_id: str
+
+    async def perform(self, runtime: Runtime, live: LiveSession) -> dict[str, Any]:
+        return {"interrupted": await runtime._interrupt(live, self.turn_id)}
+
+    @staticmethod
+    def read(reply: Mapping[str, Any]) -> bool:
+        return bool(reply["interrupted"])
+
+
+@attrs.frozen(kw_only=True)
+class Cancel:
+    """End the session and its subagents."""
+
+    procedure: ClassVar[str] = "cancel"
+
+    async def perform(self, runtime: Runtime, live: LiveSession) -> dict[str, Any]:
+        runtime._check_writable(live, self.procedure)
+        await runtime._cancel(live)
+        await runtime._flush(live)
+        return {}
+
+    @staticmethod
+    def read(reply: Mapping[str, Any]) -> None:
+        return None
+
+
+@attrs.frozen(kw_only=True)
+class Report:
+    """Tell the model that a client tool call's handler failed elsewhere."""
+
+    procedure: ClassVar[str] = "report"
+    callback_id: str
+    failure: str
+
+    async def perform(self, runtime: Runtime, live: LiveSession) -> dict[str, Any]:
+        told = await runtime._report(live, self.callback_id, self.failure)
+        await runtime._flush(live)
+        return {"told": _told(told)}
+
+    @staticmethod
+    def read(reply: Mapping[str, Any]) -> Answered | AlreadySettled | NotFound | None:
+        return _read_told(reply["told"])
+
+
+#: A request another runtime sends the holder of a session.
+Kind = Union[StartTurn, SendMessage, Steer, Interrupt, Cancel, Report]
+#: The kinds of request, by the tag their body carries.
+_KINDS: dict[str, type[Kind]] = {
+    kind.procedure: kind for kind in (StartTurn, SendMessage, Steer, Interrupt, Cancel, Report)
+}
+
+
+def _body(kind: Kind) -> dict[str, Any]:
+    body: dict[str, Any] = unstructure(kind)
+    body.pop("type", None)
+    body["procedure"] = kind.procedure
+    return body
+
+
+def _kind_of(body: Mapping[str, Any]) -> Kind:
+    cls = _KINDS[body["procedure"]]
+    fields = {name: value for name, value in body.items() if name != "procedure"}
+    kind: Kind = structure(fields, cls)
+    return kind
+
+
+def _raise_failure(reply: Mapping[str, Any]) -> None:
     """Raise the error a reply carries, if any: as the holder raised it."""
     failure = reply.get("error")
     if failure is None:
@@ -175,9 +309,10 @@ def raise_failure(reply: Mapping[str, Any]) -> None:
 
 
 async def ask(
-    runtime: Runtime, session_id: str, agent: AgentDefinition, body: Mapping[str, Any]
+    runtime: Runtime, session_id: str, agent: AgentDefinition, kind: Kind
 ) -> dict[str, Any] | None:
-    """Send a request to the runtime that holds ``session_id`` and wait for its reply.
+    """Send a request to the runtime that holds ``session_id`` and wait for its reply,
+    which ``kind.read`` reads.
 
     While it waits, every third of a lease, it tries to take the session: a holder that
     died or stalled leaves it once its lease has expired. Then it withdraws the request.
@@ -188,8 +323,12 @@ async def ask(
 
     Raises:
         StoreError: The store failed.
+        SdkError: What the request raised there.
+        RuntimeError: This runtime is closed.
     """
+    runtime._check_open()
     store = runtime.store
+    body = _body(kind)
     while True:
         sent = await store.send_request(session_id, body)
         request_id: int | None = sent
@@ -206,7 +345,10 @@ async def ask(
                     contextlib.suppress(StoreError),
                 ):
                     await store.withdraw_request(request_id)
-        if reply is None or not reply.get("released"):
+        if reply is None:
+            return None
+        if not reply.get("released"):
+            _raise_failure(reply)
             return reply
         # The runtime that held it is letting it go (it is closing, say).
         if await holds(runtime, session_id, agent):
@@ -305,43 +447,13 @@ async def perform(runtime: Runtime, request: Request) -> dict[str, Any]:
                 "send it again"
             )
         )
-    body = request.body
-    procedure = body["procedure"]
     try:
         runtime._check_open()
         try:
             live = await runtime._session(request.session_id, live.agent)  # noted as used
         except SessionBusyError:  # let go meanwhile
             return _RELEASED
-        if procedure == "interrupt":
-            return {"interrupted": await runtime._interrupt(live, body["turn_id"])}
-        if procedure == "report":
-            told = await runtime._report(live, body["callback_id"], body["failure"])
-            await runtime._flush(live)
-            return {"told": encode_told(told)}
-        runtime._check_writable(live, procedure)
-        if procedure == "cancel":
-            await runtime._cancel(live)
-            await runtime._flush(live)
-            return {}
-        content = decode_content(body["content"])
-        if procedure == "steer":
-            live.state.turn(body["turn_id"])  # raises TurnNotFoundError
-            steered = runtime._steer(live, body["turn_id"], content, body["key"])
-            await runtime._flush(live)
-            return {"steered": steered}
-        if procedure == "send_message":
-            turn_id, started = await runtime._send_message(
-                live, content, body["key"], live.agent.output_type
-            )
-            return {"turn_id": turn_id, "started": started}
-        started_turn = runtime._start_turn(
-            live, content, body["key"], live.agent.output_type, body.get("max_steps")
-        )
-        await runtime._flush(live)
-        if isinstance(started_turn, machine.Started):
-            return {"turn_id": started_turn.turn_id, "new": started_turn.new}
-        return {"busy": started_turn.turn_id}
+        return await _kind_of(request.body).perform(runtime, live)
     except SdkError as error:
         if isinstance(error, StoreError):
             raise

@@ -1,10 +1,10 @@
 """Sessions of a deployed agent, over httpx: references that behave as local ones.
 
-:class:`RemoteSession` and :class:`RemoteTurn` are a :class:`~agentlib.Session` and a
-:class:`~agentlib.Turn` whose every call is a request to an agentlib server: the same
-records, events and errors come back. Requests that change something carry an idempotency
-key, so that a retry after a dropped connection never starts a second turn or gives a second
-answer; event streams reconnect from their last cursor.
+A deployed agent's sessions are :class:`~agentlib.Session` and :class:`~agentlib.Turn`
+references over an :class:`HTTPBackend`, whose every verb is a request to an agentlib
+server: the same records, events and errors come back. Requests that change something
+carry an idempotency key, so that a retry after a dropped connection never starts a second
+turn or gives a second answer; event streams reconnect from their last cursor.
 """
 
 from __future__ import annotations
@@ -15,13 +15,23 @@ import functools
 import json
 import math
 import re
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
 import httpx
 import trio
 
 from .. import _errors
+from .._backends._base import (
+    Backend,
+    Content,
+    Occupied,
+    Started,
+    Told,
+    event_for_reader,
+    message_content,
+)
 from .._callbacks import (
     AllowApproval,
     Credentials,
@@ -32,8 +42,7 @@ from .._callbacks import (
 )
 from .._context import check_trio, set_remote
 from .._convert import structure, unstructure
-from .._definition import check_max_steps
-from .._engine._handlers import invoke
+from .._engine._handlers import Handler, invoke
 from .._engine._live import check_callback_id
 from .._engine._log import cursor_of
 from .._engine._machine import check_not_a_class, fit_answer
@@ -44,7 +53,6 @@ from .._errors import (
     ServerUnreachableError,
     SessionNotFoundError,
     ValidationError,
-    add_note,
 )
 from .._events import CallbackClosed, CallbackOpened, Event, TurnEnded
 from .._history import new_id
@@ -54,30 +62,22 @@ from .._records import (
     AlreadySettled,
     Answered,
     Blocked,
-    Busy,
     NotFound,
     Running,
-    TurnConflict,
     TurnState,
 )
 from .._retry import Backoff, RetryPolicy
 from .._session import (
     ApprovalHandler,
     ClientToolHandler,
-    Content,
     EventHandler,
     Session,
     SignInHandler,
-    Turn,
-    _event_for_reader,
-    _for_reader,
-    leaving_note,
-    message_content,
 )
 from .._tools import answer_error, answer_problem
 from ._waits import RemoteWaiter, cancel_run, concurrent_answers
 
-__all__ = ["RemoteAgent", "RemoteSession", "RemoteTurn"]
+__all__ = ["HTTPBackend", "RemoteAgent"]
 
 #: The longest a turn read waits on the server per request, in seconds.
 _WAIT = 30.0
@@ -192,8 +192,8 @@ class RemoteAgent:
         on_client_tool: ClientToolHandler | None = None,
     ) -> Session:
         """A reference to a session of this agent on the server; sends no request."""
-        return RemoteSession(
-            self,
+        return Session(
+            HTTPBackend(self),
             session_id,
             on_approval=on_approval,
             on_sign_in=on_sign_in,
@@ -473,82 +473,58 @@ def error_of(status: int, fields: Mapping[str, Any]) -> Exception:
     return error
 
 
-class RemoteSession(Session):
-    """A session of a deployed agent: a :class:`~agentlib.Session` whose calls are requests
-    to its server. Two references are equal when they name the same session on the same
-    server."""
+class HTTPBackend:
+    """The sessions of an agent served by an agentlib server: each verb a request to it.
+    Two references are equal when they name the same session on the same server.
 
-    __slots__ = ("_remote",)
+    Attributes:
+        remote: The served agent.
+    """
 
-    def __init__(
-        self,
-        remote: RemoteAgent,
-        session_id: str,
-        *,
-        on_approval: ApprovalHandler | None = None,
-        on_sign_in: SignInHandler | None = None,
-        on_client_tool: ClientToolHandler | None = None,
-    ) -> None:
-        self._remote = remote
-        self.id = session_id
-        self._on_approval = on_approval
-        self._on_sign_in = on_sign_in
-        self._on_client_tool = on_client_tool
+    __slots__ = ("remote",)
+
+    def __init__(self, remote: RemoteAgent) -> None:
+        self.remote = remote
 
     @property
-    def _path(self) -> str:
-        return f"/agents/{self._remote.name}/sessions/{self.id}"
+    def agent(self) -> RemoteAgent:
+        return self.remote
 
-    def __repr__(self) -> str:
-        return (
-            f"RemoteSession(id={self.id!r}, agent={self._remote.name!r}, url={self._remote.url!r})"
-        )
+    @property
+    def place(self) -> object:
+        return self.remote.url
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Session):
-            return NotImplemented
-        if not isinstance(other, RemoteSession):
-            return False
-        return self._remote.url == other._remote.url and self.id == other.id
+    @property
+    def _wire(self) -> _Wire:
+        return self.remote._wire
 
-    def __hash__(self) -> int:
-        return hash((self._remote.url, self.id))
+    def _path(self, session_id: str, turn_id: str | None = None) -> str:
+        path = f"/agents/{self.remote.name}/sessions/{session_id}"
+        return path if turn_id is None else f"{path}/turns/{turn_id}"
 
-    def turn(self, turn_id: str) -> Turn:
-        return RemoteTurn(self, turn_id, started=None)
+    def describe(self, session_id: str) -> str:
+        remote = self.remote
+        return f"RemoteSession(id={session_id!r}, agent={remote.name!r}, url={remote.url!r})"
 
-    async def send_message(self, content: Content, *, idempotency_key: str | None = None) -> Turn:
-        check_trio()
-        body = {
-            "content": _wire_content(content),
-            "idempotency_key": idempotency_key or new_id(),
-        }
-        sent = await self._remote._wire.call("POST", f"{self._path}/messages", body)
-        return RemoteTurn(self, sent["turn_id"], started=sent["started"])
+    def describe_turn(self, session_id: str, turn_id: str, started: bool | None) -> str:
+        return f"RemoteTurn(id={turn_id!r}, session_id={session_id!r}, started={started!r})"
 
-    async def start_turn(
+    async def start(
         self,
-        content: Content,
-        *,
-        idempotency_key: str | None = None,
-        max_steps: int | None = None,
-    ) -> Turn | Busy[Turn]:
-        made = await self._turn_request(content, idempotency_key, max_steps, 0.0)
-        return made if isinstance(made, Busy) else made[0]
-
-    async def _turn_request(
-        self,
+        session_id: str,
+        procedure: str,
         content: Content,
         key: str | None,
+        output_type: Any,
         max_steps: int | None,
-        wait: float,
-        output_type: Any = None,
-    ) -> tuple[Turn, TurnState[Any]] | Busy[Turn]:
-        """Start a turn, and its record, once it ends or blocks with ``wait``; with
-        ``output_type``, its model is asked for JSON matching that type's schema."""
+        *,
+        timeout: float | None = None,
+        wait: bool = False,
+    ) -> Started | Occupied:
+        """Start a turn; with ``wait``, started and waited on in one request (then, if it
+        still runs, waited on as ``result`` waits). With another ``output_type`` than the
+        served agent's, its model is asked for JSON matching that type's schema."""
         check_trio()
-        if max_steps is not None:
-            check_max_steps(max_steps)  # refused here, as a local session refuses it
         body: dict[str, Any] = {
             "content": _wire_content(content),
             "idempotency_key": key or new_id(),
@@ -557,250 +533,95 @@ class RemoteSession(Session):
             body["max_steps"] = max_steps
         # The served agent's own output type (which this reference's mirrors) it asks for
         # itself; another one, the server asks its model for by its schema.
-        if output_type is not None and output_type is not self._remote.output_type:
+        if output_type is not None and output_type is not self.remote.output_type:
             schema = output_schema(output_type)
             if schema is not None:
                 body["output_schema"] = schema
-        params = {"wait": wait} if wait else None
-        wire = self._remote._wire
-        made = await wire.call("POST", f"{self._path}/turns", body, params=params, allowed=(409,))
+        held = 0.0
+        if wait:
+            held = _WAIT if timeout is None else min(_WAIT, timeout)
+        deadline = None if timeout is None else trio.current_time() + timeout
+        params = {"wait": held} if held else None
+        path = f"{self._path(session_id)}/turns"
+        made = await self._wire.call("POST", path, body, params=params, allowed=(409,))
         if "error" in made:
             if made["error"]["type"] != "Busy":
                 raise error_of(409, made["error"])
-            return Busy(turn=RemoteTurn(self, made["error"]["turn_id"], started=None))
+            return Occupied(turn_id=made["error"]["turn_id"])
+        if not wait:
+            return Started(turn_id=made["turn_id"], new=True, left=timeout)
         record: TurnState[Any] = structure(made["record"], TurnState[Any])  # type: ignore[misc]
-        return RemoteTurn(self, made["turn_id"], started=True), record
-
-    async def run(
-        self,
-        content: Content,
-        *,
-        output_type: type[Any] | None = None,
-        idempotency_key: str | None = None,
-        timeout: float | None = None,
-        on_event: EventHandler | None = None,
-        max_steps: int | None = None,
-    ) -> TurnState[Any] | Busy[Turn]:
-        if on_event is not None or self._has_handlers:
-            # Events as they come, or handlers that run here: start, then follow.
-            started = await self._turn_request(
-                content, idempotency_key, max_steps, 0.0, output_type
-            )
-            if isinstance(started, Busy):
-                return started
-            turn = started[0]
-            return await turn.result(output_type=output_type, timeout=timeout, on_event=on_event)
-        # Started and waited on in one request; then, if it still runs, waited on as
-        # ``result`` waits.
-        wait = _WAIT if timeout is None else min(_WAIT, timeout)
-        deadline = None if timeout is None else trio.current_time() + timeout
-        made = await self._turn_request(content, idempotency_key, max_steps, wait, output_type)
-        if isinstance(made, Busy):
-            return made
-        turn, record = made
-        if not isinstance(record, Running):
-            return _for_reader(record, output_type or self._remote.output_type)
         left = None if deadline is None else max(0.0, deadline - trio.current_time())
-        return await turn.result(output_type=output_type, timeout=left)
+        return Started(turn_id=made["turn_id"], new=True, record=record, left=left)
 
-    @property
-    def _has_handlers(self) -> bool:
-        return any((self._on_approval, self._on_sign_in, self._on_client_tool))
-
-    async def iter_events(
-        self, *, after: TurnState[Any] | str | None = None
-    ) -> AsyncGenerator[Event, None]:
+    async def send_message(
+        self, session_id: str, content: Content, key: str | None
+    ) -> tuple[str, bool]:
         check_trio()
-        cursor = _cursor(after, self.id)
-        stream = self._remote._wire.stream(f"{self._path}/events", cursor)
-        output_type = self._remote.output_type
-        async with contextlib.aclosing(stream) as events:
-            async for event in events:
-                yield _event_for_reader(event, output_type)
+        body = {"content": _wire_content(content), "idempotency_key": key or new_id()}
+        sent = await self._wire.call("POST", f"{self._path(session_id)}/messages", body)
+        return sent["turn_id"], sent["started"]
 
-    async def cancel(self) -> None:
+    async def steer(self, session_id: str, turn_id: str, content: Content) -> bool:
         check_trio()
-        await self._remote._wire.call("POST", f"{self._path}/cancel")
+        body = {
+            "content": _wire_content(content),
+            "idempotency_key": new_id(),  # a retry adds nothing twice
+        }
+        path = f"{self._path(session_id, turn_id)}/steer"
+        data = await self._wire.call("POST", path, body, allowed=(409,))
+        return bool(data.get("steered"))
 
-    async def subagents(self) -> list[Session]:
+    async def interrupt(self, session_id: str, turn_id: str) -> bool:
         check_trio()
-        listed = await self._remote._wire.call("GET", f"{self._path}/subagents")
-        return [
-            RemoteSession(
-                self._remote._for_subagent(child["agent"]),
-                child["id"],
-                on_approval=self._on_approval,
-                on_sign_in=self._on_sign_in,
-                on_client_tool=self._on_client_tool,
-            )
-            for child in listed["sessions"]
-        ]
+        body = {"idempotency_key": new_id()}  # a retry is told it interrupted
+        path = f"{self._path(session_id, turn_id)}/interrupt"
+        data = await self._wire.call("POST", path, body, allowed=(409,))
+        return bool(data.get("interrupted"))
 
-
-class RemoteTurn(Turn):
-    """A turn of a deployed session: a :class:`~agentlib.Turn` whose calls are requests."""
-
-    __slots__ = ()
-
-    @property
-    def _remote(self) -> RemoteSession:
-        session = self._session
-        assert isinstance(session, RemoteSession)
-        return session
-
-    @property
-    def _path(self) -> str:
-        return f"{self._remote._path}/turns/{self.id}"
-
-    @property
-    def _url(self) -> str:
-        """Its server's address."""
-        return self._remote._remote.url
-
-    def __repr__(self) -> str:
-        return (
-            f"RemoteTurn(id={self.id!r}, session_id={self.session_id!r}, started={self.started!r})"
-        )
-
-    async def get(self) -> TurnState[Any]:
+    async def cancel(self, session_id: str) -> None:
         check_trio()
-        return _for_reader(await self._record(), self._remote._remote.output_type)
-
-    async def _record(self, params: Mapping[str, Any] | None = None) -> TurnState[Any]:
-        data = await self._remote._remote._wire.call("GET", self._path, params=params)
-        record: TurnState[Any] = structure(data, TurnState[Any])  # type: ignore[misc]
-        return record
-
-    async def result(
-        self,
-        *,
-        output_type: type[Any] | None = None,
-        after: TurnState[Any] | str | None = None,
-        timeout: float | None = None,
-        on_event: EventHandler | None = None,
-    ) -> TurnState[Any]:
-        check_trio()
-        session = self._remote
-        wanted = output_type or session._remote.output_type
-        cursor = _cursor(after, self.session_id)
-        deadline = math.inf if timeout is None else trio.current_time() + timeout
-        try:
-            if on_event is None and not session._has_handlers:
-                record = await self._wait_on_server(cursor, deadline)
-            else:  # events to hand over, or handlers to run: here, as a local wait runs them
-                waiter = RemoteWaiter(
-                    turn=self, handler_for=session._handler_for, deadline=deadline
-                )
-                followed = None
-                with waiter.deadline_scope():
-                    followed = await self._follow_events(waiter, cursor, on_event, wanted)
-                record = followed or await self._record()  # at its end or at the timeout
-        except trio.Cancelled as cancelled:
-            add_note(cancelled, leaving_note(self.id, self.session_id))
-            raise
-        return _for_reader(record, wanted)
-
-    async def _wait_on_server(self, after: str | None, deadline: float) -> TurnState[Any]:
-        """The turn's record once it ends, or blocks on a callback opened after ``after``,
-        or at ``deadline``: each read waits on the server."""
-        while True:
-            left = max(0.0, deadline - trio.current_time())
-            params: dict[str, Any] = {"wait": min(_WAIT, left)}
-            if after is not None:
-                params["after"] = after
-            record = await self._record(params)
-            if not isinstance(record, Running) or trio.current_time() >= deadline:
-                return record
-
-    async def _follow_events(
-        self,
-        waiter: RemoteWaiter,
-        after: str | None,
-        on_event: EventHandler | None,
-        wanted: Any,
-    ) -> TurnState[Any] | None:
-        """Follow the turn's events until it ends or blocks (the record), handing each to
-        ``on_event`` and each callback opened after ``after`` to the waiter; None once it
-        ended before ``after``."""
-        wire = self._remote._remote._wire
-        read_from = None if on_event is not None else after  # on_event sees the whole turn
-        while True:
-            try:
-                page = await waiter.until(
-                    functools.partial(wire.page, f"{self._path}/events", read_from)
-                )
-            except ObservationLost as lost:
-                if on_event is not None:
-                    raise
-                read_from = lost.cursor  # pruned: only what is still open matters
-                continue
-            if page is not None:
-                events: list[Event] = [structure(data, Event) for data in page["events"]]
-                closed = {e.callback_id for e in events if isinstance(e, CallbackClosed)}
-                for event in events:
-                    read_from = event.id
-                    if on_event is not None:
-                        await invoke(on_event, _event_for_reader(event, wanted))
-                    new = after is None or event.id > after
-                    if new and isinstance(event, TurnEnded):
-                        return await self._record()  # its record, with the session's cursor
-                    waiter.saw(event, handle=new and not _closes(event, closed))
-                read_from = page["cursor"] or read_from
-                if page["ended"] and not events:
-                    return None
-            waiter.settle()
-            if waiter.blocked and not waiter.watched:
-                # Once the handlers at work have finished, the turn is blocked, or going on.
-                record = await self._record()
-                if isinstance(record, Blocked):
-                    return record
-                waiter.blocked = False
-
-    def _events_after(self, after: str | None) -> AsyncGenerator[Event, None]:
-        """The turn's events after cursor ``after``, as the server sends them."""
-        return self._remote._remote._wire.stream(f"{self._path}/events", after)
+        await self._wire.call("POST", f"{self._path(session_id)}/cancel")
 
     async def answer(
-        self, callback_id: str, answer: object
-    ) -> Answered | AlreadySettled | NotFound:
+        self, session_id: str, turn_id: str, callback_id: str, answer: object, key: str | None
+    ) -> Told:
         check_trio()
         callback_id = check_callback_id(callback_id)  # refused here, as locally
         check_not_a_class(answer)
-        wire = self._remote._remote._wire
         body = {
-            "answer": await self._wire_answer(callback_id, answer),
+            "answer": await self._wire_answer(session_id, turn_id, callback_id, answer),
             # What the answer is, which its JSON alone may not say (a client tool's result
             # may look like an approval's answer).
             "kind": _kind(answer),
             # A retry after a lost response is told what the first try was.
-            "idempotency_key": new_id(),
+            "idempotency_key": key or new_id(),
         }
-        async with concurrent_answers(self._url, callback_id) as told:
-            data = await wire.call("POST", f"{self._path}/callbacks/{callback_id}", body)
-            cancel_run(self._url, callback_id)  # a handler's answer is moot now
-            kinds: dict[object, type[Any]] = {
-                cls.type: cls for cls in (Answered, AlreadySettled, NotFound)
-            }
-            kind = kinds.get(data.get("type")) if isinstance(data, dict) else None
-            if kind is None:
-                raise SdkError(f"the server answered an answer with {str(data)[:200]}")
-            told.value = structure(data, kind)
+        url = self.remote.url
+        path = f"{self._path(session_id, turn_id)}/callbacks/{callback_id}"
+        async with concurrent_answers(url, callback_id) as told:
+            data = await self._wire.call("POST", path, body)
+            cancel_run(url, callback_id)  # a handler's answer is moot now
+            told.value = _told(data, "an answer")
         assert told.value is not None
         return told.value
 
-    async def _tell_failure(self, callback: OpenClientToolCall, error: Exception) -> bool:
-        """Tell the server that the handler of ``callback`` failed with ``error``: whether
-        the agent reports it to its model (else the handler's caller raises it)."""
-        wire = self._remote._remote._wire
-        body = {
-            "answer": f"{type(error).__name__}: {error}",
-            "kind": "failure",
-            "idempotency_key": new_id(),
-        }
-        told = await wire.call("POST", f"{self._path}/callbacks/{callback.id}", body)
-        return isinstance(told, dict) and told.get("type") != "not_reported"
+    async def report(
+        self, session_id: str, turn_id: str, callback_id: str, failure: str
+    ) -> Told | None:
+        """Tell the server that the handler of a client tool call failed; None if the
+        agent raises tool errors (its caller then raises it)."""
+        check_trio()
+        body = {"answer": failure, "kind": "failure", "idempotency_key": new_id()}
+        path = f"{self._path(session_id, turn_id)}/callbacks/{callback_id}"
+        data = await self._wire.call("POST", path, body)
+        if isinstance(data, dict) and data.get("type") == "not_reported":
+            return None
+        return _told(data, "a handler's failure")
 
-    async def _wire_answer(self, callback_id: str, answer: object) -> Any:
+    async def _wire_answer(
+        self, session_id: str, turn_id: str, callback_id: str, answer: object
+    ) -> Any:
         """``answer`` as JSON for the wire.
 
         Raises:
@@ -813,7 +634,7 @@ class RemoteTurn(Turn):
         problem, data = answer_problem(answer)
         if problem is None:
             return data
-        record = await self.get()
+        record = await self.record(session_id, turn_id)
         callbacks = record.callbacks if isinstance(record, Blocked) else ()
         callback = next((open_ for open_ in callbacks if open_.id == callback_id), None)
         if callback is not None and not isinstance(callback, OpenClientToolCall):
@@ -821,37 +642,172 @@ class RemoteTurn(Turn):
         name = callback.tool_name if isinstance(callback, OpenClientToolCall) else None
         raise answer_error(name or f"call {callback_id}", problem)
 
-    async def iter_events(
-        self, *, after: TurnState[Any] | str | None = None
+    async def record(
+        self, session_id: str, turn_id: str, params: Mapping[str, Any] | None = None
+    ) -> TurnState[Any]:
+        check_trio()
+        data = await self._wire.call("GET", self._path(session_id, turn_id), params=params)
+        record: TurnState[Any] = structure(data, TurnState[Any])  # type: ignore[misc]
+        return record
+
+    async def wait(
+        self,
+        session_id: str,
+        turn_id: str,
+        handler_for: Callable[[Any], Handler | None] | None,
+        *,
+        after: TurnState[Any] | str | None,
+        deadline: float,
+        on_event: EventHandler | None,
+        wanted: Any,
+    ) -> TurnState[Any]:
+        cursor = _cursor(after, session_id)
+        if on_event is None and handler_for is None:
+            return await self._wait_on_server(session_id, turn_id, cursor, deadline)
+        # Events to hand over, or handlers to run: here, as a local wait runs them.
+        turn = _HandledTurn(self, session_id, turn_id)
+        waiter = RemoteWaiter(turn=turn, handler_for=handler_for or _none, deadline=deadline)
+        followed = None
+        with waiter.deadline_scope():
+            followed = await self._follow_events(turn, waiter, cursor, on_event, wanted)
+        return followed or await self.record(session_id, turn_id)  # at its end or timeout
+
+    async def _wait_on_server(
+        self, session_id: str, turn_id: str, after: str | None, deadline: float
+    ) -> TurnState[Any]:
+        """The turn's record once it ends, or blocks on a callback opened after ``after``,
+        or at ``deadline``: each read waits on the server."""
+        while True:
+            left = max(0.0, deadline - trio.current_time())
+            params: dict[str, Any] = {"wait": min(_WAIT, left)}
+            if after is not None:
+                params["after"] = after
+            record = await self.record(session_id, turn_id, params)
+            if not isinstance(record, Running) or trio.current_time() >= deadline:
+                return record
+
+    async def _follow_events(
+        self,
+        turn: _HandledTurn,
+        waiter: RemoteWaiter,
+        after: str | None,
+        on_event: EventHandler | None,
+        wanted: Any,
+    ) -> TurnState[Any] | None:
+        """Follow the turn's events until it ends or blocks (the record), handing each to
+        ``on_event`` and each callback opened after ``after`` to the waiter; None once it
+        ended before ``after``."""
+        path = f"{turn.path}/events"
+        read_from = None if on_event is not None else after  # on_event sees the whole turn
+        while True:
+            try:
+                page = await waiter.until(functools.partial(self._wire.page, path, read_from))
+            except ObservationLost as lost:
+                if on_event is not None:
+                    raise
+                read_from = lost.cursor  # pruned: only what is still open matters
+                continue
+            if page is not None:
+                events: list[Event] = [structure(data, Event) for data in page["events"]]
+                closed = {e.callback_id for e in events if isinstance(e, CallbackClosed)}
+                for event in events:
+                    read_from = event.id
+                    if on_event is not None:
+                        await invoke(on_event, event_for_reader(event, wanted))
+                    new = after is None or event.id > after
+                    if new and isinstance(event, TurnEnded):
+                        # Its record, with the session's cursor.
+                        return await self.record(turn.session_id, turn.turn_id)
+                    waiter.saw(event, handle=new and not _closes(event, closed))
+                read_from = page["cursor"] or read_from
+                if page["ended"] and not events:
+                    return None
+            waiter.settle()
+            if waiter.blocked and not waiter.watched:
+                # Once the handlers at work have finished, the turn is blocked, or going on.
+                record = await self.record(turn.session_id, turn.turn_id)
+                if isinstance(record, Blocked):
+                    return record
+                waiter.blocked = False
+
+    async def events(
+        self, session_id: str, after: TurnState[Any] | str | None, turn_id: str | None = None
     ) -> AsyncGenerator[Event, None]:
         check_trio()
-        wire = self._remote._remote._wire
-        stream = wire.stream(f"{self._path}/events", _cursor(after, self.session_id))
-        output_type = self._remote._remote.output_type
+        cursor = _cursor(after, session_id)
+        stream = self._wire.stream(f"{self._path(session_id, turn_id)}/events", cursor)
+        output_type = self.remote.output_type
         async with contextlib.aclosing(stream) as events:
             async for event in events:
-                yield _event_for_reader(event, output_type)
+                yield event_for_reader(event, output_type)
 
-    async def steer(self, content: Content) -> Turn | TurnConflict:
+    async def event_page(
+        self, session_id: str, after: str | None, limit: int, wait: float, turn_id: str | None
+    ) -> tuple[list[Event], str | None, bool]:
         check_trio()
-        body = {
-            "content": _wire_content(content),
-            "idempotency_key": new_id(),  # a retry adds nothing twice
-        }
-        wire = self._remote._remote._wire
-        data = await wire.call("POST", f"{self._path}/steer", body, allowed=(409,))
-        if data.get("steered"):
-            return self
-        return TurnConflict(turn_id=self.id)
+        params: dict[str, Any] = {"limit": limit, "wait": wait}
+        if after is not None:
+            params["after"] = _cursor(after, session_id)
+        path = f"{self._path(session_id, turn_id)}/events"
+        page = await self._wire.call("GET", path, params=params)
+        output_type = self.remote.output_type
+        events = [event_for_reader(structure(data, Event), output_type) for data in page["events"]]
+        return events, page["cursor"], page["ended"]
 
-    async def interrupt(self) -> Turn | TurnConflict:
+    async def subagents(self, session_id: str) -> list[tuple[str, Backend]]:
         check_trio()
-        wire = self._remote._remote._wire
-        body = {"idempotency_key": new_id()}  # a retry is told it interrupted
-        data = await wire.call("POST", f"{self._path}/interrupt", body, allowed=(409,))
-        if data.get("interrupted"):
-            return self
-        return TurnConflict(turn_id=self.id)
+        listed = await self._wire.call("GET", f"{self._path(session_id)}/subagents")
+        return [
+            (child["id"], HTTPBackend(self.remote._for_subagent(child["agent"])))
+            for child in listed["sessions"]
+        ]
+
+
+@attrs.frozen
+class _HandledTurn:
+    """A deployed turn, as the handlers run here for it reach it (``_waits.RemoteTurn``)."""
+
+    backend: HTTPBackend
+    session_id: str
+    turn_id: str
+
+    @property
+    def path(self) -> str:
+        return self.backend._path(self.session_id, self.turn_id)
+
+    @property
+    def _url(self) -> str:
+        """Its server's address."""
+        return self.backend.remote.url
+
+    async def answer(self, callback_id: str, answer: object) -> Told:
+        return await self.backend.answer(self.session_id, self.turn_id, callback_id, answer, None)
+
+    async def _tell_failure(self, callback: OpenClientToolCall, error: Exception) -> bool:
+        """Tell the server that the handler of ``callback`` failed with ``error``: whether
+        the agent reports it to its model (else the handler's caller raises it)."""
+        failure = f"{type(error).__name__}: {error}"
+        told = await self.backend.report(self.session_id, self.turn_id, callback.id, failure)
+        return told is not None
+
+    def _events_after(self, after: str | None) -> AsyncGenerator[Event, None]:
+        """The turn's events after cursor ``after``, as the server sends them."""
+        return self.backend._wire.stream(f"{self.path}/events", after)
+
+
+def _none(callback: Any) -> None:
+    """No handler: the reference has none."""
+    return None
+
+
+def _told(data: Any, what: str) -> Told:
+    """What the server told an answer (or a handler's failure)."""
+    kinds: dict[object, type[Any]] = {cls.type: cls for cls in (Answered, AlreadySettled, NotFound)}
+    kind = kinds.get(data.get("type")) if isinstance(data, dict) else None
+    if kind is None:
+        raise SdkError(f"the server answered {what} with {str(data)[:200]}")
+    told: Told = structure(data, kind)
+    return told
 
 
 def _cursor(after: TurnState[Any] | str | None, session_id: str | None = None) -> str | None:

@@ -250,7 +250,7 @@ class Server:
         session = agent.session(session_id)
         states: Mapping[str, SessionMachine]
         try:
-            await session._load()
+            await self._runtime._session(session_id, agent)
             states = self._runtime._states
         except SessionBusyError:
             if not self._runtime.store.shared:

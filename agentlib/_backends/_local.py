@@ -1,0 +1,430 @@
+"""A session of this process's runtime: held here, or, on a shared store, by another
+runtime, which the verbs reach through ``_shared.SharedBackend``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from .._context import check_trio
+from .._engine import _machine as machine
+from .._engine._handlers import Handler, Waiter, invoke
+from .._engine._live import LiveSession, check_callback_id
+from .._engine._machine import TurnMachine
+from .._engine._requests import (
+    Cancel,
+    Interrupt,
+    Report,
+    SendMessage,
+    StartTurn,
+    Steer,
+    request_key,
+)
+from .._engine._runtime import Runtime
+from .._errors import SessionBusyError
+from .._events import CallbackOpened, Event, TurnEnded
+from .._records import Blocked, TurnState
+from ._base import (
+    Backend,
+    Content,
+    EventHandler,
+    Occupied,
+    Started,
+    Told,
+    event_for_reader,
+    for_reader,
+    message_content,
+)
+from ._shared import SharedBackend
+
+__all__ = ["LocalBackend"]
+
+
+class LocalBackend:
+    """The sessions of ``runtime``, of ``agent``: each verb is done here when this runtime
+    holds the session (or can take it), else sent to the runtime that holds it on a shared
+    store; and done here after all if this runtime takes the session over meanwhile.
+
+    Attributes:
+        runtime: The runtime.
+        agent: The sessions' agent.
+    """
+
+    __slots__ = ("agent", "runtime")
+
+    def __init__(self, runtime: Runtime, agent: Any) -> None:
+        self.runtime = runtime
+        self.agent = agent
+
+    @property
+    def place(self) -> object:
+        return self.runtime
+
+    @property
+    def _shared(self) -> SharedBackend:
+        return SharedBackend(self.runtime, self.agent)
+
+    def describe(self, session_id: str) -> str:
+        return f"Session(id={session_id!r}, agent={self.agent.name!r})"
+
+    def describe_turn(self, session_id: str, turn_id: str, started: bool | None) -> str:
+        return f"Turn(id={turn_id!r}, session_id={session_id!r}, started={started!r})"
+
+    async def _load(self, session_id: str) -> LiveSession:
+        """The session's live state, read from the runtime's store the first time.
+
+        Raises:
+            RuntimeError: This is not trio code (asyncio, say).
+        """
+        check_trio()
+        return await self.runtime._session(session_id, self.agent)
+
+    async def _writable(self, session_id: str, procedure: str) -> LiveSession:
+        """The session, if ``procedure`` may change it: a subagent's session only reads.
+
+        Raises:
+            UnsupportedSessionProcedureError: It is a subagent's.
+        """
+        live = await self._load(session_id)
+        self.runtime._check_open()
+        self.runtime._check_writable(live, procedure)
+        return live
+
+    async def _held(self, session_id: str, procedure: str | None = None) -> LiveSession | None:
+        """The session if this runtime holds it (or can take it), checked as
+        :meth:`_writable` checks it for ``procedure``; None if another runtime holds it on
+        a shared store.
+
+        Raises:
+            SessionBusyError: Another runtime holds it, and the store is not shared.
+        """
+        try:
+            if procedure is None:
+                return await self._load(session_id)
+            return await self._writable(session_id, procedure)
+        except SessionBusyError:
+            if not self.runtime.store.shared:
+                raise
+            return None
+
+    async def _turn(self, session_id: str, turn_id: str) -> tuple[LiveSession, TurnMachine] | None:
+        """The session and its turn, if this runtime holds it; None if another does."""
+        live = await self._held(session_id)
+        return None if live is None else (live, live.state.turn(turn_id))
+
+    async def start(
+        self,
+        session_id: str,
+        procedure: str,
+        content: Content,
+        key: str | None,
+        output_type: Any,
+        max_steps: int | None,
+        *,
+        timeout: float | None = None,
+        wait: bool = False,
+    ) -> Started | Occupied:
+        live = await self._held(session_id, procedure)
+        if live is None:
+            if output_type is not self.agent.output_type:
+                raise SessionBusyError(
+                    f"session {session_id} is run by another runtime, which runs its turns "
+                    "with its agent's output type: a turn with another output type starts "
+                    "only in the runtime that holds the session (or once it has let it go)"
+                )
+            key = request_key(key)  # a turn the holder started before it died is found
+            blocks = message_content(content, self.agent.model)
+            request = StartTurn(asked_as=procedure, content=blocks, key=key, max_steps=max_steps)
+            reply = await self._shared.ask(session_id, request)
+            if reply is not None:
+                return _started(StartTurn.read(reply), timeout)
+            live = await self._writable(session_id, procedure)  # this runtime holds it now
+        blocks = message_content(content, self.agent.model)
+        started = self.runtime._start_turn(live, blocks, key, output_type, max_steps)
+        if isinstance(started, machine.Started):
+            await self.runtime._flush(live)  # a started turn is acknowledged once durable
+        return _started(started, timeout)
+
+    async def send_message(
+        self, session_id: str, content: Content, key: str | None
+    ) -> tuple[str, bool]:
+        live = await self._held(session_id, "send_message")
+        if live is None:
+            key = request_key(key)  # a message the holder took before it died is found
+            blocks = message_content(content, self.agent.model)
+            reply = await self._shared.ask(session_id, SendMessage(content=blocks, key=key))
+            if reply is not None:
+                return SendMessage.read(reply)
+            live = await self._writable(session_id, "send_message")  # held here now
+        blocks = message_content(content, self.agent.model)
+        return await self.runtime._send_message(live, blocks, key, self.agent.output_type)
+
+    async def steer(self, session_id: str, turn_id: str, content: Content) -> bool:
+        key = None
+        if await self._held(session_id, "steer") is None:
+            key = request_key(key)  # a steer the holder took before it died is found
+            blocks = message_content(content, self.agent.model)
+            request = Steer(turn_id=turn_id, content=blocks, key=key)
+            reply = await self._shared.ask(session_id, request)
+            if reply is not None:
+                return Steer.read(reply)
+            await self._writable(session_id, "steer")  # this runtime holds it now
+        blocks = message_content(content, self.agent.model)
+        live = await self._load(session_id)
+        live.state.turn(turn_id)  # raises TurnNotFoundError
+        if self.runtime._steer(live, turn_id, blocks, key):
+            await self.runtime._flush(live)  # acknowledged once durable
+            return True
+        return False
+
+    async def interrupt(self, session_id: str, turn_id: str) -> bool:
+        live = await self._held(session_id)
+        if live is None:
+            reply = await self._shared.ask(session_id, Interrupt(turn_id=turn_id))
+            if reply is not None:
+                return Interrupt.read(reply)
+            live = await self._load(session_id)  # this runtime holds it now
+        return await self.runtime._interrupt(live, turn_id)  # acknowledged once durable
+
+    async def cancel(self, session_id: str) -> None:
+        live = await self._held(session_id, "cancel")
+        if live is None:
+            if await self._shared.ask(session_id, Cancel()) is not None:
+                return
+            live = await self._writable(session_id, "cancel")  # this runtime holds it now
+        await self.runtime._cancel(live)
+        await self.runtime._flush(live)
+
+    async def answer(
+        self, session_id: str, turn_id: str, callback_id: str, answer: object, key: str | None
+    ) -> Told:
+        try:
+            live = await self._load(session_id)
+        except SessionBusyError:
+            if not self.runtime.store.shared:
+                raise
+            return await self._shared.answer(session_id, callback_id, answer, key)
+        self.runtime._check_open()
+        answered = await self.runtime._answer(live, callback_id, answer, key)
+        await self.runtime._flush(live)  # a taken answer is acknowledged once durable
+        return answered
+
+    async def report(
+        self, session_id: str, turn_id: str, callback_id: str, failure: str
+    ) -> Told | None:
+        live = await self._held(session_id)
+        if live is None:
+            check_callback_id(callback_id)  # refused here, as the holder would refuse it
+            request = Report(callback_id=callback_id, failure=failure)
+            reply = await self._shared.ask(session_id, request)
+            if reply is not None:
+                return Report.read(reply)
+            live = await self._load(session_id)  # this runtime holds it now
+        self.runtime._check_open()
+        told = await self.runtime._report(live, callback_id, failure)
+        await self.runtime._flush(live)
+        return told
+
+    async def record(self, session_id: str, turn_id: str) -> TurnState[Any]:
+        held = await self._turn(session_id, turn_id)
+        if held is None:
+            return await self._shared.record(session_id, turn_id)  # another runtime holds it
+        live, turn = held
+        return self.runtime._record(live, turn.id)
+
+    async def subagents(self, session_id: str) -> list[tuple[str, Backend]]:
+        live = await self._held(session_id)
+        if live is None:
+            # Another runtime holds it: its children as the shared store has them.
+            children = await self._shared.subagents(session_id)
+        else:
+            children = [
+                (child_id, self.runtime._live(child_id).agent) for child_id in live.state.children
+            ]
+        return [
+            (child_id, LocalBackend(self.runtime, agent)) for child_id, agent in reversed(children)
+        ]
+
+    async def wait(
+        self,
+        session_id: str,
+        turn_id: str,
+        handler_for: Callable[[Any], Handler | None] | None,
+        *,
+        after: TurnState[Any] | str | None,
+        deadline: float,
+        on_event: EventHandler | None,
+        wanted: Any,
+    ) -> TurnState[Any]:
+        seen = None  # the seq up to which on_event saw the events elsewhere
+        held = await self._turn(session_id, turn_id)
+        if held is None:  # another runtime holds it: followed in the shared store
+            record = await self._shared.wait(
+                session_id,
+                turn_id,
+                handler_for,
+                lambda callback_id, answer: self.answer(
+                    session_id, turn_id, callback_id, answer, None
+                ),
+                after=after,
+                deadline=deadline,
+                on_event=on_event,
+                wanted=wanted,
+            )
+            if not isinstance(record, int | None):
+                return record
+            seen = record  # this runtime holds it now: the wait goes on here
+            held = await self._turn(session_id, turn_id)
+            assert held is not None
+        live, turn = held
+        runtime = self.runtime
+        log = live.log
+        position = max(log.seq_of(after), turn.first_seq - 1)
+        if on_event is None:  # only callbacks and the end matter: pruned events do not
+            position = max(position, log.first_seq - 1)
+        # on_event sees the whole turn, whatever ``after`` is.
+        delivered = turn.first_seq - 1 if on_event is not None else position
+        if seen is not None:
+            delivered = seen
+        waiter = Waiter(
+            engine=runtime, live=live, handler_for=handler_for or _none, deadline=deadline
+        )
+        with waiter.deadline_scope(), live.reading():
+            followed = await _follow(
+                runtime, live, turn, waiter, position, delivered, wanted, on_event
+            )
+            if followed is not None:
+                return followed
+        return runtime._record(live, turn.id)
+
+    async def events(
+        self, session_id: str, after: TurnState[Any] | str | None, turn_id: str | None = None
+    ) -> AsyncGenerator[Event, None]:
+        live = await self._held(session_id)
+        if live is None:
+            # Another runtime on the shared store holds it: its events, as it commits them.
+            async with contextlib.aclosing(
+                self._shared.events(session_id, after, turn_id)
+            ) as events:
+                async for event in events:
+                    yield event
+            return
+        turn = None if turn_id is None else live.state.turn(turn_id)
+        log = live.log
+        position = log.seq_of(after)
+        if turn is not None:
+            position = max(position, turn.first_seq - 1)
+        output_type = self.agent.output_type
+        with live.reading():
+            while True:
+                while position < log.visible:
+                    for event in await log.read_page(position + 1):
+                        position += 1
+                        if turn is not None and event.turn_id != turn.id:
+                            continue
+                        yield event_for_reader(event, output_type)
+                        if turn is not None and isinstance(event, TurnEnded):
+                            return
+                if turn is not None and turn.end_seq is not None and position >= turn.end_seq:
+                    return  # the position was at or past its end
+                if log.finished(position):
+                    return  # the runtime closed: the turn stays as it is, for the next one
+                await log.wait_beyond(position)
+                self.runtime.store.check_session(live.id)
+
+    async def event_page(
+        self, session_id: str, after: str | None, limit: int, wait: float, turn_id: str | None
+    ) -> tuple[list[Event], str | None, bool]:
+        live = await self._held(session_id)
+        if live is None:
+            return await self._shared.event_page(session_id, after, limit, wait, turn_id)
+        log = live.log
+        position = log.seq_of(after)
+        turn = None if turn_id is None else live.state.turn(turn_id)
+        if turn is not None:
+            position = max(position, turn.first_seq - 1)
+        output_type = self.agent.output_type
+
+        def ended() -> bool:
+            if turn is not None and turn.end_seq is not None and position >= turn.end_seq:
+                return True
+            return log.finished(position)
+
+        if position >= log.visible and not ended():
+            with trio.move_on_after(wait):
+                await log.wait_beyond(position)
+        events: list[Event] = []
+        with live.reading():
+            while position < log.visible and len(events) < limit and not ended():
+                for event in await log.read_page(position + 1):
+                    position += 1
+                    if turn is None or event.turn_id == turn.id:
+                        events.append(event_for_reader(event, output_type))
+                    if len(events) >= limit or position >= log.visible or ended():
+                        break
+        cursor = machine.format_cursor(session_id, position) if position else after
+        return events, cursor, ended()
+
+
+def _none(callback: Any) -> None:
+    """No handler: the reference has none."""
+    return None
+
+
+def _started(
+    started: machine.Started | machine.Occupied, timeout: float | None
+) -> Started | Occupied:
+    if isinstance(started, machine.Started):
+        return Started(turn_id=started.turn_id, new=started.new, left=timeout)
+    return Occupied(turn_id=started.turn_id)
+
+
+async def _follow(
+    runtime: Runtime,
+    live: LiveSession,
+    turn: TurnMachine,
+    waiter: Waiter,
+    position: int,
+    delivered: int,
+    wanted: Any,
+    on_event: EventHandler | None,
+) -> TurnState[Any] | None:
+    """Follow the log until the turn ends or blocks; None once it ended unseen."""
+    log = live.log
+    while True:
+        while delivered < log.visible:
+            for event in await log.read_page(delivered + 1):
+                delivered += 1
+                if event.turn_id != turn.id:
+                    continue
+                if wanted is not None:
+                    event = event_for_reader(event, wanted)
+                if on_event is not None:
+                    await invoke(on_event, event)
+                if delivered <= position:
+                    continue
+                if isinstance(event, TurnEnded):
+                    record, cursor = event.record, log.last_cursor()
+                    if record.cursor == cursor:
+                        return record  # the common case: nothing came after its end
+                    return attrs.evolve(record, cursor=cursor)
+                if isinstance(event, CallbackOpened):
+                    waiter.handle(event.callback)
+        position = max(position, delivered)
+        waiter.settle()
+        if waiter.blocked and not waiter.watched:
+            # Once the handlers at work have finished, the turn is blocked, or going on.
+            state = runtime._record(live, turn.id)
+            if isinstance(state, Blocked):
+                return for_reader(state, wanted)
+            waiter.blocked = False
+        if turn.end_seq is not None and delivered >= turn.end_seq:
+            return None
+        if log.finished(delivered):
+            return None  # the runtime closed: the turn stays as it is, for the next one
+        await waiter.wait(log, delivered)
+        runtime.store.check_session(live.id)
