@@ -12,10 +12,10 @@ and :class:`PostgresStore` are the stores behind ``":memory:"``, ``"sqlite:///PA
 a store that takes a dead process's leases at once.
 """
 
-from ._errors import LeaseLost as LeaseLost
-from ._errors import LeaseRefused as LeaseRefused
-from ._errors import StoreError as StoreError
-from ._errors import StoreSchemaError as StoreSchemaError
+from ._data._errors import LeaseLost as LeaseLost
+from ._data._errors import LeaseRefused as LeaseRefused
+from ._data._errors import StoreError as StoreError
+from ._data._errors import StoreSchemaError as StoreSchemaError
 from ._store import MemoryStore as MemoryStore
 from ._store import PostgresStore as PostgresStore
 from ._store import SQLiteStore as SQLiteStore

@@ -9,7 +9,7 @@ from typing import Any, Literal, TypeVar, overload
 
 import agentlib
 from agentlib._models._options import ChatOptions
-from agentlib._session import (
+from agentlib._references._session import (
     ApprovalHandler,
     ClientToolHandler,
     Content,

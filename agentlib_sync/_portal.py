@@ -29,10 +29,10 @@ import outcome
 import trio
 
 import agentlib
-from agentlib._errors import add_note
-from agentlib._open import enter, open_runtime, start_session_soon
+from agentlib._data._errors import add_note
+from agentlib._references._open import enter, open_runtime, start_session_soon
 from agentlib._store import Store, open_store
-from agentlib._threads import run_in_thread
+from agentlib._trio._threads import run_in_thread
 
 __all__ = ["Portal", "off_thread", "portal"]
 

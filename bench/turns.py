@@ -59,7 +59,7 @@ import trio
 
 import agentlib
 import agentlib_sync
-from agentlib._threads import run_in_thread
+from agentlib._trio._threads import run_in_thread
 from agentlib_sync._portal import portal
 
 WARMUP = 50

@@ -11,8 +11,14 @@ from typing import Any
 
 import agentlib
 from agentlib import Agent
-from agentlib._context import reset_door, set_door
-from agentlib._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry, UnknownEntry
+from agentlib._data._entries import (
+    Entry,
+    MessageEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UnknownEntry,
+)
+from agentlib._trio._context import reset_door, set_door
 
 
 class RemoteDoor:

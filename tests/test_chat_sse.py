@@ -16,9 +16,9 @@ from agentlib import (
     ToolSchema,
     Usage,
 )
+from agentlib._models._chat_codec import ChatCodec, ToolNames
 from agentlib._models._options import ChatSettings
 from agentlib._models._sse import StreamReader
-from agentlib._models._wire import ChatCodec, ToolNames
 
 KEY = "sk-test-5f0c2e9a7b1d4c3e"
 

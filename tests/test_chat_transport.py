@@ -9,7 +9,7 @@ import trio
 
 from agentlib._models._options import DEFAULT_TIMEOUT
 from agentlib._models._transport import BACKOFF, RunClients
-from agentlib._retry import retry_after
+from agentlib._trio._retry import retry_after
 
 
 def test_the_backoff_doubles_from_half_a_second_up_to_eight_plus_a_second_of_jitter() -> None:

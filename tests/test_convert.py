@@ -433,12 +433,12 @@ UNION_CASES = [
 
 
 DATA_MODULES = (
-    agentlib._content,
-    agentlib._entries,
-    agentlib._history_items,
-    agentlib._callbacks,
-    agentlib._records,
-    agentlib._events,
+    agentlib._data._content,
+    agentlib._data._entries,
+    agentlib._data._history_items,
+    agentlib._data._callbacks,
+    agentlib._data._records,
+    agentlib._data._events,
 )
 
 

@@ -20,10 +20,10 @@ from _http_server import Reply, Server, serve_in_thread
 from _support import HERE
 
 import agentlib
-from agentlib._demo import make_agent
+from agentlib._cli._demo import make_agent
 
 QUICKSTART = pathlib.Path(__file__).resolve().parent.parent / "docs" / "quickstart.md"
-DEMO_CODE = pathlib.Path(agentlib.__file__).resolve().parent / "_demo.py"
+DEMO_CODE = pathlib.Path(agentlib.__file__).resolve().parent / "_cli" / "_demo.py"
 
 #: Longer than any run takes, even on a busy machine: these deadlines only catch hangs.
 DEADLINE = 60.0
@@ -155,7 +155,7 @@ def quickstart_transcript() -> str:
 
 
 def as_shown_in_docs(output: str) -> str:
-    return output.replace(str(DEMO_CODE), ".../agentlib/_demo.py")
+    return output.replace(str(DEMO_CODE), ".../agentlib/_cli/_demo.py")
 
 
 def test_the_demo_prints_each_turn_once_as_the_quick_start_shows() -> None:
@@ -445,7 +445,7 @@ def test_the_demo_runs_on_mistral_when_the_key_is_set() -> None:
         + "forecaster: Sent.\n"
         + "Completed in 2 steps, 1 tool call\n"
         + "\n"
-        + "The demo's code: .../agentlib/_demo.py\n"
+        + "The demo's code: .../agentlib/_cli/_demo.py\n"
     )
     first = server.requests[0].json()
     assert (first["model"], first["stream"]) == ("mistral-small-latest", True)

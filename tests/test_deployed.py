@@ -21,7 +21,7 @@ from _support import Gate, approval_agent, held_agent
 
 import agentlib
 from agentlib import ModelReply, ScriptedModel, ToolCallRequest
-from agentlib._cli import main as cli_main
+from agentlib._cli._main import main as cli_main
 from agentlib._http._access import Access, Tokens
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

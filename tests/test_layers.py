@@ -1,9 +1,12 @@
-"""The import graph of ``agentlib/``: no cycle, and each layer depends only on those below.
+"""The import graph of ``agentlib/``: its folders are its layers, and each imports only
+the folders below it; no module cycle.
 
 Every import counts, at any depth of a module (in a function, under ``TYPE_CHECKING``): a
-cycle that only type checkers see still ties two modules together. Importing a submodule
-runs its subpackage's ``__init__`` too, which counts; ``agentlib/__init__.py`` itself, the
-public face that re-exports everything, is the top and counts for nobody.
+cycle that only type checkers see still ties two modules together. Between folders, the
+imports that run count (an annotation may name what a layer above returns, as ``Agent``'s
+methods name ``Session``). Importing a submodule runs its subpackage's ``__init__`` too,
+which counts; ``agentlib/__init__.py`` itself, the public face that re-exports everything,
+is the top and counts for nobody.
 """
 
 from __future__ import annotations
@@ -26,6 +29,32 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+#: agentlib's folders (and the modules that stand alone at its top), from the bottom up: a
+#: folder imports only from the layers below its own, never from a peer of its layer.
+LAYERS: list[set[str]] = [
+    {"_data"},  # the frozen values that cross the API, the converter, the error tree
+    {"_trio"},  # the current runtime's front door, worker threads
+    {"_models", "_store"},  # the Model protocol and the models; the Store and the stores
+    {"_toolkit"},  # tools, hooks, session inputs, output types, JSON schemas
+    {"_mcp", "_sandboxes"},  # the tool sources: MCP servers, a session's computer
+    {"_define"},  # Agent, and AgentDefinition, which the engine reads it through
+    {"_engine"},  # the state machine, the event log, the runtime and its drivers
+    {"_references"},  # Session and Turn, open_runtime
+    {"_http"},  # the server and its client
+    {"_cli", "store", "testing"},  # the command line; the public sub-namespaces
+    {"__main__"},  # python -m agentlib
+]
+LAYER = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}
+
+
+def folder(name: str) -> str:
+    """The folder of agentlib that module ``name`` is in (or its name, at the top)."""
+    return name.split(".")[1]
+
+
+def in_folders(*folders: str) -> set[str]:
+    return {name for name in MODULES if name != "agentlib" and folder(name) in folders}
 
 
 def typing_only(tree: ast.AST) -> set[int]:
@@ -78,9 +107,9 @@ GRAPH = {name: set(imported(name)) for name in MODULES if name != "agentlib"}
 RUNNING = {name: set(imported(name, typing=False)) for name in MODULES if name != "agentlib"}
 
 
-def reachable(start: str, graph: dict[str, set[str]] = GRAPH) -> set[str]:
+def reachable(start: str | set[str], graph: dict[str, set[str]] = GRAPH) -> set[str]:
     seen: set[str] = set()
-    todo = [start]
+    todo = [start] if isinstance(start, str) else list(start)
     while todo:
         for target in graph.get(todo.pop(), ()):
             if target not in seen:
@@ -124,39 +153,77 @@ def cycles() -> list[list[str]]:
     return found
 
 
+def test_every_module_is_in_a_folder_of_the_layers() -> None:
+    assert {folder(name) for name in MODULES if name != "agentlib"} - set(LAYER) == set()
+
+
+@pytest.mark.parametrize("layer", sorted(LAYER, key=lambda name: (LAYER[name], name)))
+def test_a_folder_imports_only_from_the_layers_below_its_own(layer: str) -> None:
+    upward = sorted(
+        f"{name} imports {target}"
+        for name in in_folders(layer)
+        for target in RUNNING[name]
+        if folder(target) != layer and LAYER[folder(target)] >= LAYER[layer]
+    )
+    assert upward == []
+
+
 def test_the_import_graph_has_no_cycle() -> None:
     assert cycles() == []
 
 
 def test_the_state_machine_imports_neither_trio_nor_the_store() -> None:
-    below = reachable("agentlib._engine._machine")
-    assert not {name for name in below if name.startswith("agentlib._store")}
-    # The machine is a package: its own modules it reaches, no other module of the engine.
-    machine = "agentlib._engine._machine"
-    engine = {name for name in below if name.startswith("agentlib._engine.")}
-    assert {name for name in engine if not name.startswith(machine + ".")} - {machine} == set()
-    for name in {"agentlib._engine._machine", *below}:
+    # The machine is a module of the engine, or a package of it: its modules may import
+    # one another and what the engine stands on, but neither the store nor the rest of the
+    # engine, nor anything that imports trio.
+    machine = {
+        name
+        for name in MODULES
+        if name == "agentlib._engine._machine" or name.startswith("agentlib._engine._machine.")
+    }
+    assert machine
+    below = reachable(machine) - machine - {"agentlib._engine"}
+    assert {name for name in below if folder(name) in {"_store", "_engine"}} == set()
+    for name in machine | below:
         source = MODULES[name].read_text()
         assert "import trio" not in source, f"{name}, below the machine, imports trio"
 
 
 def test_agent_imports_nothing_of_the_engine_nor_of_the_references() -> None:
     # Its methods name the Session they return for type checkers: no module runs for it.
-    below = reachable("agentlib._agent", RUNNING)
-    assert not {name for name in below if name.startswith("agentlib._engine")}
-    assert "agentlib._session" not in below
-    assert "agentlib._open" not in below
+    below = reachable(in_folders("_define"), RUNNING)
+    assert {name for name in below if LAYER[folder(name)] > LAYER["_define"]} == set()
 
 
 def test_the_store_never_imports_the_engine() -> None:
-    below = set()
-    for name in MODULES:
-        if name.startswith("agentlib._store"):
-            below |= reachable(name)
-    assert not {name for name in below if name.startswith("agentlib._engine")}
+    below = reachable(in_folders("_store"))
+    assert {name for name in below if folder(name) not in {"_data", "_trio", "_store"}} == set()
 
 
-@pytest.mark.parametrize("name", ["agentlib._engine._machine", "agentlib._engine._runtime"])
-def test_the_engine_never_imports_a_reference(name: str) -> None:
-    assert "agentlib._session" not in reachable(name)
-    assert "agentlib._open" not in reachable(name)
+def test_the_engine_never_imports_a_reference() -> None:
+    # Not even for type checkers: what the engine tells the layers above, it tells through
+    # what they wait on.
+    below = reachable(in_folders("_engine"))
+    assert {name for name in below if LAYER[folder(name)] > LAYER["_engine"]} == set()
+
+
+def test_the_facade_reaches_into_no_module_of_the_engine() -> None:
+    # Besides agentlib's public face, agentlib_sync takes a few private seams: the runtime
+    # it opens (_references._open), its threads (_trio._threads), the options and session
+    # classes it wraps, the store it opens, add_note; never the engine, nor the HTTP layer.
+    reached = set()
+    for path in (ROOT / "agentlib_sync").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                reached.add(node.module or "")
+            elif isinstance(node, ast.Import):
+                reached.update(alias.name for alias in node.names)
+    private = {name for name in reached if name.startswith("agentlib._")}
+    assert private
+    assert {folder(name) for name in private} <= {
+        "_data",
+        "_trio",
+        "_models",
+        "_store",
+        "_references",
+    }

@@ -44,9 +44,9 @@ from agentlib import (
     UnknownOutcome,
     Usage,
 )
+from agentlib._data._ops import CallbackRow, EntryRow, EventRow, KeyRow, Op, SessionRow, StepRow
 from agentlib._engine import _machine as machine
 from agentlib._engine._machine import Call, CallState, Facts, Sessions
-from agentlib._ops import CallbackRow, EntryRow, EventRow, KeyRow, Op, SessionRow, StepRow
 
 ROOT = "root-session"
 

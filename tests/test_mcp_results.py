@@ -14,7 +14,7 @@ from mcp.types import (
 
 from agentlib import StdioMCP, TextContentBlock, UnknownContentBlock
 from agentlib._mcp._results import content_block, destructive, tool_of, tool_output
-from agentlib._tools import ToolOutput
+from agentlib._toolkit._tools import ToolOutput
 
 
 async def never_called(tool: str, arguments: dict[str, object]) -> ToolOutput:

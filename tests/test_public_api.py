@@ -15,19 +15,19 @@ import agentlib_sync
 
 #: The modules that define the data classes and errors `agentlib_sync` re-exports unchanged.
 DATA_MODULES = (
-    agentlib._content,
-    agentlib._entries,
-    agentlib._history_items,
-    agentlib._callbacks,
-    agentlib._records,
-    agentlib._events,
-    agentlib._errors,
+    agentlib._data._content,
+    agentlib._data._entries,
+    agentlib._data._history_items,
+    agentlib._data._callbacks,
+    agentlib._data._records,
+    agentlib._data._events,
+    agentlib._data._errors,
 )
 DATA_NAMES = sorted(
     {name for module in DATA_MODULES for name in module.__all__}
     | {"parse_history", "structure", "unstructure"}
 )
-ERROR_NAMES = sorted(agentlib._errors.__all__)
+ERROR_NAMES = sorted(agentlib._data._errors.__all__)
 
 
 def public_namespace(module: types.ModuleType) -> set[str]:
@@ -125,7 +125,7 @@ def test_union_aliases_are_unions_of_public_classes(name: str) -> None:
 
 
 def error_tree(text: str) -> dict[str, str]:
-    """Each error of a tree drawn as in ``agentlib/_errors.py``, with its parent's name."""
+    """Each error of a tree drawn as in ``agentlib/_data/_errors.py``, with its parent's name."""
     parents: dict[str, str] = {}
     stack: list[tuple[int, str]] = []  # (column, name) of the branch being drawn
     for line in text.splitlines():
@@ -145,7 +145,7 @@ def error_tree(text: str) -> dict[str, str]:
 
 
 TREES = {
-    "the docstring of agentlib/_errors.py": agentlib._errors.__doc__ or "",
+    "the docstring of agentlib/_data/_errors.py": agentlib._data._errors.__doc__ or "",
     "docs/index.md": (Path(__file__).resolve().parent.parent / "docs" / "index.md").read_text(),
 }
 

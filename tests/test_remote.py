@@ -19,7 +19,7 @@ from _support import approval_agent, events_through
 import agentlib
 import agentlib_sync
 from agentlib import ModelReply, ToolCallRequest
-from agentlib._schema import json_schema
+from agentlib._toolkit._schema import json_schema
 
 
 def add(a: int, b: int) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from agentlib._retry import Backoff, RetryPolicy
+from agentlib._trio._retry import Backoff, RetryPolicy
 
 STEADY = Backoff(first=1.0, most=4.0)
 

@@ -933,7 +933,7 @@ async def test_an_isolated_command_past_its_timeout_is_killed(tmp_path: Path) ->
 def test_an_isolated_sandbox_is_refused_where_namespaces_cannot_be_made(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import agentlib._sandbox as sandbox_module
+    import agentlib._sandboxes._local as sandbox_module
 
     monkeypatch.setattr(sandbox_module.shutil, "which", lambda name: None)
     sandbox_module._namespaces_problem.cache_clear()

@@ -37,7 +37,7 @@ from agentlib import (
     StoreError,
     StoreSchemaError,
 )
-from agentlib._convert import unstructure
+from agentlib._data._convert import unstructure
 from agentlib._store._base import (
     EntryRow,
     EventRow,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentlib._sse import comment, field, frame
+from agentlib._data._sse_format import comment, field, frame
 
 
 def fields(text: str) -> list[tuple[str, str] | None]:

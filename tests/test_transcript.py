@@ -38,7 +38,7 @@ from agentlib import (
     UnknownOutcome,
     Usage,
 )
-from agentlib._transcript import Transcript
+from agentlib._cli._transcript import Transcript
 
 SESSION = "s1"
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 import trio
 
-from .._callbacks import Callback, KeepCallbackOpen
-from .._errors import ClientToolAnswerError, SdkError
+from .._data._callbacks import Callback, KeepCallbackOpen
+from .._data._errors import ClientToolAnswerError, SdkError
 from ._live import HandlerRun
 from ._log import EventLog
 from ._machine import find_callback, own, without

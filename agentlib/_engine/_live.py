@@ -11,19 +11,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import trio
 
-from .._callbacks import Callback, OpenClientToolCall
-from .._errors import LeaseLost
+from .._data._callbacks import Callback, OpenClientToolCall
+from .._data._errors import LeaseLost
+from .._data._ops import Op
+from .._data._records import TurnState
 from .._mcp._connection import MCPConnection
 from .._mcp._servers import MCPServer
-from .._ops import Op
-from .._records import TurnState
-from .._sandbox import Workspace
+from .._sandboxes._local import Workspace
 from .._store._base import Store
 from ._log import EventLog
 from ._machine import NOTHING, SessionMachine, StopCause
 
 if TYPE_CHECKING:
-    from .._definition import AgentDefinition
+    from .._define._definition import AgentDefinition
 
 __all__ = ["Engine", "HandlerRun", "LiveSession", "LiveTurn", "check_callback_id"]
 

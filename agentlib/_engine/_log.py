@@ -11,9 +11,9 @@ from typing import Any
 import attrs
 import trio
 
-from .._entries import MessageEntry
-from .._errors import InvalidCursorError, ObservationLost, StoreError
-from .._events import (
+from .._data._entries import MessageEntry
+from .._data._errors import InvalidCursorError, ObservationLost, StoreError
+from .._data._events import (
     CallbackClosed,
     CallbackOpened,
     EntryAdded,
@@ -23,7 +23,7 @@ from .._events import (
     TurnEnded,
     TurnStarted,
 )
-from .._records import TurnState
+from .._data._records import TurnState
 from ._machine import format_cursor
 
 __all__ = ["EventLog", "format_cursor"]

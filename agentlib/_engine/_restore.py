@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .._errors import SessionNotFoundError, StoreError
-from .._ops import CallbackRow, EntryRow, EventRow, KeyRow, Op, SteerRow, StepRow, TurnRow
+from .._data._errors import SessionNotFoundError, StoreError
+from .._data._ops import CallbackRow, EntryRow, EventRow, KeyRow, Op, SteerRow, StepRow, TurnRow
 from .._store._base import Store, StoredSession
 from . import _machine as machine
 from ._live import Engine
 
 if TYPE_CHECKING:
-    from .._definition import AgentDefinition
+    from .._define._definition import AgentDefinition
 
 __all__ = ["not_found", "read_states", "read_tree", "restore"]
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._callbacks import (
+from .._data._callbacks import (
     AllowApproval,
     Callback,
     DenyApproval,
@@ -29,9 +29,8 @@ from .._callbacks import (
     OpenClientToolCall,
     SignInAnswer,
 )
-from .._entries import Entry
-from .._environment import workspace_for
-from .._errors import (
+from .._data._entries import Entry
+from .._data._errors import (
     LeaseLost,
     LeaseRefused,
     SandboxError,
@@ -41,25 +40,26 @@ from .._errors import (
     StoreError,
     UnsupportedSessionProcedureError,
 )
-from .._events import TurnEnded
-from .._history import new_id
+from .._data._events import TurnEnded
+from .._data._history import new_id
+from .._data._ops import CallbackRow, EventRow, KeyRow, Op, PruneRow
+from .._data._records import AlreadySettled, Answered, NotFound, TurnState
 from .._mcp._connection import MCPConnection
 from .._mcp._servers import MCPServer
-from .._ops import CallbackRow, EventRow, KeyRow, Op, PruneRow
-from .._records import AlreadySettled, Answered, NotFound, TurnState
-from .._sandbox import Workspace
+from .._sandboxes._environment import workspace_for
+from .._sandboxes._local import Workspace
 from .._store import open_store
 from .._store._base import Store, StoredSession
 from . import _machine as machine
 from ._live import LiveSession, LiveTurn, check_callback_id
 from ._log import EventLog
 from ._machine import CallbackPhase, CallState, SessionMachine, StopCause, own, without
-from ._requests import serve as serve_requests
+from ._mailbox import serve as serve_requests
 from ._restore import not_found, read_tree, restore
 from ._turns import run_turn
 
 if TYPE_CHECKING:
-    from .._definition import AgentDefinition
+    from .._define._definition import AgentDefinition
 
 __all__ = ["IDLE_KEPT", "Runtime", "RuntimeHealth", "open_engine"]
 
@@ -567,8 +567,8 @@ class Runtime:
         session_id: str,
     ) -> None:
         """Make a session that a thread other than the runtime's started without waiting
-        (:func:`~agentlib._open.start_session_soon`), in the runtime's loop, outside any
-        task; a runtime that closed meanwhile makes none (calls on it say so)."""
+        (:func:`~agentlib._references._open.start_session_soon`), in the runtime's loop,
+        outside any task; a runtime that closed meanwhile makes none (calls on it say so)."""
         try:
             self._new_session(agent, inputs, history=history, session_id=session_id)
         except Exception as error:  # never out of a loop callback: it would stop the loop

@@ -19,29 +19,35 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._callbacks import Credentials, DenyApproval, OpenApproval, OpenClientToolCall, OpenSignIn
-from .._content import ContentBlock, TextContentBlock, UnknownContentBlock, text_of
-from .._convert import unstructure
-from .._entries import ToolCallEntry, ToolResultEntry
-from .._errors import SessionBusyError, ValidationError
-from .._history import new_id
-from .._hooks import DenyToolCall, ModifiedArguments, RequestApproval
-from .._inputs import read_input
-from .._json import JSON_SCALARS, TOO_DEEP, json_problem, nesting_problem
+from .._data._callbacks import (
+    Credentials,
+    DenyApproval,
+    OpenApproval,
+    OpenClientToolCall,
+    OpenSignIn,
+)
+from .._data._content import ContentBlock, TextContentBlock, UnknownContentBlock, text_of
+from .._data._convert import unstructure
+from .._data._entries import ToolCallEntry, ToolResultEntry
+from .._data._errors import SessionBusyError, ValidationError
+from .._data._history import new_id
+from .._data._json import JSON_SCALARS, TOO_DEEP, json_problem, nesting_problem
+from .._data._records import Completed, Failed, Interrupted, TurnState, UnknownOutcome
+from .._data._usage import Usage
 from .._mcp._connection import URL_ELICITATION, MCPCallError
 from .._mcp._oauth import SignInTool
 from .._models._base import ModelRequest, ToolCallRequest, ToolSchema
-from .._output import output_schema
-from .._records import Completed, Failed, Interrupted, TurnState, UnknownOutcome
-from .._tools import Tool, ToolOutput, arguments_problem
-from .._usage import Usage
+from .._toolkit._hooks import DenyToolCall, ModifiedArguments, RequestApproval
+from .._toolkit._inputs import read_input
+from .._toolkit._output import output_schema
+from .._toolkit._tools import Tool, ToolOutput, arguments_problem
 from . import _machine as machine
 from ._handlers import invoke
 from ._live import Engine, LiveSession, LiveTurn
 from ._machine import Call, CallbackPhase, CallState, StopCause, TurnMachine, error_result
 
 if TYPE_CHECKING:
-    from .._definition import AgentDefinition
+    from .._define._definition import AgentDefinition
     from .._mcp._connection import Listing
 
 __all__ = ["run_turn"]

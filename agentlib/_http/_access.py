@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from .._inputs import SessionInput
+from .._toolkit._inputs import SessionInput
 
 __all__ = ["RIGHTS", "Access", "Principal", "Tokens"]
 

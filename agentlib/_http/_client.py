@@ -22,8 +22,32 @@ import attrs
 import httpx
 import trio
 
-from .. import _errors
-from .._backends._base import (
+from .._data import _errors
+from .._data._callbacks import (
+    AllowApproval,
+    Credentials,
+    DenyApproval,
+    KeepCallbackOpen,
+    OpenClientToolCall,
+    SignInAnswer,
+)
+from .._data._convert import structure, unstructure
+from .._data._errors import (
+    AuthenticationError,
+    ObservationLost,
+    SdkError,
+    ServerUnreachableError,
+    SessionNotFoundError,
+    ValidationError,
+)
+from .._data._events import CallbackClosed, CallbackOpened, Event, TurnEnded
+from .._data._history import new_id
+from .._data._records import AlreadySettled, Answered, Blocked, NotFound, Running, TurnState
+from .._engine._handlers import Handler, invoke
+from .._engine._live import check_callback_id
+from .._engine._log import cursor_of
+from .._engine._machine import check_not_a_class, fit_answer
+from .._references._backends._base import (
     Backend,
     Content,
     Occupied,
@@ -32,49 +56,18 @@ from .._backends._base import (
     event_for_reader,
     message_content,
 )
-from .._callbacks import (
-    AllowApproval,
-    Credentials,
-    DenyApproval,
-    KeepCallbackOpen,
-    OpenClientToolCall,
-    SignInAnswer,
-)
-from .._context import check_trio, set_remote
-from .._convert import structure, unstructure
-from .._engine._handlers import Handler, invoke
-from .._engine._live import check_callback_id
-from .._engine._log import cursor_of
-from .._engine._machine import check_not_a_class, fit_answer
-from .._errors import (
-    AuthenticationError,
-    ObservationLost,
-    SdkError,
-    ServerUnreachableError,
-    SessionNotFoundError,
-    ValidationError,
-)
-from .._events import CallbackClosed, CallbackOpened, Event, TurnEnded
-from .._history import new_id
-from .._inputs import stored_inputs
-from .._output import output_schema
-from .._records import (
-    AlreadySettled,
-    Answered,
-    Blocked,
-    NotFound,
-    Running,
-    TurnState,
-)
-from .._retry import Backoff, RetryPolicy
-from .._session import (
+from .._references._session import (
     ApprovalHandler,
     ClientToolHandler,
     EventHandler,
     Session,
     SignInHandler,
 )
-from .._tools import answer_error, answer_problem
+from .._toolkit._inputs import stored_inputs
+from .._toolkit._output import output_schema
+from .._toolkit._tools import answer_error, answer_problem
+from .._trio._context import check_trio, set_remote
+from .._trio._retry import Backoff, RetryPolicy
 from ._waits import RemoteWaiter, cancel_run, concurrent_answers
 
 __all__ = ["HTTPBackend", "RemoteAgent"]

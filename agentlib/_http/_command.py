@@ -13,8 +13,8 @@ from typing import TypeVar
 
 import trio
 
-from .._agent import Agent
-from .._errors import StoreError
+from .._data._errors import StoreError
+from .._define._agent import Agent
 from .._store import Store, open_store
 
 __all__ = ["serve"]

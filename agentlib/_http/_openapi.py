@@ -2,7 +2,7 @@
 
 The server's routes are :class:`Operation` values; ``Server.app()`` routes requests by
 them and :func:`describe_api` describes them, so the two cannot drift. A body's schema is
-made from its class (``_bodies``) with :mod:`agentlib._schema`, a field's own ``schema``
+made from its class (``_bodies``) with :mod:`agentlib._toolkit._schema`, a field's own ``schema``
 metadata taking the place of its type's where it says more. Records, events, callbacks,
 content blocks and history items are unions tagged by ``type``: each is described as an
 object with a ``type`` string, whose description lists the tags (the guides and the
@@ -17,8 +17,8 @@ from typing import Any
 
 import attrs
 
-from .._convert import FAMILIES
-from .._schema import Definitions
+from .._data._convert import FAMILIES
+from .._toolkit._schema import Definitions
 
 __all__ = [
     "CALLBACK_ANSWER",

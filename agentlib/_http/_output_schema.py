@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .._errors import ValidationError
-from .._json import TOO_DEEP, nesting_problem, read_json
-from .._output import output_schema
+from .._data._errors import ValidationError
+from .._data._json import TOO_DEEP, nesting_problem, read_json
+from .._toolkit._output import output_schema
 
 __all__ = ["MAX_SCHEMA", "requested_output"]
 

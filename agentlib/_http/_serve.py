@@ -7,7 +7,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .._agent import Agent
+    from .._define._agent import Agent
     from .._store._base import Store
     from ._server import Server
 

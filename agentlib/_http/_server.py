@@ -34,9 +34,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from .. import _sse
-from .._agent import Agent, history_for
-from .._callbacks import (
+from .._data import _sse_format as _sse
+from .._data._callbacks import (
     ApprovalAnswer,
     Credentials,
     KeepCallbackOpen,
@@ -44,16 +43,17 @@ from .._callbacks import (
     OpenSignIn,
     SignInAnswer,
 )
-from .._convert import structure, unknown_fields, unstructure
+from .._data._convert import structure, unknown_fields, unstructure
+from .._data._errors import SdkError, SessionBusyError, ValidationError
+from .._data._events import Event
+from .._data._json import SURROGATE_REASON, NotJson, check_key, read_json, unstorable_text
+from .._data._records import Answered, Blocked, Busy
+from .._define._agent import Agent, history_for
 from .._engine._machine import SessionMachine, root_of
 from .._engine._restore import not_found, read_states
 from .._engine._runtime import Runtime
-from .._errors import SdkError, SessionBusyError, ValidationError
-from .._events import Event
-from .._json import SURROGATE_REASON, NotJson, check_key, read_json, unstorable_text
-from .._open import enter, open_runtime
-from .._records import Answered, Blocked, Busy
-from .._session import Session, Turn
+from .._references._open import enter, open_runtime
+from .._references._session import Session, Turn
 from .._store._base import Store
 from ._access import MOST_SECONDS, RIGHTS, Access, Principal, Tokens
 from ._bodies import (
@@ -79,7 +79,7 @@ from ._openapi import (
     string_schema,
 )
 from ._output_schema import requested_output
-from ._wire import error_body, status_of
+from ._statuses import error_body, status_of
 
 __all__ = ["OPERATIONS", "Server", "serve"]
 

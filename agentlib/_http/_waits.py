@@ -14,18 +14,18 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from .._callbacks import Callback, KeepCallbackOpen, OpenClientToolCall
-from .._engine._handlers import Handler, RunsWatched, invoke, unsent
-from .._engine._live import HandlerRun
-from .._errors import (
+from .._data._callbacks import Callback, KeepCallbackOpen, OpenClientToolCall
+from .._data._errors import (
     AuthenticationError,
     ObservationLost,
     SdkError,
     ServerUnreachableError,
     add_note,
 )
-from .._events import CallbackClosed, CallbackOpened, Event, TurnEnded
-from .._records import AlreadySettled, Answered, NotFound
+from .._data._events import CallbackClosed, CallbackOpened, Event, TurnEnded
+from .._data._records import AlreadySettled, Answered, NotFound
+from .._engine._handlers import Handler, RunsWatched, invoke, unsent
+from .._engine._live import HandlerRun
 
 
 class RemoteTurn(Protocol):

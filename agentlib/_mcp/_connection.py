@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 import trio
 
-from .._tools import Tool, ToolOutput
+from .._toolkit._tools import Tool, ToolOutput
 from ._oauth import OAuthSignIn, sign_in_tool
 from ._results import tool_of, tool_output
 from ._servers import MCPServer, RemoteMCP, StdioMCP, redacted_url
@@ -558,7 +558,7 @@ _CONNECTION_CLOSED = -32000
 
 
 def _told(text: str, *, error: bool = False) -> ToolOutput:
-    from .._content import TextContentBlock
+    from .._data._content import TextContentBlock
 
     return ToolOutput(content=(TextContentBlock(text=text),), is_error=error)
 

@@ -22,9 +22,9 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 import trio
 
-from .._callbacks import Credentials
-from .._inputs import Dependency
-from .._tools import Tool, ToolOutput
+from .._data._callbacks import Credentials
+from .._toolkit._inputs import Dependency
+from .._toolkit._tools import Tool, ToolOutput
 
 __all__ = [
     "MCPOAuth",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from .._content import (
+from .._data._content import (
     AudioContentBlock,
     ContentAnnotations,
     ContentBlock,
@@ -20,8 +20,8 @@ from .._content import (
     TextContentBlock,
     UnknownContentBlock,
 )
-from .._json import InvalidValue
-from .._tools import Tool, ToolOutput
+from .._data._json import InvalidValue
+from .._toolkit._tools import Tool, ToolOutput
 from ._servers import MCPServer
 
 __all__ = ["content_block", "destructive", "tool_of", "tool_output"]

@@ -7,10 +7,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from .._content import ContentBlock, _to_tuple
-from .._entries import Entry
-from .._json import TOO_DEEP, nesting_problem, unchecked
-from .._usage import Usage
+from .._data._content import ContentBlock, _to_tuple
+from .._data._entries import Entry
+from .._data._json import TOO_DEEP, nesting_problem, unchecked
+from .._data._usage import Usage
 
 __all__ = [
     "Model",

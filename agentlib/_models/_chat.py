@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import attrs
 
-from .._content import ContentBlock
+from .._data._content import ContentBlock
 from ._base import ModelReply, ModelRequest, TextSink
-from ._block import check_requests_allowed
+from ._chat_codec import ChatCodec, Dialect, ToolNames, shown_url
 from ._mistral import KEY_HINT, MISTRAL, mistral_key, mistral_url
 from ._openai import EXAMPLE_MODEL, EXAMPLE_URL, OPENAI_COMPATIBLE, openai_api
 from ._options import ChatOptions, ChatSettings, check_options
+from ._request_guard import check_requests_allowed
 from ._transport import ChatTransport, RunClients
-from ._wire import ChatCodec, Dialect, ToolNames, shown_url
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

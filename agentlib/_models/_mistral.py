@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 
-from ._wire import Dialect
+from ._chat_codec import Dialect
 
 __all__ = ["DEFAULT_URL", "KEY_HINT", "MISTRAL", "mistral_call_id", "mistral_key", "mistral_url"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ._wire import Dialect
+from ._chat_codec import Dialect
 
 __all__ = ["EXAMPLE_MODEL", "EXAMPLE_URL", "OPENAI_COMPATIBLE", "OPENAI_URL", "openai_api"]
 

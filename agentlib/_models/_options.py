@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal, TypedDict
 import attrs
 import httpx
 
-from .._json import TOO_DEEP, json_problem
+from .._data._json import TOO_DEEP, json_problem
 
 __all__ = ["DEFAULT_TIMEOUT", "ChatOptions", "ChatSettings", "ToolChoice", "check_options"]
 

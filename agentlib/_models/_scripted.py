@@ -8,8 +8,8 @@ from typing import Union
 
 import attrs
 
-from .._entries import MessageEntry, ToolCallEntry
-from .._errors import ModelError
+from .._data._entries import MessageEntry, ToolCallEntry
+from .._data._errors import ModelError
 from ._base import ModelReply, ModelRequest, TextSink
 
 __all__ = ["FunctionModel", "ScriptedModel", "Step"]

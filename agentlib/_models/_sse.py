@@ -1,6 +1,6 @@
 """A streamed chat completion, read line by line and put together, without I/O.
 
-The endpoint streams Server-Sent Events (each line read by ``agentlib._sse.field``):
+The endpoint streams Server-Sent Events (each line read by ``agentlib._data._sse_format.field``):
 ``data: {...}`` lines, each a chunk whose delta holds a piece of the reply's text or fragments
 of its tool calls, then ``data: [DONE]``. A :class:`StreamReader` is fed the body's lines as
 they arrive and returns the text each one brings, to be shown at once (each ``data`` line is
@@ -17,12 +17,12 @@ from typing import Any
 
 import attrs
 
-from .._errors import ModelError
-from .._json import read_whole_text
-from .._sse import field
-from .._usage import Usage
+from .._data._errors import ModelError
+from .._data._json import read_whole_text
+from .._data._sse_format import field
+from .._data._usage import Usage
 from ._base import ModelReply
-from ._wire import (
+from ._chat_codec import (
     CallParts,
     ChatCodec,
     ToolNames,

@@ -25,11 +25,19 @@ import attrs
 import httpx
 import trio
 
-from .._errors import ModelError
-from .._retry import Backoff, RetryPolicy, retry_after
+from .._data._errors import ModelError
+from .._trio._retry import Backoff, RetryPolicy, retry_after
 from ._base import ModelReply, TextSink
+from ._chat_codec import (
+    ChatCodec,
+    ToolNames,
+    error_details,
+    excerpt,
+    json_or_none,
+    scrub,
+    shown_url,
+)
 from ._sse import StreamReader
-from ._wire import ChatCodec, ToolNames, error_details, excerpt, json_or_none, scrub, shown_url
 
 if TYPE_CHECKING:
     from ._options import ChatSettings

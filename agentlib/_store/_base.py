@@ -24,10 +24,10 @@ from typing import Any
 
 import attrs
 
-from .._entries import Entry
-from .._errors import LeaseLost, LeaseRefused, StoreError
-from .._events import Event
-from .._ops import (
+from .._data._entries import Entry
+from .._data._errors import LeaseLost, LeaseRefused, StoreError
+from .._data._events import Event
+from .._data._ops import (
     CallbackRow,
     EntryRow,
     EventRow,

@@ -15,8 +15,8 @@ from typing import Any, TypeVar, Union
 
 import attrs
 
-from .._convert import structure, tag_of
-from .._entries import ContextMessage
+from .._data._convert import structure, tag_of
+from .._data._entries import ContextMessage
 
 __all__ = ["reader"]
 

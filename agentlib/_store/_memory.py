@@ -8,9 +8,9 @@ from typing import Any
 
 import attrs
 
-from .._entries import Entry
-from .._errors import LeaseLost
-from .._events import Event
+from .._data._entries import Entry
+from .._data._errors import LeaseLost
+from .._data._events import Event
 from ._base import (
     CallbackRow,
     EntryRow,

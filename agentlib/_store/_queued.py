@@ -15,11 +15,11 @@ import attrs
 import cattrs
 import trio
 
-from .._callbacks import AllowApproval, Callback, DenyApproval
-from .._convert import structure
-from .._entries import Entry
-from .._events import Event
-from .._records import TurnState
+from .._data._callbacks import AllowApproval, Callback, DenyApproval
+from .._data._convert import structure
+from .._data._entries import Entry
+from .._data._events import Event
+from .._data._records import TurnState
 from ._base import (
     CallbackRow,
     EntryRow,

@@ -19,9 +19,9 @@ from typing import Any
 
 import attrs
 
-from .._convert import unstructure
-from .._entries import Entry
-from .._events import EntryAdded, EntryCompleted, Event, TurnStarted
+from .._data._convert import unstructure
+from .._data._entries import Entry
+from .._data._events import EntryAdded, EntryCompleted, Event, TurnStarted
 from ._decode import reader
 
 __all__ = ["EventRows"]

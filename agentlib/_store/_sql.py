@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from .._convert import unstructure
+from .._data._convert import unstructure
 from ._base import (
     CallbackRow,
     EntryRow,

@@ -25,10 +25,10 @@ from typing import Any, TypeVar
 
 import trio
 
-from .._convert import structure
-from .._errors import StoreSchemaError
-from .._events import Event
-from .._threads import run_in_thread
+from .._data._convert import structure
+from .._data._errors import StoreSchemaError
+from .._data._events import Event
+from .._trio._threads import run_in_thread
 from ._base import (
     EventRow,
     LeaseLost,

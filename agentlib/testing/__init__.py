@@ -8,10 +8,10 @@ these models for a ``with`` block.
 it needs pytest and pytest-trio.
 """
 
-from .._models._block import block_model_requests as block_model_requests
+from .._models._request_guard import block_model_requests as block_model_requests
 from .._models._scripted import FunctionModel as FunctionModel
 from .._models._scripted import ScriptedModel as ScriptedModel
-from .._models._test import TestModel as TestModel
+from .._models._test_model import TestModel as TestModel
 
 __all__ = ["FunctionModel", "ScriptedModel", "TestModel", "block_model_requests"]
 

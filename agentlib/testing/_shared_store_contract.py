@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from .._callbacks import AllowApproval, DenyApproval
-from .._events import TurnStarted
+from .._data._callbacks import AllowApproval, DenyApproval
+from .._data._events import TurnStarted
 from .._store._base import CallbackRow, EventRow, KeyRow, Request, SessionRow, Store, TurnRow
 from ._store_contract import (
     ManualClock,

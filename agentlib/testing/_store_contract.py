@@ -18,11 +18,17 @@ from typing import Any
 import pytest
 import trio
 
-from .._callbacks import AllowApproval, DenyApproval, OpenApproval, OpenClientToolCall, OpenSignIn
-from .._content import TextContentBlock
-from .._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry
-from .._errors import LeaseLost, LeaseRefused, StoreError
-from .._events import (
+from .._data._callbacks import (
+    AllowApproval,
+    DenyApproval,
+    OpenApproval,
+    OpenClientToolCall,
+    OpenSignIn,
+)
+from .._data._content import TextContentBlock
+from .._data._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry
+from .._data._errors import LeaseLost, LeaseRefused, StoreError
+from .._data._events import (
     CallbackClosed,
     CallbackOpened,
     EntryAdded,
@@ -33,7 +39,7 @@ from .._events import (
     TurnStarted,
     UnknownEvent,
 )
-from .._records import Completed, Interrupted
+from .._data._records import Completed, Interrupted
 from .._store._base import (
     CallbackRow,
     EntryRow,

@@ -1,7 +1,7 @@
 """The engine's core: a session's and its turns' state, and the transitions between them.
 
 No I/O here: neither trio nor the store. A session's state changes only through
-:func:`apply`, one fact at a time (the rows of :mod:`agentlib._ops`, which the store keeps). A
+:func:`apply`, one fact at a time (the rows of :mod:`agentlib._data._ops`, which the store keeps). A
 transition takes an input (a message, a model's reply, a tool's result, an answer, a steer,
 a stop, a restart), decides the facts it brings, applies them, and returns them: the runtime
 writes them to the store and publishes their events, and does what the transition asks

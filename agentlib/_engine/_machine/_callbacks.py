@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ..._callbacks import (
+from ..._data._callbacks import (
     AllowApproval,
     Callback,
     Credentials,
@@ -19,9 +19,9 @@ from ..._callbacks import (
     OpenSignIn,
     SignInAnswer,
 )
-from ..._errors import ClientToolAnswerError, SdkError
-from ..._events import CallbackClosed, CallbackOpened
-from ..._ops import CallbackRow, KeyRow
+from ..._data._errors import ClientToolAnswerError, SdkError
+from ..._data._events import CallbackClosed, CallbackOpened
+from ..._data._ops import CallbackRow, KeyRow
 from ._queries import ancestors, tree_of
 from ._state import CallbackPhase, CallState, Facts, SessionMachine, Sessions, TurnMachine
 

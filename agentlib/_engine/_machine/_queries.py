@@ -9,8 +9,8 @@ from typing import Any
 
 import attrs
 
-from ..._entries import Entry
-from ..._records import Blocked, Running, TurnState
+from ..._data._entries import Entry
+from ..._data._records import Blocked, Running, TurnState
 from ._cursors import format_cursor
 from ._state import CallbackState, CallState, SessionMachine, TurnMachine, hidden_from_model
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..._records import Interrupted, UnknownOutcome
+from ..._data._records import Interrupted, UnknownOutcome
 from ._callbacks import close_callback
 from ._queries import open_below, tree_of
 from ._state import Call, CallState, Facts, Sessions

@@ -2,7 +2,7 @@
 
 The state is plain attrs classes (:class:`SessionMachine`, :class:`TurnMachine`, their
 :class:`ToolStep`, :class:`Call` and :class:`CallbackState`); a fact is a row of
-:mod:`agentlib._ops`, the very row the store keeps. :func:`apply` changes the state by one
+:mod:`agentlib._data._ops`, the very row the store keeps. :func:`apply` changes the state by one
 fact, on the live path as on a restart; :class:`Facts` is what a transition fills: each fact
 is applied as it is added. What most sessions never hold is a shared empty value until a
 fact adds to it (:func:`own`, :func:`adding`): an idle session is small.
@@ -16,13 +16,13 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ..._callbacks import AllowApproval, Callback, OpenApproval
-from ..._convert import structure
-from ..._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry, UnknownEntry
-from ..._errors import TurnNotFoundError
-from ..._events import CallbackClosed, CallbackOpened, EntryAdded, EntryCompleted, Event
-from ..._json import EMPTY_OBJECT
-from ..._ops import (
+from ..._data._callbacks import AllowApproval, Callback, OpenApproval
+from ..._data._convert import structure
+from ..._data._entries import Entry, MessageEntry, ToolCallEntry, ToolResultEntry, UnknownEntry
+from ..._data._errors import TurnNotFoundError
+from ..._data._events import CallbackClosed, CallbackOpened, EntryAdded, EntryCompleted, Event
+from ..._data._json import EMPTY_OBJECT
+from ..._data._ops import (
     CallbackRow,
     EntryRow,
     EventRow,
@@ -34,7 +34,7 @@ from ..._ops import (
     StepRow,
     TurnRow,
 )
-from ..._records import TurnState
+from ..._data._records import TurnState
 from ._cursors import seq_of_cursor
 
 K = TypeVar("K")

@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..._content import TextContentBlock
-from ..._entries import ContextMessage, MessageEntry, ToolCallEntry, ToolResultEntry
-from ..._errors import MaxStepsExceeded, ValidationError
-from ..._events import EntryAdded, EntryDelta
-from ..._history import new_id
-from ..._ops import StepRow
-from ..._output import parse_output
-from ..._records import Completed, TurnState
-from ..._usage import Usage
+from ..._data._content import TextContentBlock
+from ..._data._entries import ContextMessage, MessageEntry, ToolCallEntry, ToolResultEntry
+from ..._data._errors import MaxStepsExceeded, ValidationError
+from ..._data._events import EntryAdded, EntryDelta
+from ..._data._history import new_id
+from ..._data._ops import StepRow
+from ..._data._records import Completed, TurnState
+from ..._data._usage import Usage
+from ..._toolkit._output import parse_output
 from ._state import Call, Facts, SessionMachine, Sessions, ToolStep, TurnMachine
 from ._transitions import failed
 

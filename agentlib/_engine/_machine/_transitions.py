@@ -16,14 +16,18 @@ from typing import Any
 
 import attrs
 
-from ..._content import TextContentBlock
-from ..._convert import unstructure
-from ..._entries import Entry, MessageEntry
-from ..._errors import SessionBusyError, SessionIdempotencyConflictError, SessionTerminatedError
-from ..._events import TurnEnded, TurnStarted
-from ..._history import new_id
-from ..._ops import KeyRow, SessionRow, SteerRow, StepRow, TurnRow
-from ..._records import ErrorInfo, Failed, Interrupted, TurnState
+from ..._data._content import TextContentBlock
+from ..._data._convert import unstructure
+from ..._data._entries import Entry, MessageEntry
+from ..._data._errors import (
+    SessionBusyError,
+    SessionIdempotencyConflictError,
+    SessionTerminatedError,
+)
+from ..._data._events import TurnEnded, TurnStarted
+from ..._data._history import new_id
+from ..._data._ops import KeyRow, SessionRow, SteerRow, StepRow, TurnRow
+from ..._data._records import ErrorInfo, Failed, Interrupted, TurnState
 from ._callbacks import add_close
 from ._cursors import format_cursor
 from ._queries import open_below, root_of, running_subagents

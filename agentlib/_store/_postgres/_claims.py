@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..._callbacks import Callback
-from ..._convert import structure, unstructure
+from ..._data._callbacks import Callback
+from ..._data._convert import structure, unstructure
 from .._base import CallbackRow, KeyRow
 from .._queued import Place, read_answer
 from ._database import Database

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from ..._threads import run_in_thread
+from ..._trio._threads import run_in_thread
 from .._base import StoreError
 from .._queued import UNREADABLE, Place, unreadable
 from .._sql import Statements

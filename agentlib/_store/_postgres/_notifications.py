@@ -13,7 +13,7 @@ import threading
 import attrs
 import trio
 
-from ..._threads import run_in_thread
+from ..._trio._threads import run_in_thread
 from .._base import Progress
 from ._database import Database
 

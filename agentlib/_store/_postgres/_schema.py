@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..._errors import StoreSchemaError
+from ..._data._errors import StoreSchemaError
 from .._sql import Dialect
 
 if TYPE_CHECKING:

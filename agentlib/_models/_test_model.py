@@ -8,10 +8,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from .._convert import unstructure
-from .._entries import ToolResultEntry
-from .._errors import ModelError
-from .._json import json_problem
+from .._data._convert import unstructure
+from .._data._entries import ToolResultEntry
+from .._data._errors import ModelError
+from .._data._json import json_problem
 from ._base import ModelReply, ModelRequest, TextSink, ToolCallRequest
 
 __all__ = ["TestModel", "value_for_schema"]

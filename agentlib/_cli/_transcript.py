@@ -17,9 +17,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from ._callbacks import AllowApproval, DenyApproval, OpenApproval
-from ._entries import MessageEntry, ToolCallEntry, ToolResultEntry
-from ._events import (
+from .._data._callbacks import AllowApproval, DenyApproval, OpenApproval
+from .._data._entries import MessageEntry, ToolCallEntry, ToolResultEntry
+from .._data._events import (
     CallbackClosed,
     CallbackOpened,
     EntryAdded,
@@ -29,7 +29,7 @@ from ._events import (
     TurnEnded,
     TurnStarted,
 )
-from ._records import Completed, Failed, Interrupted, TurnState, UnknownOutcome
+from .._data._records import Completed, Failed, Interrupted, TurnState, UnknownOutcome
 
 __all__ = ["Transcript", "wants_colour"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import (
+from .._data._errors import (
     ClientToolAnswerError,
     InvalidCursorError,
     LeaseLost,

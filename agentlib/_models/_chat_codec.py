@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .._content import (
+from .._data._content import (
     AudioContentBlock,
     ContentBlock,
     EmbeddedResourceContentBlock,
@@ -34,10 +34,10 @@ from .._content import (
     ResourceLinkContentBlock,
     TextContentBlock,
 )
-from .._entries import ContextMessage, Entry, MessageEntry, ToolCallEntry, ToolResultEntry
-from .._errors import ModelError, ValidationError
-from .._json import NotJson, read_json, read_whole_text
-from .._usage import Usage
+from .._data._entries import ContextMessage, Entry, MessageEntry, ToolCallEntry, ToolResultEntry
+from .._data._errors import ModelError, ValidationError
+from .._data._json import NotJson, read_json, read_whole_text
+from .._data._usage import Usage
 from ._base import ModelReply, ModelRequest, ToolCallRequest, ToolSchema
 
 if TYPE_CHECKING:

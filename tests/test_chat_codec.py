@@ -27,8 +27,15 @@ from agentlib import (
     Usage,
     ValidationError,
 )
+from agentlib._models._chat_codec import (
+    CallParts,
+    ChatCodec,
+    Dialect,
+    ToolNames,
+    excerpt,
+    shown_url,
+)
 from agentlib._models._options import ChatSettings
-from agentlib._models._wire import CallParts, ChatCodec, Dialect, ToolNames, excerpt, shown_url
 
 KEY = "sk-test-5f0c2e9a7b1d4c3e"
 MISTRAL = MistralModel.dialect

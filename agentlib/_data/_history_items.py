@@ -7,12 +7,7 @@ from typing import Any, ClassVar, Literal, Union
 
 import attrs
 
-from ._content import (
-    ContentBlock,
-    EmbeddedResourceContentBlock,
-    TextContentBlock,
-    _to_tuple,
-)
+from ._content import ContentBlock, EmbeddedResourceContentBlock, TextContentBlock, _to_tuple
 from ._json import InvalidValue, as_json, check_json_object, check_text_fields, json_field
 
 __all__ = [

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from ._environment import Environment
-from ._hooks import Hook
-from ._mcp._servers import MCPServer
-from ._models._base import Model, ToolSchema
-from ._tools import Tool
+from .._mcp._servers import MCPServer
+from .._models._base import Model, ToolSchema
+from .._sandboxes._environment import Environment
+from .._toolkit._hooks import Hook
+from .._toolkit._tools import Tool
 
 __all__ = ["AgentDefinition", "check_max_steps"]
 

@@ -13,16 +13,16 @@ from typing import Any
 
 import trio
 
-from .._callbacks import KeepCallbackOpen
-from .._engine import _machine as machine
-from .._engine._handlers import Handler, invoke
-from .._engine._requests import Kind, ask, holds
-from .._engine._restore import not_found, read_states, read_tree
-from .._engine._runtime import Runtime
-from .._errors import InvalidCursorError, ObservationLost
-from .._events import Event, TurnEnded
-from .._records import Blocked, Running, TurnState
-from .._store._base import Progress
+from ..._data._callbacks import KeepCallbackOpen
+from ..._data._errors import InvalidCursorError, ObservationLost
+from ..._data._events import Event, TurnEnded
+from ..._data._records import Blocked, Running, TurnState
+from ..._engine import _machine as machine
+from ..._engine._handlers import Handler, invoke
+from ..._engine._mailbox import Kind, ask, holds
+from ..._engine._restore import not_found, read_states, read_tree
+from ..._engine._runtime import Runtime
+from ..._store._base import Progress
 from ._base import EventHandler, Told, event_for_reader, position_of, seq_of_event
 
 __all__ = ["SharedBackend"]

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 import attrs
 import cattrs
 
-from ._callbacks import Credentials
-from ._convert import CONVERTER, validation_error
-from ._errors import ValidationError
-from ._json import TOO_DEEP, InvalidValue, json_problem, nesting_problem
+from .._data._callbacks import Credentials
+from .._data._convert import CONVERTER, validation_error
+from .._data._errors import ValidationError
+from .._data._json import TOO_DEEP, InvalidValue, json_problem, nesting_problem
 
 if TYPE_CHECKING:
     from typing_extensions import dataclass_transform

@@ -10,12 +10,14 @@ from typing import Any
 import attrs
 import trio
 
-from .._context import check_trio
-from .._engine import _machine as machine
-from .._engine._handlers import Handler, Waiter, invoke
-from .._engine._live import LiveSession, check_callback_id
-from .._engine._machine import TurnMachine
-from .._engine._requests import (
+from ..._data._errors import SessionBusyError
+from ..._data._events import CallbackOpened, Event, TurnEnded
+from ..._data._records import Blocked, TurnState
+from ..._engine import _machine as machine
+from ..._engine._handlers import Handler, Waiter, invoke
+from ..._engine._live import LiveSession, check_callback_id
+from ..._engine._machine import TurnMachine
+from ..._engine._mailbox import (
     Cancel,
     Interrupt,
     Report,
@@ -24,10 +26,8 @@ from .._engine._requests import (
     Steer,
     request_key,
 )
-from .._engine._runtime import Runtime
-from .._errors import SessionBusyError
-from .._events import CallbackOpened, Event, TurnEnded
-from .._records import Blocked, TurnState
+from ..._engine._runtime import Runtime
+from ..._trio._context import check_trio
 from ._base import (
     Backend,
     Content,

@@ -11,11 +11,10 @@ from typing import Any, Literal, TypeVar, overload
 import attrs
 import cattrs
 
-from ._callbacks import Credentials
-from ._convert import CONVERTER, validation_error
-from ._errors import ClientToolAnswerError
-from ._inputs import Dependency, dependencies_of
-from ._json import (
+from .._data._callbacks import Credentials
+from .._data._convert import CONVERTER, validation_error
+from .._data._errors import ClientToolAnswerError
+from .._data._json import (
     TOO_DEEP,
     InvalidValue,
     NotJson,
@@ -24,9 +23,10 @@ from ._json import (
     nesting_problem,
     read_json,
 )
-from ._models._base import ToolSchema
+from .._models._base import ToolSchema
+from .._trio._threads import run_in_thread
+from ._inputs import Dependency, dependencies_of
 from ._schema import Definitions, docstring_parameters
-from ._threads import run_in_thread
 
 __all__ = ["Tool", "ToolOutput", "ToolSource", "arguments_problem", "client_tool", "tool"]
 
@@ -109,7 +109,7 @@ class Tool:
                 error = validation_error(exc, "argument", path=f"$.{parameter.name}")
                 problems.extend(error.errors)
         if problems:
-            from ._errors import ValidationError
+            from .._data._errors import ValidationError
 
             raise ValidationError(
                 f"invalid arguments for {self.name}: " + "; ".join(problems), tuple(problems)

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 import trio
 
-from ._errors import SandboxError
-from ._sandbox import (
+from .._data._errors import SandboxError
+from .._trio._threads import run_in_thread
+from ._local import (
     Access,
     CommandResult,
     SandboxHook,
@@ -29,7 +30,6 @@ from ._sandbox import (
     _check_positive,
     _hooks,
 )
-from ._threads import run_in_thread
 
 if TYPE_CHECKING:
     import bashkit

@@ -10,19 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._agent import history_for
+from .._data._entries import Entry
+from .._data._history import new_id
+from .._define._agent import history_for
+from .._engine._runtime import Runtime, open_engine
+from .._store._base import Store
+from .._toolkit._inputs import stored_inputs
+from .._trio._context import check_trio, current_door, reset_door, set_door
 from ._backends._local import LocalBackend
-from ._context import check_trio, current_door, reset_door, set_door
-from ._engine._runtime import Runtime, open_engine
-from ._entries import Entry
-from ._history import new_id
-from ._inputs import stored_inputs
 from ._session import Session
-from ._store._base import Store
 
 if TYPE_CHECKING:
-    from ._agent import Agent
-    from ._definition import AgentDefinition
+    from .._define._agent import Agent
+    from .._define._definition import AgentDefinition
 
 __all__ = ["current_runtime", "enter", "open_runtime", "start_session_soon"]
 

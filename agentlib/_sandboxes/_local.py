@@ -30,10 +30,10 @@ from typing import Any, Literal, Protocol
 import attrs
 import trio
 
-from ._errors import SandboxError
-from ._inputs import Dependency, dependencies_of, read_input
-from ._threads import run_in_thread
-from ._tools import Tool, tool
+from .._data._errors import SandboxError
+from .._toolkit._inputs import Dependency, dependencies_of, read_input
+from .._toolkit._tools import Tool, tool
+from .._trio._threads import run_in_thread
 
 __all__ = [
     "CommandResult",
@@ -348,8 +348,7 @@ class IsolatedSandbox(_LocalSandbox):
         ]
 
 
-#: The sandboxes with a workspace folder on this machine (agentlib/_environment.py has them
-#: all).
+#: The sandboxes with a workspace folder on this machine (``_environment.py`` has them all).
 LocalSandbox = DangerousLocalSandbox | IsolatedSandbox
 
 

@@ -8,7 +8,7 @@ import threading
 import types
 from contextlib import AbstractContextManager
 
-from .._errors import ModelError
+from .._data._errors import ModelError
 
 __all__ = ["ENVIRONMENT_VARIABLE", "block_model_requests", "check_requests_allowed"]
 

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Union, overload
 
 import trio
 
-from ._backends._base import Content, Occupied, Started, for_reader
-from ._callbacks import (
+from .._data._callbacks import (
     AllowApproval,
     Callback,
     DenyApproval,
@@ -20,12 +19,10 @@ from ._callbacks import (
     OpenSignIn,
     SignInAnswer,
 )
-from ._context import check_trio
-from ._definition import check_max_steps
-from ._errors import add_note
-from ._events import Event
-from ._json import check_key
-from ._records import (
+from .._data._errors import add_note
+from .._data._events import Event
+from .._data._json import check_key
+from .._data._records import (
     AlreadySettled,
     Answered,
     Busy,
@@ -34,10 +31,13 @@ from ._records import (
     TurnConflict,
     TurnState,
 )
+from .._define._definition import check_max_steps
+from .._trio._context import check_trio
+from ._backends._base import Content, Occupied, Started, for_reader
 
 if TYPE_CHECKING:
+    from .._engine._handlers import Handler
     from ._backends._base import Backend
-    from ._engine._handlers import Handler
 
 __all__ = ["Content", "Session", "Turn"]
 

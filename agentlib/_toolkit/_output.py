@@ -6,9 +6,9 @@ from typing import Any
 
 import cattrs
 
-from ._convert import CONVERTER, validation_error
-from ._errors import ValidationError
-from ._json import TOO_DEEP, InvalidValue, NotJson, read_json
+from .._data._convert import CONVERTER, validation_error
+from .._data._errors import ValidationError
+from .._data._json import TOO_DEEP, InvalidValue, NotJson, read_json
 from ._schema import json_schema
 
 __all__ = ["output_schema", "parse_output"]

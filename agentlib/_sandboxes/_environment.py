@@ -5,7 +5,7 @@ one (those with a workspace folder in ``_sandbox.py``, the in-process one in
 from __future__ import annotations
 
 from ._bashkit import BashkitSandbox
-from ._sandbox import DangerousLocalSandbox, IsolatedSandbox, NoSandbox, Workspace
+from ._local import DangerousLocalSandbox, IsolatedSandbox, NoSandbox, Workspace
 
 __all__ = ["Environment", "Sandbox", "check_environment", "workspace_for"]
 

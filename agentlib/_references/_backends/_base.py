@@ -9,17 +9,12 @@ from typing import Any, Protocol, Union
 import attrs
 import cattrs
 
-from .._content import ContentBlock, TextContentBlock, UnknownContentBlock
-from .._convert import CONVERTER, validation_error
-from .._engine._handlers import Handler
-from .._engine._log import cursor_of
-from .._engine._machine import seq_of_cursor
-from .._errors import ValidationError
-from .._events import Event, TurnEnded
-from .._json import InvalidValue
-from .._models._base import check_for_model
-from .._output import parse_output
-from .._records import (
+from ..._data._content import ContentBlock, TextContentBlock, UnknownContentBlock
+from ..._data._convert import CONVERTER, validation_error
+from ..._data._errors import ValidationError
+from ..._data._events import Event, TurnEnded
+from ..._data._json import InvalidValue
+from ..._data._records import (
     AlreadySettled,
     Answered,
     Completed,
@@ -28,6 +23,11 @@ from .._records import (
     NotFound,
     TurnState,
 )
+from ..._engine._handlers import Handler
+from ..._engine._log import cursor_of
+from ..._engine._machine import seq_of_cursor
+from ..._models._base import check_for_model
+from ..._toolkit._output import parse_output
 
 __all__ = [
     "Backend",

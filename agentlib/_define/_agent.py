@@ -7,27 +7,27 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._callbacks import Credentials
-from ._context import check_trio, current_door, remote_agent
+from .._data._callbacks import Credentials
+from .._data._entries import Entry, MessageEntry
+from .._data._errors import ValidationError
+from .._data._history import parse_history
+from .._data._history_items import HistoryImportEntry
+from .._data._json import check_key
+from .._mcp._servers import MCPServer, check_mcps
+from .._models._base import Model, ToolSchema, check_for_model
+from .._models._chat import model_from_string
+from .._models._options import ChatOptions
+from .._sandboxes._environment import Environment, check_environment
+from .._sandboxes._local import NAMESPACE
+from .._toolkit._hooks import Hook
+from .._toolkit._inputs import SessionInput, stored_inputs
+from .._toolkit._tools import Tool, ToolSource, tool
+from .._trio._context import check_trio, current_door, remote_agent
 from ._definition import check_max_steps
-from ._entries import Entry, MessageEntry
-from ._environment import Environment, check_environment
-from ._errors import ValidationError
-from ._history import parse_history
-from ._history_items import HistoryImportEntry
-from ._hooks import Hook
-from ._inputs import SessionInput, stored_inputs
-from ._json import check_key
-from ._mcp._servers import MCPServer, check_mcps
-from ._models._base import Model, ToolSchema, check_for_model
-from ._models._chat import model_from_string
-from ._models._options import ChatOptions
-from ._sandbox import NAMESPACE
-from ._tools import Tool, ToolSource, tool
 
 if TYPE_CHECKING:
-    from ._http._client import RemoteAgent
-    from ._session import ApprovalHandler, ClientToolHandler, Session, SignInHandler
+    from .._http._client import RemoteAgent
+    from .._references._session import ApprovalHandler, ClientToolHandler, Session, SignInHandler
 
 __all__ = ["Agent"]
 

@@ -14,10 +14,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__
-from ._content import TextContentBlock
-from ._convert import structure, unstructure
-from ._entries import Entry, MessageEntry
+from .. import __version__
+from .._data._content import TextContentBlock
+from .._data._convert import structure, unstructure
+from .._data._entries import Entry, MessageEntry
 
 PROG = "python -m agentlib"
 
@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "selfcheck":
         return _selfcheck()
     if args.command == "serve":
-        from ._http._command import serve
+        from .._http._command import serve
 
         return serve(args.parser, args)
     # No command: a usage error, with the help that lists the commands.

@@ -9,9 +9,9 @@ from typing import Any, Union
 
 import attrs
 
-from ._callbacks import Credentials
+from .._data._callbacks import Credentials
+from .._data._json import json_field
 from ._inputs import Dependency, dependencies_of
-from ._json import json_field
 
 __all__ = [
     "DenyToolCall",

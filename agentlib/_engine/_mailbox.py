@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Union
 import attrs
 import trio
 
-from .._content import ContentBlock
-from .._convert import structure, unstructure
-from .._errors import (
+from .._data._content import ContentBlock
+from .._data._convert import structure, unstructure
+from .._data._errors import (
     InvalidCursorError,
     SdkError,
     SessionBusyError,
@@ -37,12 +37,12 @@ from .._errors import (
     UnsupportedSessionProcedureError,
     ValidationError,
 )
-from .._records import AlreadySettled, Answered, NotFound
+from .._data._records import AlreadySettled, Answered, NotFound
 from .._store._base import Request, StoreError
 from . import _machine as machine
 
 if TYPE_CHECKING:
-    from .._definition import AgentDefinition
+    from .._define._definition import AgentDefinition
     from .._store._base import Store
     from ._live import LiveSession
 

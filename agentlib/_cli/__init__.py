@@ -1,0 +1,1 @@
+"""The ``python -m agentlib`` command line, and its demo."""

@@ -1,0 +1,1 @@
+"""The agent, and the definition the engine and the references read."""

@@ -1,0 +1,1 @@
+"""The references: ``Session`` and ``Turn``, and ``open_runtime``, the front door."""

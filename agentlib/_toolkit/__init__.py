@@ -1,0 +1,1 @@
+"""What an agent is made of: tools, hooks, session inputs, output types, JSON schemas."""
