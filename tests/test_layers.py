@@ -159,3 +159,18 @@ def test_the_store_never_imports_the_engine() -> None:
 def test_the_engine_never_imports_a_reference(name: str) -> None:
     assert "agentlib._session" not in reachable(name)
     assert "agentlib._open" not in reachable(name)
+
+
+def test_the_asyncio_door_builds_on_the_public_face_and_nothing_imports_it() -> None:
+    # Its references are the public face's, run through agentlib_sync's portal (outside this
+    # graph), as the blocking facade's are; of agentlib's private modules it names only the
+    # types of its signatures, as the facade does.
+    door = {name for name in MODULES if name.startswith("agentlib.aio")}
+    imported_by_door = set().union(*(GRAPH[name] for name in door)) - door
+    assert imported_by_door <= {
+        "agentlib._session",
+        "agentlib._models",
+        "agentlib._models._options",
+    }
+    importers = {name for name in GRAPH if GRAPH[name] & door} - door
+    assert importers == set(), "agentlib's own modules never import the asyncio door"
