@@ -73,3 +73,17 @@ def scripted_agent(*steps: Any, name: str = "scripted", **options: Any) -> agent
 
 def call_tool(name: str, **arguments: Any) -> agents.ModelReply:
     return agents.ModelReply(tool_calls=[agents.ToolCallRequest(name=name, arguments=arguments)])
+
+
+def calls_in_engine() -> int:
+    """How many calls of the portal run in the engine now, this one left out (each call
+    runs in a task of the portal's nursery that is not waiting for one)."""
+    from agentlib_sync._portal import portal
+
+    async def count() -> int:
+        nursery, idle = portal._nursery, portal._idle
+        assert nursery is not None
+        me = trio.lowlevel.current_task()
+        return sum(1 for task in nursery.child_tasks if task not in idle and task is not me)
+
+    return portal.call(count)
