@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -211,3 +212,12 @@ def test_importing_agentlib_imports_neither_asyncio_nor_the_door() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", agentlib.aio.__all__)
+def test_every_own_name_of_the_door_has_a_reference_entry(name: str) -> None:
+    page = (
+        pathlib.Path(__file__).parents[2] / "docs" / "reference" / "agentlib_aio.md"
+    ).read_text()
+    own = f"::: agentlib.aio.{name}\n" in page
+    assert own or getattr(agentlib.aio, name) is getattr(agentlib, name)
