@@ -26,7 +26,16 @@ import trio
 import agentlib
 from agentlib_sync._portal import portal
 
-__all__ = ["call", "configure", "iterate", "on_loop", "reference", "start_session", "started"]
+__all__ = [
+    "call",
+    "configure",
+    "iterate",
+    "on_loop",
+    "reference",
+    "running_loop",
+    "start_session",
+    "started",
+]
 
 T = TypeVar("T")
 H = TypeVar("H", bound=Callable[..., Any])
@@ -57,6 +66,22 @@ class _Hop:
             self.stopped.set_result(None)
 
 
+def running_loop() -> asyncio.AbstractEventLoop:
+    """The asyncio loop running here.
+
+    Raises:
+        RuntimeError: None runs here (trio code, say: a tool or a handler in the engine).
+    """
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            "agentlib.aio is awaited from asyncio code, and no asyncio loop runs here; in "
+            "trio code (a tool or a handler that runs in agentlib's engine, say), await "
+            "agentlib's own methods: `agentlib.Session`, `agentlib.Turn`"
+        ) from None
+
+
 async def started() -> None:
     """Wait (without blocking the loop) for the engine to run, starting it if need be.
 
@@ -76,10 +101,11 @@ async def call(afn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -
     ``CancelledError``: what the work started (a turn) goes on.
 
     Raises:
-        RuntimeError: The engine stopped during the call.
+        RuntimeError: This is not asyncio code (a trio task: a tool or a handler that runs
+            in the engine), or the engine stopped during the call.
     """
+    loop = running_loop()
     await started()
-    loop = asyncio.get_running_loop()
     hop = _Hop(loop.create_future())
 
     def done(result: outcome.Outcome[T]) -> None:  # the engine's thread
@@ -119,6 +145,7 @@ async def start_session(
     Raises:
         ValidationError: ``history`` or ``inputs`` is malformed; nothing was started.
     """
+    running_loop()
     await started()
     handlers = (on_approval, on_sign_in, on_client_tool)
     session = portal.start_session_nowait(agent, history, inputs, idempotency_key, *handlers)

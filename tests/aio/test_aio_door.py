@@ -364,3 +364,15 @@ def test_a_turn_blocked_on_a_durable_store_goes_on_in_the_next_engine(
 
     agents.configure()  # the engine lets go of the file before trio reads it
     assert isinstance(trio.run(read), agents.Completed)
+
+
+def test_the_door_awaited_in_trio_code_raises_a_runtime_error_naming_agentlibs_api() -> None:
+    async def in_the_engine(session: agents.Session) -> None:
+        await session.run("again")
+
+    async def main() -> agents.Session:
+        return await scripted_agent("hello").start_session()
+
+    session = run(main)
+    with pytest.raises(RuntimeError, match="no asyncio loop runs here"):
+        trio.run(in_the_engine, session)
