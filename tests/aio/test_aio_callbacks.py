@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
@@ -238,3 +238,32 @@ def test_handlers_are_given_inside_a_running_loop() -> None:
     agent = approval_agent(Deletions())
     with pytest.raises(RuntimeError, match="running asyncio loop"):
         agent.session("0" * 32, on_approval=lambda callback: agents.AllowApproval())
+
+
+def test_a_coroutine_on_sign_in_answers_on_the_callers_loop_and_the_tool_gets_credentials() -> None:
+    seen: list[agents.Credentials] = []
+    where = Where()
+
+    async def search(query: str, creds: Annotated[agents.Credentials, agents.Depends()]) -> str:
+        """Search the workspace."""
+        seen.append(creds)
+        return f"found {query}"
+
+    notion = agents.ToolSource(name="notion", tools=[search], requires_sign_in=True)
+
+    async def sign_in(callback: agents.OpenSignIn) -> agents.SignInAnswer:
+        where.note()
+        await asyncio.sleep(0)
+        assert callback.sources == ("notion",)
+        return agents.SignInAnswer(credentials={"notion": "token-of-bob"})
+
+    async def main() -> tuple[Any, asyncio.AbstractEventLoop]:
+        agent = scripted_agent(call_tool("notion.search", query="q"), "ok", tools=[notion])
+        session = await agent.start_session(on_sign_in=sign_in)
+        return await session.run("search"), asyncio.get_running_loop()
+
+    record, loop = run(main)
+    assert isinstance(record, agents.Completed)
+    assert where.loops == [loop]
+    (creds,) = seen
+    assert (creds.source, creds.value) == ("notion", "token-of-bob")
