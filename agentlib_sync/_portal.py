@@ -16,6 +16,7 @@ import _thread
 import atexit
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import inspect
 import os
@@ -77,6 +78,7 @@ class Portal:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._started: concurrent.futures.Future[None] | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._nursery: trio.Nursery | None = None
         self._runtime: agentlib.Runtime | None = None
@@ -89,24 +91,35 @@ class Portal:
         self._idle: list[trio.lowlevel.Task] = []
 
     def _ensure_started(self) -> None:
+        self.starting().result(timeout=_START_TIMEOUT)  # a startup failure raises here
+
+    def starting(self) -> concurrent.futures.Future[None]:
+        """The engine's start, begun if it has not been: the future is done once the engine
+        runs, with the startup's exception if it failed (a later call starts it again).
+
+        Raises:
+            RuntimeError: The interpreter is exiting.
+        """
         if self._closed or sys.is_finalizing():
             # Never restart the engine at interpreter exit: a new thread would never run.
             raise RuntimeError("agentlib's engine has stopped (the interpreter is exiting)")
-        if self._token is not None and self._thread is not None and self._thread.is_alive():
-            return
+        started = self._started
+        if started is not None and self._thread is not None and self._thread.is_alive():
+            return started
         with self._lock:
-            if self._token is not None and self._thread is not None and self._thread.is_alive():
-                return
-            started: concurrent.futures.Future[None] = concurrent.futures.Future()
+            started = self._started
+            if started is not None and self._thread is not None and self._thread.is_alive():
+                return started
+            started = concurrent.futures.Future()
             thread = threading.Thread(
                 target=self._run, args=(started,), name="agentlib-engine", daemon=True
             )
+            self._started, self._thread = started, thread
             thread.start()
-            started.result(timeout=_START_TIMEOUT)  # a startup failure raises here
-            self._thread = thread
             if not self._closes_at_exit:
                 atexit.register(self.close)
                 self._closes_at_exit = True
+            return started
 
     def _run(self, started: concurrent.futures.Future[None]) -> None:
         try:
@@ -192,6 +205,83 @@ class Portal:
             raise error
         return result[0]  # type: ignore[no-any-return]
 
+    def submit(
+        self,
+        afn: Callable[..., Awaitable[T]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        done: Callable[[outcome.Outcome[T]], None],
+    ) -> Callable[[], None]:
+        """Run ``await afn(*args, **kwargs)`` in the engine's loop without waiting for it.
+
+        ``done`` is called with its outcome in the engine's thread once it ends; it must not
+        block. A call stopped by the function this returns (from any thread: at once if it
+        runs, when it starts if it has not yet) ends with ``trio.Cancelled`` as its error,
+        and so does a call that the engine's closing stopped. The engine must have started
+        (:meth:`starting`).
+
+        Raises:
+            RuntimeError: The engine has stopped.
+        """
+        token = self._token
+        if token is None:
+            raise RuntimeError("agentlib's engine has stopped (the interpreter is exiting)")
+
+        async def run() -> None:
+            result: outcome.Outcome[T] = await outcome.acapture(afn, *args, **kwargs)
+            done(result)
+            if isinstance(result, outcome.Error) and isinstance(result.error, trio.Cancelled):
+                raise result.error
+
+        call = _Call(run)
+
+        def cancel() -> None:
+            with contextlib.suppress(trio.RunFinishedError):  # the engine ended: so did it
+                token.run_sync_soon(_Call.cancel, call)
+
+        try:
+            token.run_sync_soon(self._dispatch, call)
+        except trio.RunFinishedError:
+            raise RuntimeError("agentlib's engine has stopped") from None
+        return cancel
+
+    def reference(
+        self, agent: agentlib.Agent, session_id: str, **handlers: Any
+    ) -> agentlib.Session:
+        """A reference to a session of the engine's runtime, made in the calling thread
+        (:meth:`agentlib.Agent.session` sends no request). The engine must have started."""
+
+        def make() -> agentlib.Session:
+            assert self._runtime is not None
+            enter(self._runtime)
+            return agent.session(session_id, **handlers)
+
+        return contextvars.copy_context().run(make)
+
+    def start_session_nowait(
+        self,
+        agent: agentlib.Agent,
+        history: Any,
+        inputs: Any,
+        idempotency_key: str | None,
+        on_approval: Any,
+        on_sign_in: Any,
+        on_client_tool: Any,
+    ) -> agentlib.Session | None:
+        """A session of ``agent`` started without waiting, where nothing is to be waited for
+        (an in-memory engine, no idempotency key: it is made in the loop before any call made
+        after this one); else None: start it with a call. The engine must have started.
+
+        Raises:
+            ValidationError: ``history`` or ``inputs`` is malformed; nothing was started.
+        """
+        assert self._token is not None
+        handlers = (on_approval, on_sign_in, on_client_tool)
+        return start_session_soon(
+            self._runtime, agent, self._token.run_sync_soon, history, inputs,
+            idempotency_key, *handlers,
+        )  # fmt: skip
+
     def _check_thread(self) -> None:
         """Raises:
         RuntimeError: Called from the engine's own thread, where it would deadlock.
@@ -222,12 +312,9 @@ class Portal:
         """
         self._check_thread()
         self._ensure_started()
-        assert self._token is not None
-        handlers = (on_approval, on_sign_in, on_client_tool)
-        session = start_session_soon(
-            self._runtime, agent, self._token.run_sync_soon, history, inputs,
-            idempotency_key, *handlers,
-        )  # fmt: skip
+        session = self.start_session_nowait(
+            agent, history, inputs, idempotency_key, on_approval, on_sign_in, on_client_tool
+        )
         if session is not None:
             return session
         made: agentlib.Session = self.call(
@@ -321,6 +408,7 @@ class Portal:
             # The next call starts an engine on the new settings, even if this one has not
             # ended yet.
             self._thread = self._token = self._nursery = self._runtime = self._stop = None
+            self._started = None
             self._idle = []
 
     def close(self) -> None:

@@ -6,8 +6,12 @@ Usage::
 
 Runs, each in a process of its own (``turns.py`` and ``memory.py``, which start more):
 
-- ``turns.py --mode turns``: a scripted turn, async, sync, and sync with each process kept
-  on one CPU, the median of 5 runs (and of the peers' runs, interleaved, with ``--peers``);
+- ``turns.py --mode turns``: a scripted turn, async, sync, sync with each process kept on
+  one CPU, and through ``agentlib.aio``, the median of 5 runs (and of the peers' runs,
+  interleaved, with ``--peers``);
+- ``turns.py --mode concurrent``: 20 turns at once by door (trio, ``agentlib.aio``,
+  ``agentlib_sync`` in ``asyncio.to_thread``), and the asyncio loop's lateness while turns
+  run through ``agentlib.aio``;
 - ``turns.py --mode round_trip``: agentlib_sync's round trip, and anyio's; a turn's thread
   crossings alone;
 - ``turns.py --mode long`` and ``--mode long_sqlite``: turns 1-100 and the last 100 of one
@@ -43,6 +47,7 @@ SIZES = {
     "turns": (2000, 200),
     "repeats": (5, 1),
     "round_trip": (5000, 1000),
+    "concurrent": (2000, 200),
     "long": (10_000, 1000),
     "long_sqlite": (10_000, 300),
     "memory": (None, 1000),  # None: memory.py's own (10,000 sessions or turns; 100,000 durable)
@@ -63,6 +68,7 @@ def steps(quick: bool, peers: str | None) -> list[list[str]]:
     return [
         [*turns, "turns", size("turns"), "--repeats", size("repeats"), *with_peers],
         [*turns, "round_trip", size("round_trip")],
+        [*turns, "concurrent", size("concurrent"), "--repeats", size("repeats")],
         [*turns, "long", size("long")],
         [*turns, "long_sqlite", size("long_sqlite")],
         [*memory, *memory_n, *with_peers],
@@ -213,6 +219,69 @@ class Table:
             f"{number(mine['us_per_turn_max'], 'µs')}); peers: {others}."
         )
 
+    def aio(self) -> None:
+        """agentlib.aio's rows: its turn beside the trio API's and the peers', 20 turns at
+        once, and the loop's worst tick while turns run."""
+        figure, target = "Scripted turn through agentlib.aio (median µs/turn)", "≤ 1.2x trio"
+        versus_trio = self.find("agentlib", "aio_vs_async")
+        if versus_trio is None:
+            self.missing(figure, target)
+        else:
+            self.row(
+                figure,
+                number(versus_trio["us_per_turn"], "µs"),
+                f"agentlib's trio API {number(versus_trio['async_us_per_turn'], 'µs')}",
+                f"{versus_trio['ratio']:.2f}x trio",
+                target,
+                met(versus_trio["ratio"] <= 1.2),
+            )
+        versus_peers = self.find("agentlib", "aio_vs_peers")
+        if versus_peers is not None:
+            best = versus_peers["best_peer"]
+            self.row(
+                "Scripted turn through agentlib.aio, beside the peers' async turns (median)",
+                number(versus_peers["us_per_turn"], "µs"),
+                f"{best} {number(versus_peers['peers_us_per_turn'][best], 'µs')}",
+                f"{versus_peers['speedup']:.2f}x faster",
+                "ahead of every peer",
+                met(versus_peers["speedup"] > 1),
+            )
+        concurrent = self.find("agentlib", "concurrent")
+        figure = "20 turns at once, each model call 50 ms (median wall time)"
+        if concurrent is None:
+            self.missing(figure, "—")
+        else:
+            to_thread = number(concurrent["sync_to_thread_s_median"] * 1000, "ms")
+            self.row(
+                figure,
+                f"agentlib.aio {number(concurrent['aio_s_median'] * 1000, 'ms')}",
+                f"trio API {number(concurrent['trio_s_median'] * 1000, 'ms')}; agentlib_sync "
+                f"in asyncio.to_thread {to_thread}",
+                f"{concurrent['aio_vs_trio']:.2f}x trio",
+                "— (not a target)",
+                "—",
+            )
+        gaps = {line["door"]: line for line in self.lines if line.get("mode") == "tick_gap"}
+        figure, target = "asyncio loop's worst tick while turns run through agentlib.aio", "≤ 5 ms"
+        if "aio" not in gaps:
+            self.missing(figure, target)
+            return
+        mine, idle = gaps["aio"], gaps.get("idle")
+        self.row(
+            f"{figure} ({mine['n']:,} turns, 20 at a time)",
+            f"{number(mine['worst_ms'], 'ms')} (p99 {number(mine['p99_ms'], 'ms')})",
+            f"the same loop idle: {number(idle['worst_ms'], 'ms')}" if idle else "—",
+            "—",
+            target,
+            met(mine["worst_ms"] <= 5),
+        )
+        if "sync_on_loop" in gaps:
+            self.notes.append(
+                "The loop's lateness with 10 turns run in a row through agentlib_sync called "
+                f"on the loop: {number(gaps['sync_on_loop']['worst_ms'], 'ms')}; idle, the "
+                "same ticker's worst is the machine's own lateness."
+            )
+
     def handoffs(self) -> None:
         mine = self.find("agentlib", "handoffs")
         if mine is None:
@@ -346,6 +415,7 @@ def main() -> int:
     table.turn("sync")
     table.turn("sync_one_cpu")
     table.turn("sync_async_tool")
+    table.aio()
     table.handoffs()
     table.long("long", "In-memory")
     table.long("long_sqlite", "SQLite")

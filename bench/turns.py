@@ -10,6 +10,7 @@ Usage::
     python bench/turns.py [N] --peers PYTHON      # also the peers, with their interpreter
     python bench/turns.py --mode turns [N] [--peers PYTHON] [--repeats R]
     python bench/turns.py --mode round_trip [N]   # agentlib_sync's call, and anyio's
+    python bench/turns.py --mode concurrent [N]   # 20 turns at once, and the loop's ticks
     python bench/turns.py --mode long [N]         # N turns (10,000) in one in-memory session
     python bench/turns.py --mode long_sqlite [N]  # the same in a SQLite runtime
 
@@ -26,6 +27,18 @@ Modes:
   runs with ``add`` written ``async def``: it runs in the engine's own thread, so a blocking
   turn crosses threads twice. Neither sets a target: the first changes the machine, the
   second the workload.
+  The ``aio`` runs (agentlib's only, set beside the peers' async runs) are the async runs
+  through ``agentlib.aio``, awaited from an asyncio loop; ``aio_vs_async`` is their median
+  µs per turn over the trio API's (goal: at most 1.2).
+- ``concurrent``: 20 turns at once, each in a new session whose model takes 50 ms to answer
+  (a ``trio.sleep`` in the engine), R times (5): the median wall time through the trio API
+  (a nursery), through ``agentlib.aio`` (``asyncio.gather``) and through ``agentlib_sync``
+  in ``asyncio.to_thread`` (the workaround before ``agentlib.aio``, capped by the default
+  executor's threads). Then the asyncio loop's ticks: a task that sleeps 1 ms records how
+  late each wake-up is while N (2,000) scripted turns run through ``agentlib.aio``, 20 at a
+  time, and while 10 turns run in a row through ``agentlib_sync`` called on the loop (which
+  blocks it), and, for the machine's own lateness, while nothing runs for as long as the first;
+  the worst and the 99th percentile are printed (goal for ``agentlib.aio``: worst ≤ 5 ms).
 - ``round_trip``: the median of N (5,000) calls of an async no-op through agentlib_sync's
   portal and through anyio's ``BlockingPortal.call`` (``start_blocking_portal(backend=
   "trio")``), in alternating blocks in one process; ``ratio`` is agentlib's over anyio's.
@@ -44,6 +57,7 @@ Prints one JSON line per figure. Compare ratios from one run, never absolute tim
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import pathlib
@@ -58,6 +72,7 @@ from typing import Any
 import trio
 
 import agentlib
+import agentlib.aio
 import agentlib_sync
 from agentlib._trio._threads import run_in_thread
 from agentlib_sync._portal import portal
@@ -65,13 +80,24 @@ from agentlib_sync._portal import portal
 WARMUP = 50
 WINDOW = 100
 REPEATS = 5
-DEFAULTS = {"turns": 2000, "round_trip": 5000, "long": 10_000, "long_sqlite": 10_000}
+DEFAULTS = {
+    "turns": 2000,
+    "round_trip": 5000,
+    "concurrent": 2000,
+    "long": 10_000,
+    "long_sqlite": 10_000,
+}
 PEER_SCRIPTS = ("bench_pydantic_ai.py", "bench_openai_agents.py")
 #: Each framework's runs: async, sync, and sync again with the process kept on one CPU; then
-#: agentlib's sync runs with an async tool.
-MODES = ("async", "sync", "sync_one_cpu", "sync_async_tool")
+#: agentlib's sync runs with an async tool, and its async runs through agentlib.aio.
+MODES = ("async", "sync", "sync_one_cpu", "sync_async_tool", "aio")
 #: Modes that only agentlib runs, and the peers' mode each is set beside.
-OWN_MODES = {"sync_async_tool": "sync"}
+OWN_MODES = {"sync_async_tool": "sync", "aio": "async"}
+#: Turns at once in the ``concurrent`` mode, and how long each one's model takes (seconds).
+CONCURRENT = 20
+MODEL_LATENCY = 0.05
+#: How long the loop's ticker sleeps between ticks (seconds).
+TICK = 0.001
 
 
 def peers_dir() -> pathlib.Path:
@@ -138,6 +164,135 @@ def bench_sync(n: int, tool: Any = add) -> float:
     start = time.perf_counter()
     turns(n)
     return time.perf_counter() - start
+
+
+def bench_aio(n: int) -> float:
+    agent = agentlib.aio.Agent(
+        "calc", "You add numbers.", agentlib.aio.ScriptedModel(script()), [add]
+    )
+
+    async def turns(count: int) -> None:
+        for _ in range(count):
+            session = await agent.start_session()
+            record = await session.run("add 1 and 2")
+            assert isinstance(record, agentlib.Completed), record
+
+    async def main() -> float:
+        await turns(WARMUP)
+        start = time.perf_counter()
+        await turns(n)
+        return time.perf_counter() - start
+
+    return asyncio.run(main())
+
+
+async def slow_model(request: agentlib.ModelRequest) -> str:
+    await trio.sleep(MODEL_LATENCY)
+    return "The answer is 3."
+
+
+def bench_concurrent(repeats: int) -> dict[str, float]:
+    """The median wall seconds of 20 turns at once whose model takes 50 ms, by door."""
+    model = agentlib.FunctionModel(slow_model)
+    trio_agent = agentlib.Agent("slow", model=model)
+    aio_agent = agentlib.aio.Agent("slow", model=model)
+    sync_agent = agentlib_sync.Agent("slow", model=model)
+
+    async def trio_turns() -> float:
+        async def one() -> None:
+            session = await trio_agent.start_session()
+            assert isinstance(await session.run("hi"), agentlib.Completed)
+
+        async with agentlib.open_runtime():
+            start = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for _ in range(CONCURRENT):
+                    nursery.start_soon(one)
+            return time.perf_counter() - start
+
+    async def aio_turns() -> float:
+        async def one() -> None:
+            session = await aio_agent.start_session()
+            assert isinstance(await session.run("hi"), agentlib.Completed)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(CONCURRENT)))
+        return time.perf_counter() - start
+
+    async def to_thread_turns() -> float:
+        def one() -> None:
+            assert isinstance(sync_agent.start_session().run("hi"), agentlib.Completed)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(asyncio.to_thread(one) for _ in range(CONCURRENT)))
+        return time.perf_counter() - start
+
+    runs: dict[str, list[float]] = {"trio": [], "aio": [], "sync_to_thread": []}
+    for _ in range(repeats + 1):  # the first round warms each door up
+        runs["trio"].append(trio.run(trio_turns))
+        runs["aio"].append(asyncio.run(aio_turns()))
+        runs["sync_to_thread"].append(asyncio.run(to_thread_turns()))
+    return {door: statistics.median(seconds[1:]) for door, seconds in runs.items()}
+
+
+async def tick_gaps(work: Any) -> list[float]:
+    """How late (seconds) each wake-up of a task that sleeps 1 ms is while ``work()`` runs
+    on this loop."""
+    late: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        while not stop.is_set():
+            start = time.perf_counter()
+            await asyncio.sleep(TICK)
+            late.append(time.perf_counter() - start - TICK)
+
+    ticking = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0)
+    try:
+        await work()
+    finally:
+        stop.set()
+        await ticking
+    return late
+
+
+def bench_ticks(n: int) -> dict[str, list[float]]:
+    """The loop's lateness while scripted turns run through agentlib.aio (20 at a time) and
+    through agentlib_sync called on the loop."""
+    aio_agent = agentlib.aio.Agent(
+        "calc", "You add numbers.", agentlib.aio.ScriptedModel(script()), [add]
+    )
+    sync_agent = agentlib_sync.Agent(
+        "calc", "You add numbers.", agentlib_sync.ScriptedModel(script()), [add]
+    )
+
+    async def one() -> None:
+        session = await aio_agent.start_session()
+        assert isinstance(await session.run("add 1 and 2"), agentlib.Completed)
+
+    async def aio_turns() -> None:
+        for _ in range(max(1, n // CONCURRENT)):
+            await asyncio.gather(*(one() for _ in range(CONCURRENT)))
+
+    async def blocking_turns() -> None:
+        for _ in range(10):  # as an async handler that calls the blocking API would
+            assert isinstance(sync_agent.start_session().run("add 1 and 2"), agentlib.Completed)
+
+    async def main() -> dict[str, list[float]]:
+        for _ in range(WARMUP):
+            await one()
+        start = time.perf_counter()
+        through_aio = await tick_gaps(aio_turns)
+        took = time.perf_counter() - start
+        return {
+            "aio": through_aio,
+            "sync_on_loop": await tick_gaps(blocking_turns),
+            # The machine's own lateness: the same ticker as long, with nothing else to run.
+            "idle": await tick_gaps(lambda: asyncio.sleep(took)),
+        }
+
+    return asyncio.run(main())
 
 
 def bench_round_trip(n: int) -> dict[str, float]:
@@ -260,9 +415,35 @@ def run_long(n: int, sqlite: bool) -> None:
     emit(mode="long_sqlite", store="sqlite", **result)
 
 
+def run_concurrent(n: int, repeats: int) -> None:
+    seconds = bench_concurrent(repeats)
+    emit(
+        mode="concurrent",
+        turns=CONCURRENT,
+        model_latency_ms=MODEL_LATENCY * 1000,
+        repeats=repeats,
+        **{f"{door}_s_median": round(value, 3) for door, value in seconds.items()},
+        aio_vs_trio=round(seconds["aio"] / seconds["trio"], 3),
+    )
+    for door, late in bench_ticks(n).items():
+        ordered = sorted(late)
+        emit(
+            mode="tick_gap",
+            door=door,
+            n={"aio": n, "sync_on_loop": 10, "idle": 0}[door],
+            ticks=len(late),
+            tick_ms=TICK * 1000,
+            worst_ms=round(ordered[-1] * 1000, 2),
+            p99_ms=round(ordered[int(len(ordered) * 0.99)] * 1000, 2),
+            median_ms=round(statistics.median(ordered) * 1000, 3),
+        )
+
+
 def once(mode: str, n: int) -> dict[str, Any]:
     if mode == "async":
         seconds = bench_async(n)
+    elif mode == "aio":
+        seconds = bench_aio(n)
     elif mode == "sync_async_tool":
         seconds = bench_sync(n, agentlib.tool(name="add")(add_async))
     else:
@@ -314,6 +495,15 @@ def run_turns(n: int, repeats: int, python: str | None) -> None:
             "turns_per_s": round(1e6 / medians[framework, mode], 1),
         }
         print(json.dumps(line), flush=True)
+    if ("agentlib", "aio") in medians and ("agentlib", "async") in medians:
+        emit(
+            mode="aio_vs_async",
+            n=n,
+            repeats=repeats,
+            us_per_turn=round(medians["agentlib", "aio"], 1),
+            async_us_per_turn=round(medians["agentlib", "async"], 1),
+            ratio=round(medians["agentlib", "aio"] / medians["agentlib", "async"], 3),
+        )
     for mode in MODES:
         theirs = OWN_MODES.get(mode, mode)
         peers = {fw: us for (fw, m), us in medians.items() if m == theirs and fw != "agentlib"}
@@ -337,8 +527,8 @@ def main() -> None:
     parser.add_argument("n", nargs="?", type=int, help="turns (or calls) per run")
     parser.add_argument(
         "--mode",
-        choices=["turns", "round_trip", "long", "long_sqlite"],
-        help="one figure only (default: turns, then round_trip)",
+        choices=["turns", "round_trip", "concurrent", "long", "long_sqlite"],
+        help="one figure only (default: turns, round_trip, then concurrent)",
     )
     parser.add_argument("--peers", metavar="PYTHON", help="an interpreter with the peer SDKs")
     parser.add_argument("--repeats", type=int, default=REPEATS, help="runs of each turns mode")
@@ -348,7 +538,7 @@ def main() -> None:
     if args.once:
         print(json.dumps(once(args.once, args.n or DEFAULTS["turns"])))
         return
-    for mode in [args.mode] if args.mode else ["turns", "round_trip"]:
+    for mode in [args.mode] if args.mode else ["turns", "round_trip", "concurrent"]:
         # Without --mode, N is the turns' (the round trip makes its default number of calls).
         n = (args.n if args.mode or mode == "turns" else None) or DEFAULTS[mode]
         if mode == "turns":
@@ -369,6 +559,8 @@ def main() -> None:
                 async_us_mean=round(crossings["async"] * 1e6, 1),
                 sync_us_mean=round(crossings["sync"] * 1e6, 1),
             )
+        elif mode == "concurrent":
+            run_concurrent(n, args.repeats)
         else:
             run_long(n, sqlite=mode == "long_sqlite")
 

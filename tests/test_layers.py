@@ -42,7 +42,7 @@ LAYERS: list[set[str]] = [
     {"_engine"},  # the state machine, the event log, the runtime and its drivers
     {"_references"},  # Session and Turn, open_runtime
     {"_http"},  # the server and its client
-    {"_cli", "store", "testing"},  # the command line; the public sub-namespaces
+    {"_cli", "store", "testing", "aio"},  # the command line; the public sub-namespaces
     {"__main__"},  # python -m agentlib
 ]
 LAYER = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}
@@ -227,3 +227,19 @@ def test_the_facade_reaches_into_no_module_of_the_engine() -> None:
         "_store",
         "_references",
     }
+
+
+def test_the_asyncio_door_builds_on_the_public_face_and_nothing_imports_it() -> None:
+    # Its references are the public face's, run through agentlib_sync's portal (outside this
+    # graph), as the blocking facade's are; of agentlib's private modules it names only the
+    # types of its signatures, as the facade does.
+    door = {name for name in MODULES if name.startswith("agentlib.aio")}
+    imported_by_door = set().union(*(GRAPH[name] for name in door)) - door
+    assert imported_by_door <= {
+        "agentlib._references",
+        "agentlib._references._session",
+        "agentlib._models",
+        "agentlib._models._options",
+    }
+    importers = {name for name in GRAPH if GRAPH[name] & door} - door
+    assert importers == set(), "agentlib's own modules never import the asyncio door"

@@ -49,9 +49,9 @@ def check_trio() -> None:
     except RuntimeError:
         raise RuntimeError(
             "agentlib's async API runs under trio (`trio.run(main)`), and this call is not "
-            "in a trio task; from asyncio code, Jupyter or a plain script, use "
-            "`agentlib_sync`: its blocking calls run the engine on a thread of its own, and "
-            "work inside a running event loop too"
+            "in a trio task; from asyncio code (or Jupyter), use `agentlib.aio`: the same "
+            "API, awaited from asyncio; from a plain script, `agentlib_sync`: its blocking "
+            "calls run the engine on a thread of its own"
         ) from None
 
 

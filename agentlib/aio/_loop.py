@@ -1,0 +1,303 @@
+"""The caller's asyncio loop and agentlib's engine thread: calls into the engine, and
+handlers back on the loop.
+
+A call hands its work to the engine's trio loop (the one ``agentlib_sync`` runs, through its
+portal) and awaits an asyncio future that the engine's thread settles with
+``loop.call_soon_threadsafe`` when the work ends: no executor, no thread of its own. A
+cancelled wait stops the work in the engine (the call, never the turn it started) and waits
+for it to end there, so that a loop that closes leaves nothing of its calls behind.
+
+A handler given to the asyncio API runs on the loop that gave it: the engine schedules it
+there and waits for its answer in a trio wait that a cancelled turn or call stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import outcome
+import trio
+
+import agentlib
+from agentlib_sync._portal import portal
+
+__all__ = [
+    "call",
+    "configure",
+    "iterate",
+    "on_loop",
+    "reference",
+    "running_loop",
+    "start_session",
+    "started",
+]
+
+T = TypeVar("T")
+H = TypeVar("H", bound=Callable[..., Any])
+
+#: How long a cancelled call waits for the engine to stop its work (real seconds).
+_CANCEL_TIMEOUT = 5.0
+#: How long a reference made before the engine runs waits for it to start (real seconds).
+_START_TIMEOUT = 30.0
+
+
+class _Hop:
+    """One call's way back: the future its caller awaits, and whether the engine is done."""
+
+    __slots__ = ("ended", "future", "stopped")
+
+    def __init__(self, future: asyncio.Future[outcome.Outcome[Any]]) -> None:
+        self.future = future
+        self.ended = False
+        # Set once a cancelled caller waits for the engine to stop its work.
+        self.stopped: asyncio.Future[None] | None = None
+
+    def settle(self, result: outcome.Outcome[Any]) -> None:
+        """The engine's work ended (loop's thread)."""
+        self.ended = True
+        if not self.future.done():
+            self.future.set_result(result)
+        elif self.stopped is not None and not self.stopped.done():
+            self.stopped.set_result(None)
+
+
+def running_loop() -> asyncio.AbstractEventLoop:
+    """The asyncio loop running here.
+
+    Raises:
+        RuntimeError: None runs here (trio code, say: a tool or a handler in the engine).
+    """
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            "agentlib.aio is awaited from asyncio code, and no asyncio loop runs here; in "
+            "trio code (a tool or a handler that runs in agentlib's engine, say), await "
+            "agentlib's own methods: `agentlib.Session`, `agentlib.Turn`"
+        ) from None
+
+
+async def started() -> None:
+    """Wait (without blocking the loop) for the engine to run, starting it if need be.
+
+    Raises:
+        StoreError: The engine's runtime could not be opened.
+    """
+    starting = portal.starting()
+    if not starting.done():
+        await asyncio.wrap_future(starting)
+    starting.result()
+
+
+async def call(afn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
+    """``await afn(*args, **kwargs)`` in the engine's loop, awaited from this asyncio loop.
+
+    Cancelled, it stops the work in the engine and waits for it to end there, then raises
+    ``CancelledError``: what the work started (a turn) goes on.
+
+    Raises:
+        RuntimeError: This is not asyncio code (a trio task: a tool or a handler that runs
+            in the engine), or the engine stopped during the call.
+    """
+    loop = running_loop()
+    await started()
+    hop = _Hop(loop.create_future())
+
+    def done(result: outcome.Outcome[T]) -> None:  # the engine's thread
+        # A closed loop has nobody waiting: there is nothing to deliver.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(hop.settle, result)
+
+    stop = portal.submit(afn, args, kwargs, done)
+    try:
+        result = await hop.future
+    except asyncio.CancelledError:
+        stop()
+        if not hop.ended:
+            hop.stopped = loop.create_future()
+            await asyncio.wait((hop.stopped,), timeout=_CANCEL_TIMEOUT)
+        raise
+    except BaseException:  # closed unfinished (GeneratorExit: its loop is gone)
+        stop()
+        raise
+    if isinstance(result, outcome.Error) and isinstance(result.error, trio.Cancelled):
+        raise RuntimeError("agentlib's engine stopped during the call") from None
+    return result.unwrap()  # type: ignore[no-any-return]
+
+
+async def start_session(
+    agent: agentlib.Agent,
+    history: Any,
+    inputs: Any,
+    idempotency_key: str | None,
+    on_approval: Any,
+    on_sign_in: Any,
+    on_client_tool: Any,
+) -> agentlib.Session:
+    """Start a session of ``agent``: without a hop where there is nothing to wait for (an
+    in-memory engine, no idempotency key), else with one.
+
+    Raises:
+        ValidationError: ``history`` or ``inputs`` is malformed; nothing was started.
+    """
+    running_loop()
+    await started()
+    handlers = (on_approval, on_sign_in, on_client_tool)
+    session = portal.start_session_nowait(agent, history, inputs, idempotency_key, *handlers)
+    if session is not None:
+        return session
+    made: agentlib.Session = await call(
+        agent.start_session, history=history, inputs=inputs,
+        idempotency_key=idempotency_key, on_approval=on_approval, on_sign_in=on_sign_in,
+        on_client_tool=on_client_tool,
+    )  # fmt: skip
+    return made
+
+
+def reference(agent: agentlib.Agent, session_id: str, **handlers: Any) -> agentlib.Session:
+    """A reference to a session of the engine's runtime, from its id; sends no request (the
+    process's first call waits for the engine to start)."""
+    portal.starting().result(timeout=_START_TIMEOUT)
+    return portal.reference(agent, session_id, **handlers)
+
+
+def configure(
+    store: str | agentlib.Store | None, event_retention: int | None, lease_seconds: float | None
+) -> None:
+    """Open the engine's runtime with these settings from now on (``agentlib_sync``'s too).
+
+    Raises:
+        ValueError: ``store`` names no kind of store agentlib knows.
+        RuntimeError: Called at interpreter exit.
+    """
+    portal.configure(store, event_retention, lease_seconds)
+
+
+async def iterate(make: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T]:
+    """An async iterator of the engine's, iterated from this asyncio loop: one hop per item;
+    stopping early closes it in the engine."""
+    iterator = await call(_make_async, make)
+    try:
+        while True:
+            try:
+                item = await call(iterator.__anext__)
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            # The engine may have stopped (the interpreter exits): nothing is left to close.
+            with contextlib.suppress(RuntimeError):
+                await call(aclose)
+
+
+async def _make_async(make: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T]:
+    return make()
+
+
+def on_loop(handler: H | None) -> H | None:
+    """``handler`` made to run on the asyncio loop running here, when the engine calls it.
+
+    A coroutine function's coroutine runs there as a task; a plain function is called there,
+    and what it returns is awaited there when it is awaitable. The engine waits for the
+    answer; a stopped wait (the turn ended, the waiting call was cancelled) cancels the task.
+    An exception of the handler is raised in the engine, as if the engine had called it.
+
+    Raises:
+        RuntimeError: A handler is given outside a running asyncio loop.
+    """
+    if handler is None:
+        return None
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            "agentlib.aio takes handlers (on_approval, on_sign_in, on_client_tool, on_event) "
+            "inside a running asyncio loop, where they will run: call this from async code"
+        ) from None
+
+    @functools.wraps(handler)
+    async def in_loop(argument: Any) -> Any:
+        return await _run_on(loop, handler, argument)
+
+    return in_loop  # type: ignore[return-value]
+
+
+async def _run_on(
+    loop: asyncio.AbstractEventLoop, handler: Callable[[Any], Any], argument: Any
+) -> Any:
+    """``handler(argument)`` run on ``loop``, awaited from the engine (its trio loop)."""
+    token = trio.lowlevel.current_trio_token()
+    answered = trio.Event()
+    answers: list[outcome.Outcome[Any]] = []
+    tasks: list[asyncio.Future[Any]] = []
+    stopped = False
+
+    def answer(result: outcome.Outcome[Any]) -> None:  # the loop's thread
+        answers.append(result)
+        with contextlib.suppress(trio.RunFinishedError):  # the engine has ended
+            token.run_sync_soon(answered.set)
+
+    def start() -> None:  # the loop's thread
+        if stopped:
+            return
+        try:
+            value = handler(argument)
+        except BaseException as exc:
+            answer(_error(exc))
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit: the loop's, too
+            return
+        if not inspect.isawaitable(value):
+            answer(outcome.Value(value))
+            return
+        task = asyncio.ensure_future(value)
+        tasks.append(task)
+        task.add_done_callback(lambda done: answer(_outcome_of(done)))
+
+    def stop() -> None:  # the loop's thread
+        nonlocal stopped
+        stopped = True
+        for task in tasks:
+            task.cancel()
+
+    try:
+        loop.call_soon_threadsafe(start)
+    except RuntimeError:
+        raise RuntimeError(
+            "the asyncio loop this handler was given in has closed, so the handler cannot "
+            "run: give the session's handlers again from a running loop "
+            "(agent.session(session_id, on_approval=...))"
+        ) from None
+    try:
+        await answered.wait()
+    finally:
+        if not answers:  # the wait was stopped
+            with contextlib.suppress(RuntimeError):  # a closed loop runs nothing more
+                loop.call_soon_threadsafe(stop)
+    return answers[0].unwrap()
+
+
+def _outcome_of(task: asyncio.Future[Any]) -> outcome.Outcome[Any]:
+    if task.cancelled():
+        return outcome.Error(
+            RuntimeError("the handler's asyncio task was cancelled before it answered")
+        )
+    error = task.exception()
+    if error is not None:
+        return _error(error)
+    return outcome.Value(task.result())
+
+
+def _error(error: BaseException) -> outcome.Error:
+    """What the engine raises for a handler's exception: itself, but never one that would
+    stop the engine (KeyboardInterrupt, SystemExit)."""
+    if isinstance(error, Exception):
+        return outcome.Error(error)
+    return outcome.Error(RuntimeError(f"the handler was stopped by {type(error).__name__}"))
