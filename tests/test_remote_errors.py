@@ -117,7 +117,12 @@ async def test_a_client_moves_on_from_a_stopped_server_process(tmp_path: Path) -
         finally:
             process.send_signal(signal.SIGCONT)
             process.send_signal(signal.SIGINT)
-            process.communicate(timeout=60)
+            try:
+                process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:  # a failure, not a hang of the suite
+                process.kill()
+                _, stderr = process.communicate()
+                pytest.fail(f"the server did not stop on SIGINT; it said: {stderr[-2000:]}")
     assert isinstance(record, agentlib.Completed)
     assert record.output == "3"
 
