@@ -527,6 +527,7 @@ def _process_cap() -> Path | Literal["rlimit"] | None:
         return None
     for base in _cgroup_candidates():
         if _cgroup_works(base):
+            _remove_orphans(base)
             return base
     if os.geteuid() != 0 and shutil.which("prlimit") is not None:
         return "rlimit"
@@ -588,6 +589,15 @@ def _cgroup_works(base: Path) -> bool:
         _remove_cgroup(probe)
 
 
+def _remove_orphans(base: Path) -> None:
+    """Remove the cgroups that runtimes which died left in ``base`` (``agentlib-<pid>-...``
+    of a pid that no longer runs): their processes died with them, the folders stayed."""
+    for found in base.glob("agentlib-*-*"):
+        pid = found.name.split("-")[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            _remove_cgroup(found, wait=False)
+
+
 def _make_cgroup(base: Path, limit: int) -> Path:
     """A new pids cgroup in ``base`` that lets ``limit`` processes in at once."""
     cgroup = base / f"agentlib-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -600,26 +610,30 @@ def _make_cgroup(base: Path, limit: int) -> Path:
     return cgroup
 
 
-def _remove_cgroup(cgroup: Path) -> None:
-    """Kill every process in ``cgroup``, then remove it."""
+def _remove_cgroup(cgroup: Path, *, wait: bool = True) -> bool:
+    """Kill every process in ``cgroup``, then remove it; whether it is gone. Without
+    ``wait``, a cgroup whose killed processes have not all left it yet (a pid namespace
+    takes milliseconds to end) stays, to be removed later."""
     kill_all = cgroup / "cgroup.kill"  # cgroup v2, Linux 5.14 and later
-    for _ in range(1000):
+    for _ in range(1000 if wait else 3):
         try:
             if kill_all.exists():
                 kill_all.write_text("1")
             pids = [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
         except (OSError, ValueError):
-            return  # gone already
+            return True  # gone already
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         try:
             cgroup.rmdir()
-            return
+            return True
         except FileNotFoundError:
-            return
+            return True
         except OSError:
-            time.sleep(0.001)  # a process killed has not left it yet
+            if wait:
+                time.sleep(0.001)  # a process killed has not left it yet
+    return False
 
 
 def _nproc_limit(cap: int) -> int:
@@ -868,6 +882,7 @@ class _FolderWorkspace(Workspace):
         self.path: Path = folder / "workspace"
         self._groups: set[int] = set()  # process groups of the commands running
         self._launches: set[_Launch] = set()  # the commands started and not yet ended
+        self._leftover_cgroups: list[Path] = []  # of commands ended, still to remove
         self._processes: dict[str, _Background] = {}  # background processes, by id
         self._process_ids = itertools.count(1)
 
@@ -895,6 +910,7 @@ class _FolderWorkspace(Workspace):
         with trio.CancelScope(shield=True):
             for background in processes.values():
                 await background.process.wait()  # killed: it is reaped at once
+            await self._remove_cgroups(wait=True)
         await trio.lowlevel.checkpoint()
 
     def _make_folder(self) -> None:
@@ -1161,8 +1177,19 @@ class _FolderWorkspace(Workspace):
         its cgroup's processes; and let go of its cgroup and lifeline."""
         launch.close()
         if launch.cgroup is not None:
-            await run_in_thread(functools.partial(_remove_cgroup, launch.cgroup))
+            # Its processes are killed now; the empty cgroup may take the next command's
+            # end (or the sandbox's destruction) to go, so that no command waits for it.
+            self._leftover_cgroups.append(launch.cgroup)
+        await self._remove_cgroups(wait=False)
         self._launches.discard(launch)
+
+    async def _remove_cgroups(self, *, wait: bool) -> None:
+        if not self._leftover_cgroups:
+            return
+        leftover, self._leftover_cgroups = self._leftover_cgroups, []
+        for cgroup in leftover:
+            if not await run_in_thread(functools.partial(_remove_cgroup, cgroup, wait=wait)):
+                self._leftover_cgroups.append(cgroup)
 
     async def read_file(self, path: str) -> bytes:
         real = self.resolve(path)
