@@ -984,6 +984,7 @@ class _FolderWorkspace(Workspace):
             # Children left in its group (`sleep 99 &`) would hold its pipes open.
             _kill_group(process.pid, signal.SIGKILL)
 
+        exited = False  # by itself: not killed at its timeout or by a cancellation
         try:
             with trio.move_on_after(limit) as deadline:
                 async with trio.open_nursery() as nursery:
@@ -1012,9 +1013,10 @@ class _FolderWorkspace(Workspace):
                     nursery.start_soon(out.drain, process.stdout)
                     nursery.start_soon(err.drain, process.stderr)
                     nursery.start_soon(reap, process)
+            exited = not deadline.cancelled_caught
         finally:
             with trio.CancelScope(shield=True):
-                await self._end(launch)
+                await self._end(launch, killed=not exited)
         code = process.returncode
         assert code is not None
         return CommandResult(
@@ -1138,7 +1140,7 @@ class _FolderWorkspace(Workspace):
             with trio.move_on_after(self.config.kill_grace):
                 await process.wait()
         with trio.CancelScope(shield=True):
-            await self._end(background.launch)
+            await self._end(background.launch, killed=True)
             code = await process.wait()
         del self._processes[process_id]
         return await self._new_output(background, code)
@@ -1172,15 +1174,18 @@ class _FolderWorkspace(Workspace):
         stderr = await run_in_thread(functools.partial(read, 1, background.stderr))
         return ProcessOutput(stdout=stdout, stderr=stderr, running=code is None, exit_code=code)
 
-    async def _end(self, launch: _Launch) -> None:
+    async def _end(self, launch: _Launch, *, killed: bool = False) -> None:
         """Kill what is left of a command once it has exited (or to stop it): its group,
-        its cgroup's processes; and let go of its cgroup and lifeline."""
+        its cgroup's processes; and let go of its cgroup and lifeline. A command ``killed``
+        (at its timeout, cancelled, stopped) returns once every process of its cgroup has
+        left: its caller was told it was killed."""
         launch.close()
         if launch.cgroup is not None:
-            # Its processes are killed now; the empty cgroup may take the next command's
-            # end (or the sandbox's destruction) to go, so that no command waits for it.
+            # Its processes are killed now; the empty cgroup of a command that exited may
+            # take the next command's end (or the sandbox's destruction) to go, so that no
+            # command waits for it.
             self._leftover_cgroups.append(launch.cgroup)
-        await self._remove_cgroups(wait=False)
+        await self._remove_cgroups(wait=killed)
         self._launches.discard(launch)
 
     async def _remove_cgroups(self, *, wait: bool) -> None:
