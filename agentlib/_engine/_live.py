@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import trio
 
-from .._data._callbacks import Callback, OpenClientToolCall
 from .._data._errors import LeaseLost
 from .._data._ops import Op
 from .._data._records import TurnState
@@ -25,32 +24,7 @@ from ._machine import NOTHING, SessionMachine, StopCause
 if TYPE_CHECKING:
     from .._define._definition import AgentDefinition
 
-__all__ = ["Engine", "HandlerRun", "LiveSession", "LiveTurn", "check_callback_id"]
-
-
-@attrs.define(eq=False)
-class HandlerRun:
-    """One run of a handler on one callback.
-
-    Attributes:
-        callback: The callback it answers.
-        scope: Cancelled when the callback closes before the handler returns.
-        done: Set when the run is over.
-        kept_open: The handler returned ``KeepCallbackOpen()``.
-        error: What the handler raised, or the error of an answer that did not fit.
-        error_raised: Whether a wait has raised ``error`` already (the others raise a copy).
-    """
-
-    callback: Callback
-    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    done: trio.Event = attrs.field(factory=trio.Event)
-    kept_open: bool = False
-    error: BaseException | None = None
-    error_raised: bool = False
-
-    @property
-    def for_client_tool(self) -> bool:
-        return isinstance(self.callback, OpenClientToolCall)
+__all__ = ["Engine", "LiveSession", "LiveTurn", "check_callback_id"]
 
 
 @attrs.define(eq=False)
@@ -107,7 +81,7 @@ class LiveTurn:
 @attrs.define(eq=False)
 class LiveSession:
     """A session a runtime holds: its state, its log for readers, and what only this
-    process knows of it (credentials, handler runs, waits).
+    process knows of it (credentials, waits).
 
     Attributes:
         state: The session's state (``_machine``).
@@ -115,7 +89,6 @@ class LiveSession:
         log: Its events, for readers.
         ready: False while it is read back from the store: readers wait until it is.
         credentials: The sign-in credentials it was given (never stored), by source.
-        handler_runs: The handler runs answering its callbacks, by callback id.
         closed: The waits on its callbacks: set when each closes, by callback id.
         turns: Its unended turns that run (or are parked) in this runtime, by id.
         readers: How many readers follow its log now: while one does, the runtime keeps it.
@@ -129,7 +102,6 @@ class LiveSession:
     ready: bool = True
     # Empty and shared until something is added (``own``): an idle session is small.
     credentials: Mapping[str, str] = attrs.field(default=NOTHING, repr=False)
-    handler_runs: Mapping[str, HandlerRun] = attrs.field(default=NOTHING)
     closed: Mapping[str, trio.Event] = attrs.field(default=NOTHING)
     turns: Mapping[str, LiveTurn] = attrs.field(default=NOTHING)
     readers: int = 0
@@ -159,14 +131,8 @@ class LiveSession:
 
     @property
     def idle(self) -> bool:
-        """Nothing of it is under way here: no turn, no handler run, no reader."""
-        return (
-            self.ready
-            and self.state.active is None
-            and not self.turns
-            and not self.handler_runs
-            and not self.readers
-        )
+        """Nothing of it is under way here: no turn, no reader."""
+        return self.ready and self.state.active is None and not self.turns and not self.readers
 
 
 class _Reading:

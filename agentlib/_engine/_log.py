@@ -175,10 +175,6 @@ class EventLog:
     def last_seq(self) -> int:
         return self.held_from - 1 + len(self._events)
 
-    def last_cursor(self) -> str | None:
-        """The cursor of the last event a reader may see."""
-        return format_cursor(self.session_id, self.visible) if self.visible else None
-
     def append(self, event: Event) -> None:
         self._events.append(event)
 

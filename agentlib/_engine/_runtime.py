@@ -194,9 +194,6 @@ class Runtime:
         if closed is not None:
             live.closed = without(live.closed, callback_id)
             closed.set()
-        run = live.handler_runs.get(callback_id)
-        if run is not None:
-            run.scope.cancel()  # its answer is moot now
         self._wake_turn(live, state.callback.turn_id)
 
     def _turn_ended(self, live: LiveSession, ended: TurnEnded) -> None:
@@ -273,9 +270,9 @@ class Runtime:
         """Another runtime (``owner``, if known) took over session ``session_id``, and with
         it its whole tree of subagent sessions: this one stalled past its lease. Hold the
         tree no more: its turns stop here without writing anything (the other runtime runs
-        them), its handler runs stop, and its readers and waiters raise ``LeaseLost`` (read
-        again, the session is read from the store, as the other runtime has it). Every other
-        session goes on."""
+        them), and its readers and waiters raise ``LeaseLost`` (read again, the session is
+        read from the store, as the other runtime has it): the handler runs that follow it
+        stop. Every other session goes on."""
         if session_id not in self._sessions:
             return
         root_id = machine.root_of(self._states, session_id).id
@@ -290,21 +287,17 @@ class Runtime:
             if live.state.key is not None:
                 self._session_keys.pop(live.state.key, None)
             live.taken_over = _taken_over(live.id, owner)
-            for run in live.handler_runs.values():
-                run.scope.cancel()
             live.log.take_over(functools.partial(_taken_over, live.id, owner))
         self._spawn(self._forget, tree, name="agentlib forget taken over")
 
     async def _forget(self, tree: list[LiveSession]) -> None:
-        """Forget the states of a tree taken over, once its turns' tasks, its handler runs
-        and its readers here have left (a reader raises at its next wait), unless it was
-        read back meanwhile."""
+        """Forget the states of a tree taken over, once its turns' tasks and its readers
+        here have left (a reader raises at its next wait), unless it was read back
+        meanwhile."""
         for live in tree:
             for turn in list(live.turns.values()):
                 if turn.scope is not None:  # its task is still leaving
                     await turn.done.wait()
-            for run in list(live.handler_runs.values()):
-                await run.done.wait()
             await live.no_readers()
         for live in tree:
             if live.id not in self._sessions and self._states.get(live.id) is live.state:

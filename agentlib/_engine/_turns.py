@@ -41,8 +41,8 @@ from .._toolkit._hooks import DenyToolCall, ModifiedArguments, RequestApproval
 from .._toolkit._inputs import read_input
 from .._toolkit._output import output_schema
 from .._toolkit._tools import Tool, ToolOutput, arguments_problem
+from .._trio._threads import invoke
 from . import _machine as machine
-from ._handlers import invoke
 from ._live import Engine, LiveSession, LiveTurn
 from ._machine import Call, CallbackPhase, CallState, StopCause, TurnMachine, error_result
 

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import json
 import math
 import re
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
 import httpx
 import trio
 
@@ -34,16 +32,14 @@ from .._data._callbacks import (
 from .._data._convert import structure, unstructure
 from .._data._errors import (
     AuthenticationError,
-    ObservationLost,
     SdkError,
     ServerUnreachableError,
     SessionNotFoundError,
     ValidationError,
 )
-from .._data._events import CallbackClosed, CallbackOpened, Event, TurnEnded
+from .._data._events import Event
 from .._data._history import new_id
 from .._data._records import AlreadySettled, Answered, Blocked, NotFound, Running, TurnState
-from .._engine._handlers import Handler, invoke
 from .._engine._live import check_callback_id
 from .._engine._log import cursor_of
 from .._engine._machine import check_not_a_class, fit_answer
@@ -59,7 +55,6 @@ from .._references._backends._base import (
 from .._references._session import (
     ApprovalHandler,
     ClientToolHandler,
-    EventHandler,
     Session,
     SignInHandler,
 )
@@ -68,7 +63,6 @@ from .._toolkit._output import output_schema
 from .._toolkit._tools import answer_error, answer_problem
 from .._trio._context import check_trio, set_remote
 from .._trio._retry import Backoff, RetryPolicy
-from ._waits import RemoteWaiter, cancel_run, concurrent_answers
 
 __all__ = ["HTTPBackend", "RemoteAgent"]
 
@@ -266,7 +260,9 @@ class _Wire:
         held = float(params.get("wait", 0.0)) if params else 0.0
         while True:
             url = self._bases[self._at] + path
-            sent = {**params, "limit": self._limit} if paged and params is not None else params
+            sent = params
+            if paged and params is not None:
+                sent = {**params, "limit": min(params["limit"], self._limit)}
             failure: Exception
             try:
                 response = await self.client.request(
@@ -368,31 +364,15 @@ class _Wire:
             return replaced
         return error
 
-    async def page(self, path: str, after: str | None) -> Any:
-        """One page of the events of ``path`` after cursor ``after``: it waits on the
-        server for the next event, and is retried whole after a cut answer."""
-        params: dict[str, Any] = {"wait": _WAIT}
+    async def page(self, path: str, after: str | None, limit: int, wait: float) -> Any:
+        """A page of the events of ``path`` after cursor ``after``, waiting up to ``wait``
+        seconds on the server for the next event: a whole response, so a connection cut
+        between two pages, or in one, loses nothing (the page is asked for again, with
+        fewer events)."""
+        params: dict[str, Any] = {"wait": wait, "limit": limit}
         if after is not None:
             params["after"] = after
         return await self.call("GET", path, params=params, paged=True)
-
-    async def stream(self, path: str, after: str | None) -> AsyncGenerator[Event, None]:
-        """Events of ``path`` after ``after``, until the server says no more will come.
-
-        Pages of JSON, each waiting on the server for the next event: each page is a whole
-        response, so a connection cut between two, or in one, loses nothing, and the next
-        page starts from the last event delivered. A cut answer is asked for again, with
-        fewer events; the stream gives up once no page has come for ``retry_for``
-        seconds."""
-        while True:
-            page = await self.page(path, after)
-            for data in page["events"]:
-                event: Event = structure(data, Event)
-                yield event
-                after = event.id
-            after = page["cursor"] or after
-            if page["ended"] and not page["events"]:
-                return
 
 
 #: The statuses of a proxy whose server is away (an agentlib server's own come with a body).
@@ -590,14 +570,8 @@ class HTTPBackend:
             # A retry after a lost response is told what the first try was.
             "idempotency_key": key or new_id(),
         }
-        url = self.remote.url
         path = f"{self._path(session_id, turn_id)}/callbacks/{callback_id}"
-        async with concurrent_answers(url, callback_id) as told:
-            data = await self._wire.call("POST", path, body)
-            cancel_run(url, callback_id)  # a handler's answer is moot now
-            told.value = _told(data, "an answer")
-        assert told.value is not None
-        return told.value
+        return _told(await self._wire.call("POST", path, body), "an answer")
 
     async def report(
         self, session_id: str, turn_id: str, callback_id: str, failure: str
@@ -643,29 +617,7 @@ class HTTPBackend:
         record: TurnState[Any] = structure(data, TurnState[Any])  # type: ignore[misc]
         return record
 
-    async def wait(
-        self,
-        session_id: str,
-        turn_id: str,
-        handler_for: Callable[[Any], Handler | None] | None,
-        *,
-        after: TurnState[Any] | str | None,
-        deadline: float,
-        on_event: EventHandler | None,
-        wanted: Any,
-    ) -> TurnState[Any]:
-        cursor = _cursor(after, session_id)
-        if on_event is None and handler_for is None:
-            return await self._wait_on_server(session_id, turn_id, cursor, deadline)
-        # Events to hand over, or handlers to run: here, as a local wait runs them.
-        turn = _HandledTurn(self, session_id, turn_id)
-        waiter = RemoteWaiter(turn=turn, handler_for=handler_for or _none, deadline=deadline)
-        followed = None
-        with waiter.deadline_scope():
-            followed = await self._follow_events(turn, waiter, cursor, on_event, wanted)
-        return followed or await self.record(session_id, turn_id)  # at its end or timeout
-
-    async def _wait_on_server(
+    async def settled(
         self, session_id: str, turn_id: str, after: str | None, deadline: float
     ) -> TurnState[Any]:
         """The turn's record once it ends, or blocks on a callback opened after ``after``,
@@ -679,70 +631,12 @@ class HTTPBackend:
             if not isinstance(record, Running) or trio.current_time() >= deadline:
                 return record
 
-    async def _follow_events(
-        self,
-        turn: _HandledTurn,
-        waiter: RemoteWaiter,
-        after: str | None,
-        on_event: EventHandler | None,
-        wanted: Any,
-    ) -> TurnState[Any] | None:
-        """Follow the turn's events until it ends or blocks (the record), handing each to
-        ``on_event`` and each callback opened after ``after`` to the waiter; None once it
-        ended before ``after``."""
-        path = f"{turn.path}/events"
-        read_from = None if on_event is not None else after  # on_event sees the whole turn
-        while True:
-            try:
-                page = await waiter.until(functools.partial(self._wire.page, path, read_from))
-            except ObservationLost as lost:
-                if on_event is not None:
-                    raise
-                read_from = lost.cursor  # pruned: only what is still open matters
-                continue
-            if page is not None:
-                events: list[Event] = [structure(data, Event) for data in page["events"]]
-                closed = {e.callback_id for e in events if isinstance(e, CallbackClosed)}
-                for event in events:
-                    read_from = event.id
-                    if on_event is not None:
-                        await invoke(on_event, event_for_reader(event, wanted))
-                    new = after is None or event.id > after
-                    if new and isinstance(event, TurnEnded):
-                        # Its record, with the session's cursor.
-                        return await self.record(turn.session_id, turn.turn_id)
-                    waiter.saw(event, handle=new and not _closes(event, closed))
-                read_from = page["cursor"] or read_from
-                if page["ended"] and not events:
-                    return None
-            waiter.settle()
-            if waiter.blocked and not waiter.watched:
-                # Once the handlers at work have finished, the turn is blocked, or going on.
-                record = await self.record(turn.session_id, turn.turn_id)
-                if isinstance(record, Blocked):
-                    return record
-                waiter.blocked = False
-
-    async def events(
-        self, session_id: str, after: TurnState[Any] | str | None, turn_id: str | None = None
-    ) -> AsyncGenerator[Event, None]:
-        check_trio()
-        cursor = _cursor(after, session_id)
-        stream = self._wire.stream(f"{self._path(session_id, turn_id)}/events", cursor)
-        output_type = self.remote.output_type
-        async with contextlib.aclosing(stream) as events:
-            async for event in events:
-                yield event_for_reader(event, output_type)
-
     async def event_page(
         self, session_id: str, after: str | None, limit: int, wait: float, turn_id: str | None
     ) -> tuple[list[Event], str | None, bool]:
         check_trio()
-        params: dict[str, Any] = {"limit": limit, "wait": wait}
-        if after is not None:
-            params["after"] = _cursor(after, session_id)
         path = f"{self._path(session_id, turn_id)}/events"
-        page = await self._wire.call("GET", path, params=params)
+        page = await self._wire.page(path, _cursor(after, session_id), limit, min(wait, _WAIT))
         output_type = self.remote.output_type
         events = [event_for_reader(structure(data, Event), output_type) for data in page["events"]]
         return events, page["cursor"], page["ended"]
@@ -754,43 +648,6 @@ class HTTPBackend:
             (child["id"], HTTPBackend(self.remote._for_subagent(child["agent"])))
             for child in listed["sessions"]
         ]
-
-
-@attrs.frozen
-class _HandledTurn:
-    """A deployed turn, as the handlers run here for it reach it (``_waits.RemoteTurn``)."""
-
-    backend: HTTPBackend
-    session_id: str
-    turn_id: str
-
-    @property
-    def path(self) -> str:
-        return self.backend._path(self.session_id, self.turn_id)
-
-    @property
-    def _url(self) -> str:
-        """Its server's address."""
-        return self.backend.remote.url
-
-    async def answer(self, callback_id: str, answer: object) -> Told:
-        return await self.backend.answer(self.session_id, self.turn_id, callback_id, answer, None)
-
-    async def _tell_failure(self, callback: OpenClientToolCall, error: Exception) -> bool:
-        """Tell the server that the handler of ``callback`` failed with ``error``: whether
-        the agent reports it to its model (else the handler's caller raises it)."""
-        failure = f"{type(error).__name__}: {error}"
-        told = await self.backend.report(self.session_id, self.turn_id, callback.id, failure)
-        return told is not None
-
-    def _events_after(self, after: str | None) -> AsyncGenerator[Event, None]:
-        """The turn's events after cursor ``after``, as the server sends them."""
-        return self.backend._wire.stream(f"{self.path}/events", after)
-
-
-def _none(callback: Any) -> None:
-    """No handler: the reference has none."""
-    return None
 
 
 def _told(data: Any, what: str) -> Told:
@@ -820,11 +677,6 @@ def _wire_content(content: Content) -> Any:
     server checks it against the agent's model)."""
     blocks = message_content(content)
     return content if isinstance(content, str) else [unstructure(block) for block in blocks]
-
-
-def _closes(event: Event, closed: set[str]) -> bool:
-    """Whether ``event`` opens a callback that a later event of its page closes."""
-    return isinstance(event, CallbackOpened) and event.callback.id in closed
 
 
 def _kind(answer: object) -> str:

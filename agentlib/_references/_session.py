@@ -34,9 +34,11 @@ from .._data._records import (
 from .._define._definition import check_max_steps
 from .._trio._context import check_trio
 from ._backends._base import Content, Occupied, Started, for_reader
+from ._follow import follow_events
+from ._handlers import Handler, send_answer
+from ._waits import wait_for_turn
 
 if TYPE_CHECKING:
-    from .._engine._handlers import Handler
     from ._backends._base import Backend
 
 __all__ = ["Content", "Session", "Turn"]
@@ -296,7 +298,7 @@ class Session:
         Raises:
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        async with contextlib.aclosing(self._backend.events(self.id, after)) as events:
+        async with contextlib.aclosing(follow_events(self._backend, self.id, after)) as events:
             async for event in events:
                 yield event
 
@@ -442,7 +444,8 @@ class Turn:
         wanted = output_type if output_type is not None else session._agent.output_type
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         try:
-            record = await session._backend.wait(
+            record = await wait_for_turn(
+                session._backend,
                 self.session_id,
                 self.id,
                 session._handler_for if session._has_handlers else None,
@@ -485,8 +488,9 @@ class Turn:
     ) -> Answered | AlreadySettled | NotFound:
         """:meth:`answer`, with an idempotency ``key``: an answer that repeats the key of
         the answer taken is told ``Answered``. The deployed sessions' answers."""
+        check_trio()
         backend = self._session._backend
-        return await backend.answer(self.session_id, self.id, callback_id, answer, key)
+        return await send_answer(backend, self.session_id, self.id, callback_id, answer, key)
 
     async def _report(
         self, callback_id: str, failure: str
@@ -508,7 +512,7 @@ class Turn:
             TurnNotFoundError: The session has no such turn (on first iteration).
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
         """
-        events = self._session._backend.events(self.session_id, after, self.id)
+        events = follow_events(self._session._backend, self.session_id, after, self.id)
         async with contextlib.aclosing(events) as each:
             async for event in each:
                 yield event

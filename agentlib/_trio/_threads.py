@@ -1,10 +1,12 @@
-"""Running a blocking function in a worker thread, for sync tools, handlers and the store."""
+"""Calling a user's function, sync or async; running a blocking function in a worker thread,
+for sync tools, handlers and the store."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -14,9 +16,17 @@ import trio
 # trio's own dependency: code in the thread must not think it runs in trio's thread.
 from sniffio import current_async_library_cvar
 
-__all__ = ["run_in_thread"]
+__all__ = ["invoke", "run_in_thread"]
 
 T = TypeVar("T")
+
+
+async def invoke(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a user's function, sync or async, and return its result."""
+    result = function(*args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
 
 
 async def run_in_thread(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typing
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, Union
 
 import attrs
@@ -23,7 +23,6 @@ from ..._data._records import (
     NotFound,
     TurnState,
 )
-from ..._engine._handlers import Handler
 from ..._engine._log import cursor_of
 from ..._engine._machine import seq_of_cursor
 from ..._models._base import check_for_model
@@ -139,29 +138,26 @@ class Backend(Protocol):
     async def record(self, session_id: str, turn_id: str) -> TurnState[Any]:
         """The turn's record now."""
 
-    async def wait(
-        self,
-        session_id: str,
-        turn_id: str,
-        handler_for: Callable[[Any], Handler | None] | None,
-        *,
-        after: TurnState[Any] | str | None,
-        deadline: float,
-        on_event: EventHandler | None,
-        wanted: Any,
-    ) -> TurnState[Any]:
-        """The turn's record once it ends or blocks, or at ``deadline``; each callback
-        opened after ``after`` handed to its handler, or left to the caller."""
-
-    def events(
-        self, session_id: str, after: TurnState[Any] | str | None, turn_id: str | None = None
-    ) -> AsyncGenerator[Event, None]:
-        """The session's (or one turn's) events after ``after``, until no more come."""
+    async def settled(
+        self, session_id: str, turn_id: str, after: str | None, deadline: float
+    ) -> TurnState[Any] | None:
+        """The turn's record once it ends or blocks on a callback opened after cursor
+        ``after``, or at ``deadline``, waited for where the session is (on a server); None
+        where a wait follows the turn's events instead."""
 
     async def event_page(
         self, session_id: str, after: str | None, limit: int, wait: float, turn_id: str | None
     ) -> tuple[list[Event], str | None, bool]:
-        """A page of stored events; the cursor read up to; whether no more will come."""
+        """Up to ``limit`` of the session's events (of one turn, with ``turn_id``) after
+        cursor ``after``, waiting up to ``wait`` seconds for one (a backend may wait less);
+        the cursor read up to; and whether no more will come. The one source of events of
+        every backend: what waits and readers follow.
+
+        Raises:
+            InvalidCursorError: ``after`` belongs to another session or is not a cursor.
+            TurnNotFoundError: The session has no such turn.
+            ObservationLost: The events after ``after`` were pruned.
+        """
 
     async def subagents(self, session_id: str) -> list[tuple[str, Backend]]:
         """The direct subagent sessions, newest first, each with its backend."""

@@ -3,20 +3,15 @@ runtime, which the verbs reach through ``_shared.SharedBackend``."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-import attrs
 import trio
 
 from ..._data._errors import SessionBusyError
-from ..._data._events import CallbackOpened, Event, TurnEnded
-from ..._data._records import Blocked, TurnState
+from ..._data._events import Event
+from ..._data._records import TurnState
 from ..._engine import _machine as machine
-from ..._engine._handlers import Handler, Waiter, invoke
 from ..._engine._live import LiveSession, check_callback_id
-from ..._engine._machine import TurnMachine
 from ..._engine._mailbox import (
     Cancel,
     Interrupt,
@@ -31,12 +26,10 @@ from ..._trio._context import check_trio
 from ._base import (
     Backend,
     Content,
-    EventHandler,
     Occupied,
     Started,
     Told,
     event_for_reader,
-    for_reader,
     message_content,
 )
 from ._shared import SharedBackend
@@ -110,11 +103,6 @@ class LocalBackend:
             if not self.runtime.store.shared:
                 raise
             return None
-
-    async def _turn(self, session_id: str, turn_id: str) -> tuple[LiveSession, TurnMachine] | None:
-        """The session and its turn, if this runtime holds it; None if another does."""
-        live = await self._held(session_id)
-        return None if live is None else (live, live.state.turn(turn_id))
 
     async def start(
         self,
@@ -230,11 +218,10 @@ class LocalBackend:
         return told
 
     async def record(self, session_id: str, turn_id: str) -> TurnState[Any]:
-        held = await self._turn(session_id, turn_id)
-        if held is None:
+        live = await self._held(session_id)
+        if live is None:
             return await self._shared.record(session_id, turn_id)  # another runtime holds it
-        live, turn = held
-        return self.runtime._record(live, turn.id)
+        return self.runtime._record(live, turn_id)
 
     async def subagents(self, session_id: str) -> list[tuple[str, Backend]]:
         live = await self._held(session_id)
@@ -249,98 +236,20 @@ class LocalBackend:
             (child_id, LocalBackend(self.runtime, agent)) for child_id, agent in reversed(children)
         ]
 
-    async def wait(
-        self,
-        session_id: str,
-        turn_id: str,
-        handler_for: Callable[[Any], Handler | None] | None,
-        *,
-        after: TurnState[Any] | str | None,
-        deadline: float,
-        on_event: EventHandler | None,
-        wanted: Any,
-    ) -> TurnState[Any]:
-        seen = None  # the seq up to which on_event saw the events elsewhere
-        held = await self._turn(session_id, turn_id)
-        if held is None:  # another runtime holds it: followed in the shared store
-            record = await self._shared.wait(
-                session_id,
-                turn_id,
-                handler_for,
-                lambda callback_id, answer: self.answer(
-                    session_id, turn_id, callback_id, answer, None
-                ),
-                after=after,
-                deadline=deadline,
-                on_event=on_event,
-                wanted=wanted,
-            )
-            if not isinstance(record, int | None):
-                return record
-            seen = record  # this runtime holds it now: the wait goes on here
-            held = await self._turn(session_id, turn_id)
-            assert held is not None
-        live, turn = held
-        runtime = self.runtime
-        log = live.log
-        position = max(log.seq_of(after), turn.first_seq - 1)
-        if on_event is None:  # only callbacks and the end matter: pruned events do not
-            position = max(position, log.first_seq - 1)
-        # on_event sees the whole turn, whatever ``after`` is.
-        delivered = turn.first_seq - 1 if on_event is not None else position
-        if seen is not None:
-            delivered = seen
-        waiter = Waiter(
-            engine=runtime, live=live, handler_for=handler_for or _none, deadline=deadline
-        )
-        with waiter.deadline_scope(), live.reading():
-            followed = await _follow(
-                runtime, live, turn, waiter, position, delivered, wanted, on_event
-            )
-            if followed is not None:
-                return followed
-        return runtime._record(live, turn.id)
-
-    async def events(
-        self, session_id: str, after: TurnState[Any] | str | None, turn_id: str | None = None
-    ) -> AsyncGenerator[Event, None]:
-        live = await self._held(session_id)
-        if live is None:
-            # Another runtime on the shared store holds it: its events, as it commits them.
-            async with contextlib.aclosing(
-                self._shared.events(session_id, after, turn_id)
-            ) as events:
-                async for event in events:
-                    yield event
-            return
-        turn = None if turn_id is None else live.state.turn(turn_id)
-        log = live.log
-        position = log.seq_of(after)
-        if turn is not None:
-            position = max(position, turn.first_seq - 1)
-        output_type = self.agent.output_type
-        with live.reading():
-            while True:
-                while position < log.visible:
-                    for event in await log.read_page(position + 1):
-                        position += 1
-                        if turn is not None and event.turn_id != turn.id:
-                            continue
-                        yield event_for_reader(event, output_type)
-                        if turn is not None and isinstance(event, TurnEnded):
-                            return
-                if turn is not None and turn.end_seq is not None and position >= turn.end_seq:
-                    return  # the position was at or past its end
-                if log.finished(position):
-                    return  # the runtime closed: the turn stays as it is, for the next one
-                await log.wait_beyond(position)
-                self.runtime.store.check_session(live.id)
+    async def settled(
+        self, session_id: str, turn_id: str, after: str | None, deadline: float
+    ) -> None:
+        return None  # the wait follows the turn's events, from the log or the store
 
     async def event_page(
         self, session_id: str, after: str | None, limit: int, wait: float, turn_id: str | None
     ) -> tuple[list[Event], str | None, bool]:
         live = await self._held(session_id)
         if live is None:
+            # Another runtime holds it: read from the store as it commits them. The wait is
+            # cut to a third of a lease, so that the next page may take the session over
+            # from a holder that died or stalled.
+            wait = min(wait, self.runtime.lease_seconds / 3)
             return await self._shared.event_page(session_id, after, limit, wait, turn_id)
         log = live.log
         position = log.seq_of(after)
@@ -354,12 +263,15 @@ class LocalBackend:
                 return True
             return log.finished(position)
 
-        if position >= log.visible and not ended():
-            with trio.move_on_after(wait):
-                await log.wait_beyond(position)
         events: list[Event] = []
         with live.reading():
-            while position < log.visible and len(events) < limit and not ended():
+            if position >= log.visible and not ended():
+                with trio.move_on_after(wait):
+                    await log.wait_beyond(position)
+                self.runtime.store.check_session(session_id)
+            # A page of the log at most (the events held, or a page read back from the
+            # store): a reader that stops between two pages has not read the next one yet.
+            while position < log.visible and not events and limit and not ended():
                 for event in await log.read_page(position + 1):
                     position += 1
                     if turn is None or event.turn_id == turn.id:
@@ -370,61 +282,9 @@ class LocalBackend:
         return events, cursor, ended()
 
 
-def _none(callback: Any) -> None:
-    """No handler: the reference has none."""
-    return None
-
-
 def _started(
     started: machine.Started | machine.Occupied, timeout: float | None
 ) -> Started | Occupied:
     if isinstance(started, machine.Started):
         return Started(turn_id=started.turn_id, new=started.new, left=timeout)
     return Occupied(turn_id=started.turn_id)
-
-
-async def _follow(
-    runtime: Runtime,
-    live: LiveSession,
-    turn: TurnMachine,
-    waiter: Waiter,
-    position: int,
-    delivered: int,
-    wanted: Any,
-    on_event: EventHandler | None,
-) -> TurnState[Any] | None:
-    """Follow the log until the turn ends or blocks; None once it ended unseen."""
-    log = live.log
-    while True:
-        while delivered < log.visible:
-            for event in await log.read_page(delivered + 1):
-                delivered += 1
-                if event.turn_id != turn.id:
-                    continue
-                if wanted is not None:
-                    event = event_for_reader(event, wanted)
-                if on_event is not None:
-                    await invoke(on_event, event)
-                if delivered <= position:
-                    continue
-                if isinstance(event, TurnEnded):
-                    record, cursor = event.record, log.last_cursor()
-                    if record.cursor == cursor:
-                        return record  # the common case: nothing came after its end
-                    return attrs.evolve(record, cursor=cursor)
-                if isinstance(event, CallbackOpened):
-                    waiter.handle(event.callback)
-        position = max(position, delivered)
-        waiter.settle()
-        if waiter.blocked and not waiter.watched:
-            # Once the handlers at work have finished, the turn is blocked, or going on.
-            state = runtime._record(live, turn.id)
-            if isinstance(state, Blocked):
-                return for_reader(state, wanted)
-            waiter.blocked = False
-        if turn.end_seq is not None and delivered >= turn.end_seq:
-            return None
-        if log.finished(delivered):
-            return None  # the runtime closed: the turn stays as it is, for the next one
-        await waiter.wait(log, delivered)
-        runtime.store.check_session(live.id)
