@@ -22,9 +22,6 @@ MAX_DEPTH = 100
 
 T = TypeVar("T")
 
-#: A value that ``json.dumps`` writes and ``json.loads`` reads back unchanged.
-JsonValue = Union[None, bool, int, float, str, list[Any], dict[str, Any]]
-
 #: Why a value over the limit is refused ("meta is ..."); what to do and the path follow it.
 TOO_DEEP = f"nested deeper than the limit of {MAX_DEPTH} arrays and objects"
 
