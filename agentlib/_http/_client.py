@@ -631,15 +631,8 @@ class HTTPBackend:
             if not isinstance(record, Running) or trio.current_time() >= deadline:
                 return record
 
-    async def event_page(
-        self, session_id: str, after: str | None, limit: int, wait: float, turn_id: str | None
-    ) -> tuple[list[Event], str | None, bool]:
-        check_trio()
-        path = f"{self._path(session_id, turn_id)}/events"
-        page = await self._wire.page(path, _cursor(after, session_id), limit, min(wait, _WAIT))
-        output_type = self.remote.output_type
-        events = [event_for_reader(structure(data, Event), output_type) for data in page["events"]]
-        return events, page["cursor"], page["ended"]
+    def events(self, session_id: str, after: str | None, turn_id: str | None) -> PageReader:
+        return PageReader(self, f"{self._path(session_id, turn_id)}/events", after)
 
     async def subagents(self, session_id: str) -> list[tuple[str, Backend]]:
         check_trio()
@@ -648,6 +641,32 @@ class HTTPBackend:
             (child["id"], HTTPBackend(self.remote._for_subagent(child["agent"])))
             for child in listed["sessions"]
         ]
+
+
+class PageReader:
+    """A reader of a deployed session's events (:class:`~agentlib._references._backends.
+    _base.EventReader`): pages of JSON, each a whole response that waits on the server for
+    the next event (at most ``_WAIT`` seconds), so that a connection cut between two pages,
+    or in one, loses nothing: the page is asked for again, with fewer events."""
+
+    def __init__(self, backend: HTTPBackend, path: str, after: str | None) -> None:
+        self._backend = backend
+        self._path = path
+        self.cursor = after
+        self.ended = False
+
+    async def page(self, limit: int, wait: float) -> list[Event]:
+        check_trio()
+        backend = self._backend
+        data = await backend._wire.page(self._path, self.cursor, limit, min(wait, _WAIT))
+        output_type = backend.remote.output_type
+        events = [event_for_reader(structure(each, Event), output_type) for each in data["events"]]
+        self.cursor = data["cursor"] or self.cursor
+        self.ended = data["ended"]
+        return events
+
+    def close(self) -> None:
+        pass
 
 
 def _told(data: Any, what: str) -> Told:

@@ -4,6 +4,7 @@ cursor, then waited for until the session (or the turn) ends."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
@@ -36,12 +37,7 @@ async def follow_events(
         ObservationLost: The events after ``after`` were pruned: resume from its cursor.
     """
     cursor = cursor_of(after, session_id)
-    while True:
-        events, read_to, ended = await backend.event_page(
-            session_id, cursor, PAGE, math.inf, turn_id
-        )
-        for event in events:
-            yield event
-        cursor = read_to or cursor
-        if ended:
-            return
+    with contextlib.closing(backend.events(session_id, cursor, turn_id)) as reader:
+        while not reader.ended:
+            for event in await reader.page(PAGE, math.inf):
+                yield event

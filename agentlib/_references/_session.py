@@ -32,6 +32,7 @@ from .._data._records import (
     TurnState,
 )
 from .._define._definition import check_max_steps
+from .._engine._log import cursor_of
 from .._trio._context import check_trio
 from ._backends._base import Content, Occupied, Started, for_reader
 from ._follow import follow_events
@@ -313,7 +314,10 @@ class Session:
             InvalidCursorError: ``after`` belongs to another session or is not a cursor.
             TurnNotFoundError: The session has no such turn.
         """
-        return await self._backend.event_page(self.id, after, limit, wait, turn_id)
+        cursor = cursor_of(after, self.id)
+        with contextlib.closing(self._backend.events(self.id, cursor, turn_id)) as reader:
+            events = await reader.page(limit, wait)
+            return events, reader.cursor, reader.ended
 
     async def cancel(self) -> None:
         """End the session and its subagents: interrupt the running turns; later sends

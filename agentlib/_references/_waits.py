@@ -25,9 +25,8 @@ from .._data._errors import ObservationLost
 from .._data._events import CallbackClosed, CallbackOpened, Event, TurnEnded
 from .._data._records import Blocked, TurnState
 from .._engine._log import cursor_of
-from .._engine._machine import seq_of_cursor
 from .._trio._threads import invoke
-from ._backends._base import EventHandler, event_for_reader
+from ._backends._base import EventHandler, EventReader, event_for_reader
 from ._follow import PAGE
 from ._handlers import Handler, HandlerRun, own_copy, start_run
 
@@ -81,39 +80,43 @@ async def _follow(
     """Follow the turn's events until it ends, or blocks on a callback opened after
     ``after`` (or no more events will come)."""
     backend, session_id, turn_id = waiter.backend, waiter.session_id, waiter.turn_id
-    after_seq = seq_of_cursor(after) or 0
     read_from = None if on_event is not None else after  # on_event sees the whole turn
     while True:
         try:
-            page = await waiter.until(
-                functools.partial(
-                    backend.event_page, session_id, read_from, PAGE, math.inf, turn_id
-                )
-            )
+            with contextlib.closing(backend.events(session_id, read_from, turn_id)) as reader:
+                await _read(waiter, reader, after, on_event, wanted)
+                return
         except ObservationLost as lost:
             if on_event is not None:
                 raise
             read_from = lost.cursor  # pruned: only what is still open matters
-            continue
-        if page is not None:
-            events, read_to, ended = page
+
+
+async def _read(
+    waiter: Waiter,
+    reader: EventReader,
+    after: str | None,
+    on_event: EventHandler | None,
+    wanted: Any,
+) -> None:
+    while not reader.ended:
+        events = await waiter.until(functools.partial(reader.page, PAGE, math.inf))
+        if events is not None:
             closed = {e.callback_id for e in events if isinstance(e, CallbackClosed)}
             for event in events:
                 if on_event is not None:
                     await invoke(on_event, event_for_reader(event, wanted))
-                new = (seq_of_cursor(event.id) or 0) > after_seq
+                new = after is None or event.id > after  # a session's cursors sort by seq
                 if new and isinstance(event, TurnEnded):
                     return
                 # A callback a later event of the page closes is no longer the caller's.
                 opens = isinstance(event, CallbackOpened) and event.callback.id not in closed
                 waiter.saw(event, handle=new and opens)
-            read_from = read_to or read_from
-            if ended:
-                return
         waiter.settle()
         if waiter.blocked and not waiter.watched:
             # Once the handlers at work have finished, the turn is blocked, or going on.
-            if isinstance(await backend.record(session_id, turn_id), Blocked):
+            record = await waiter.backend.record(waiter.session_id, waiter.turn_id)
+            if isinstance(record, Blocked):
                 return
             waiter.blocked = False
 

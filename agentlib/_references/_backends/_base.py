@@ -32,6 +32,7 @@ __all__ = [
     "Backend",
     "Content",
     "EventHandler",
+    "EventReader",
     "Occupied",
     "Started",
     "Told",
@@ -76,6 +77,32 @@ class Occupied:
     """
 
     turn_id: str
+
+
+class EventReader(Protocol):
+    """A reader of a session's (or a turn's) stored events, from a position on: pages of
+    them, each waiting for the next event.
+
+    Attributes:
+        cursor: The cursor of the position read up to (``after`` until a page moves it).
+        ended: Whether no more events will come (known once a page is read).
+    """
+
+    cursor: str | None
+    ended: bool
+
+    async def page(self, limit: int, wait: float) -> list[Event]:
+        """Up to ``limit`` events after the position, waiting up to ``wait`` seconds for
+        one (a reader may wait less, and return none).
+
+        Raises:
+            InvalidCursorError: The session never had the cursor the reader starts after.
+            TurnNotFoundError: The session has no such turn.
+            ObservationLost: The events after the position were pruned.
+        """
+
+    def close(self) -> None:
+        """Read no more: what it held for reading (a session kept in memory) is let go."""
 
 
 class Backend(Protocol):
@@ -145,19 +172,10 @@ class Backend(Protocol):
         ``after``, or at ``deadline``, waited for where the session is (on a server); None
         where a wait follows the turn's events instead."""
 
-    async def event_page(
-        self, session_id: str, after: str | None, limit: int, wait: float, turn_id: str | None
-    ) -> tuple[list[Event], str | None, bool]:
-        """Up to ``limit`` of the session's events (of one turn, with ``turn_id``) after
-        cursor ``after``, waiting up to ``wait`` seconds for one (a backend may wait less);
-        the cursor read up to; and whether no more will come. The one source of events of
-        every backend: what waits and readers follow.
-
-        Raises:
-            InvalidCursorError: ``after`` belongs to another session or is not a cursor.
-            TurnNotFoundError: The session has no such turn.
-            ObservationLost: The events after ``after`` were pruned.
-        """
+    def events(self, session_id: str, after: str | None, turn_id: str | None) -> EventReader:
+        """A reader of the session's events (of one turn, with ``turn_id``) after cursor
+        ``after``, until it is closed: the one source of events of every backend, which
+        waits and readers follow. Sends no request."""
 
     async def subagents(self, session_id: str) -> list[tuple[str, Backend]]:
         """The direct subagent sessions, newest first, each with its backend."""

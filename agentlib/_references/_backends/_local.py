@@ -3,6 +3,8 @@ runtime, which the verbs reach through ``_shared.SharedBackend``."""
 
 from __future__ import annotations
 
+import math
+from contextlib import AbstractContextManager
 from typing import Any
 
 import trio
@@ -12,6 +14,7 @@ from ..._data._events import Event
 from ..._data._records import TurnState
 from ..._engine import _machine as machine
 from ..._engine._live import LiveSession, check_callback_id
+from ..._engine._machine import TurnMachine
 from ..._engine._mailbox import (
     Cancel,
     Interrupt,
@@ -32,7 +35,7 @@ from ._base import (
     event_for_reader,
     message_content,
 )
-from ._shared import SharedBackend
+from ._shared import SharedBackend, StoreReader
 
 __all__ = ["LocalBackend"]
 
@@ -241,45 +244,8 @@ class LocalBackend:
     ) -> None:
         return None  # the wait follows the turn's events, from the log or the store
 
-    async def event_page(
-        self, session_id: str, after: str | None, limit: int, wait: float, turn_id: str | None
-    ) -> tuple[list[Event], str | None, bool]:
-        live = await self._held(session_id)
-        if live is None:
-            # Another runtime holds it: read from the store as it commits them. The wait is
-            # cut to a third of a lease, so that the next page may take the session over
-            # from a holder that died or stalled.
-            wait = min(wait, self.runtime.lease_seconds / 3)
-            return await self._shared.event_page(session_id, after, limit, wait, turn_id)
-        log = live.log
-        position = log.seq_of(after)
-        turn = None if turn_id is None else live.state.turn(turn_id)
-        if turn is not None:
-            position = max(position, turn.first_seq - 1)
-        output_type = self.agent.output_type
-
-        def ended() -> bool:
-            if turn is not None and turn.end_seq is not None and position >= turn.end_seq:
-                return True
-            return log.finished(position)
-
-        events: list[Event] = []
-        with live.reading():
-            if position >= log.visible and not ended():
-                with trio.move_on_after(wait):
-                    await log.wait_beyond(position)
-                self.runtime.store.check_session(session_id)
-            # A page of the log at most (the events held, or a page read back from the
-            # store): a reader that stops between two pages has not read the next one yet.
-            while position < log.visible and not events and limit and not ended():
-                for event in await log.read_page(position + 1):
-                    position += 1
-                    if turn is None or event.turn_id == turn.id:
-                        events.append(event_for_reader(event, output_type))
-                    if len(events) >= limit or position >= log.visible or ended():
-                        break
-        cursor = machine.format_cursor(session_id, position) if position else after
-        return events, cursor, ended()
+    def events(self, session_id: str, after: str | None, turn_id: str | None) -> LogReader:
+        return LogReader(self, session_id, after, turn_id)
 
 
 def _started(
@@ -288,3 +254,99 @@ def _started(
     if isinstance(started, machine.Started):
         return Started(turn_id=started.turn_id, new=started.new, left=timeout)
     return Occupied(turn_id=started.turn_id)
+
+
+class LogReader:
+    """A reader of the events of a session of this runtime (:class:`~._base.EventReader`):
+    from its log while this runtime holds it (a reader of it, which keeps it in memory);
+    else from the shared store as the runtime that holds it commits them, until this
+    runtime takes it over (tried again after each page that brought nothing: its holder
+    may have died or stalled, and each of those pages waits a third of a lease at most)."""
+
+    def __init__(
+        self, backend: LocalBackend, session_id: str, after: str | None, turn_id: str | None
+    ) -> None:
+        self._backend = backend
+        self._session_id = session_id
+        self._turn_id = turn_id
+        self.cursor = after
+        self.ended = False
+        self._live: LiveSession | None = None
+        self._turn: TurnMachine | None = None
+        self._position = 0
+        self._store: StoreReader | None = None  # while another runtime holds the session
+        self._reading: AbstractContextManager[None] | None = None  # while this one does
+
+    async def _hold(self) -> bool:
+        """Whether this runtime holds the session (or could take it): then the reader
+        reads its log, from the position read up to.
+
+        Raises:
+            InvalidCursorError: The session never had that position.
+            TurnNotFoundError: The session has no such turn.
+        """
+        live = await self._backend._held(self._session_id)
+        if live is None:
+            return False
+        position = live.log.seq_of(self.cursor)
+        if self._turn_id is not None:
+            self._turn = live.state.turn(self._turn_id)
+            position = max(position, self._turn.first_seq - 1)
+        self._reading = live.reading()
+        self._reading.__enter__()
+        self._live, self._position, self._store = live, position, None
+        return True
+
+    async def page(self, limit: int, wait: float) -> list[Event]:
+        if self._live is None and (self._store is not None or not await self._hold()):
+            return await self._store_page(limit, wait)
+        live = self._live
+        assert live is not None
+        log, turn, position = live.log, self._turn, self._position
+
+        def ended() -> bool:
+            if turn is not None and turn.end_seq is not None and position >= turn.end_seq:
+                return True
+            return log.finished(position)
+
+        if position >= log.visible and not ended():
+            if wait < math.inf:
+                with trio.move_on_after(wait):
+                    await log.wait_beyond(position)
+            else:
+                await log.wait_beyond(position)
+            self._backend.runtime.store.check_session(self._session_id)
+        output_type = self._backend.agent.output_type
+        events: list[Event] = []
+        # A page of the log at most (the events held, or a page read back from the store):
+        # a reader that stops between two pages has not read the next one yet.
+        while position < log.visible and not events and limit and not ended():
+            for event in await log.read_page(position + 1):
+                position += 1
+                if turn is None or event.turn_id == turn.id:
+                    events.append(event_for_reader(event, output_type))
+                if len(events) >= limit or position >= log.visible or ended():
+                    break
+        self._position = position
+        if position:
+            self.cursor = machine.format_cursor(self._session_id, position)
+        self.ended = ended()
+        return events
+
+    async def _store_page(self, limit: int, wait: float) -> list[Event]:
+        """A page read from the shared store: another runtime holds the session."""
+        store = self._store
+        if store is None:
+            store = self._store = self._backend._shared.events(
+                self._session_id, self.cursor, self._turn_id
+            )
+        events = await store.page(limit, min(wait, self._backend.runtime.lease_seconds / 3))
+        self.cursor, self.ended = store.cursor, store.ended
+        if not events and not self.ended:
+            self._store = None  # nothing for a while: the next page tries to take it over
+        return events
+
+    def close(self) -> None:
+        if self._reading is not None:
+            self._reading.__exit__(None, None, None)
+            self._reading = None

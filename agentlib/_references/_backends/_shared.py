@@ -65,66 +65,95 @@ class SharedBackend:
             if node.row.parent_id == session_id
         ]
 
-    async def event_page(
-        self, session_id: str, after: str | None, limit: int, wait: float, turn_id: str | None
-    ) -> tuple[list[Event], str | None, bool]:
-        """A page of stored events, read from the store as the holder commits them.
+    def events(self, session_id: str, after: str | None, turn_id: str | None) -> StoreReader:
+        return StoreReader(self, session_id, after, turn_id)
 
-        Raises:
-            ObservationLost: The events after ``after`` were pruned.
-        """
-        store = self.runtime.store
-        position = position_of(after, session_id)
-        found = await store.wait_for_events(session_id, -1)
+
+class StoreReader:
+    """A reader of the events of a session another runtime holds, from the shared store as
+    the holder commits them (:class:`~._base.EventReader`)."""
+
+    def __init__(
+        self, backend: SharedBackend, session_id: str, after: str | None, turn_id: str | None
+    ) -> None:
+        self._backend = backend
+        self._session_id = session_id
+        self._turn_id = turn_id
+        self.cursor = after
+        self.ended = False
+        self._position: int | None = None  # known once the first page has checked ``after``
+        self._end_seq: int | None = None  # the seq of the last event that will come
+        self._progress = Progress(first_seq=1, last_seq=0, terminated=False, subagent=False)
+
+    async def _progress_after(self, seq: int) -> Progress:
+        found = await self._backend.runtime.store.wait_for_events(self._session_id, seq)
         if found is None:
-            raise not_found(session_id)
-        progress: Progress = found
-        end_seq = None
-        if turn_id is not None or progress.subagent:  # a subagent's log ends with its turn
-            states, _ = await read_states(self.runtime, session_id, self.agent)
+            raise not_found(self._session_id)
+        self._progress = found
+        return found
+
+    async def _start(self) -> int:
+        """The position ``after`` names, checked; and where the events end, if known."""
+        session_id = self._session_id
+        position = position_of(self.cursor, session_id)
+        progress = await self._progress_after(-1)
+        if self._turn_id is not None or progress.subagent:  # a subagent's log ends with its turn
+            states, _ = await read_states(self._backend.runtime, session_id, self._backend.agent)
             session = states[session_id]
-            turn = session.turn(turn_id) if turn_id is not None else None
-            if turn is not None:
-                position, end_seq = max(position, turn.first_seq - 1), turn.end_seq
+            if self._turn_id is not None:
+                turn = session.turn(self._turn_id)
+                position, self._end_seq = max(position, turn.first_seq - 1), turn.end_seq
             else:
-                end_seq = next((t.end_seq for t in session.turns.values()), None)
+                self._end_seq = next((t.end_seq for t in session.turns.values()), None)
         if position > progress.last_seq:
             raise InvalidCursorError(
                 f"session {session_id} never had this cursor (it has {progress.last_seq} "
                 "events); pass a cursor it gave you"
             )
-        output_type = self.agent.output_type
+        return position
 
-        def ended() -> bool:
-            if end_seq is not None and position >= end_seq:
-                return True
-            return progress.terminated and position >= progress.last_seq
+    def _ended(self, position: int) -> bool:
+        if self._end_seq is not None and position >= self._end_seq:
+            return True
+        return self._progress.terminated and position >= self._progress.last_seq
 
+    async def page(self, limit: int, wait: float) -> list[Event]:
+        session_id, turn_id = self._session_id, self._turn_id
+        position = self._position
+        if position is None:
+            position = self._position = await self._start()
         with trio.move_on_after(wait):
-            while progress.last_seq <= position and not ended():
-                found = await store.wait_for_events(session_id, position)
-                if found is None:
-                    raise not_found(session_id)
-                progress = found
+            while self._progress.last_seq <= position and not self._ended(position):
+                await self._progress_after(position)
+        store = self._backend.runtime.store
+        output_type = self._backend.agent.output_type
+        subagent = self._progress.subagent
         events: list[Event] = []
-        while len(events) < limit and not ended():
+        while len(events) < limit and not self._ended(position):
             page = await store.read_events(session_id, position, min(limit, _FOLLOWED_PAGE))
             if not page:
                 break
             if page[0].id != machine.format_cursor(session_id, position + 1):
-                resume = machine.format_cursor(session_id, seq_of_event(page[0]) - 1)
+                first = seq_of_event(page[0])
+                resume = machine.format_cursor(session_id, first - 1)
                 raise ObservationLost(
                     f"event {position + 1} of session {session_id} was pruned (only events "
-                    f"from {seq_of_event(page[0])} on are kept); resume after cursor {resume}",
+                    f"from {first} on are kept); resume after cursor {resume}",
                     cursor=resume,
                 )
             for event in page:
                 position = seq_of_event(event)
                 if turn_id is None or event.turn_id == turn_id:
                     events.append(event_for_reader(event, output_type))
-                    if isinstance(event, TurnEnded) and (turn_id or progress.subagent):
-                        end_seq = position
-                if len(events) >= limit or ended():
+                    if isinstance(event, TurnEnded) and (turn_id or subagent):
+                        self._end_seq = position
+                if len(events) >= limit or self._ended(position):
                     break
-        cursor = machine.format_cursor(session_id, position) if position else after
-        return events, cursor, ended()
+        self._position = position
+        if position:
+            self.cursor = machine.format_cursor(session_id, position)
+        self.ended = self._ended(position)
+        return events
+
+    def close(self) -> None:
+        pass
