@@ -520,6 +520,74 @@ async def test_another_runtimes_wait_runs_its_approval_handler(postgres_schema: 
     assert runs == ["/tmp/x"]
 
 
+async def test_two_waits_through_another_runtime_share_one_handler_run(
+    postgres_schema: str,
+) -> None:
+    runs: list[str] = []
+    agent = approval_agent(runs)
+    calls: list[str] = []
+    opened: list[agentlib.Event] = []
+    both_saw_it = trio.Event()
+
+    def saw(event: agentlib.Event) -> None:
+        # Each wait hands the callback to its handler as soon as this returns.
+        if isinstance(event, agentlib.CallbackOpened):
+            opened.append(event)
+            if len(opened) == 2:
+                both_saw_it.set()
+
+    async def approve(callback: agentlib.OpenApproval) -> agentlib.AllowApproval:
+        calls.append(callback.id)
+        await both_saw_it.wait()
+        return agentlib.AllowApproval()
+
+    finals: list[agentlib.TurnState[Any]] = []
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):
+            session = await agent.start_session()
+            blocked = await session.run("clean up")
+            assert isinstance(blocked, agentlib.Blocked)
+            async with agentlib.open_runtime(shared(postgres_schema)):
+                elsewhere = agent.session(session.id, on_approval=approve).turn(blocked.turn_id)
+
+                async def wait() -> None:
+                    finals.append(await elsewhere.result(on_event=saw))
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(wait)
+                    nursery.start_soon(wait)
+    assert calls == [blocked.callbacks[0].id]  # one run, shared by both waits
+    assert [type(final) for final in finals] == [Completed, Completed]
+    assert runs == ["/tmp/x"]
+
+
+async def test_concurrent_answers_through_another_runtime_are_each_told_the_one_taken(
+    postgres_schema: str,
+) -> None:
+    runs: list[str] = []
+    agent = approval_agent(runs)
+    offers = [agentlib.AllowApproval(), agentlib.DenyApproval(reason="no")] * 3
+    told: list[Any] = []
+    with trio.fail_after(30):  # only catches a hang
+        async with agentlib.open_runtime(shared(postgres_schema)):
+            session = await agent.start_session()
+            blocked = await session.run("clean up")
+            assert isinstance(blocked, agentlib.Blocked)
+            async with agentlib.open_runtime(shared(postgres_schema)):
+                elsewhere = agent.session(session.id).turn(blocked.turn_id)
+
+                async def offer(value: Any) -> None:
+                    told.append(await elsewhere.answer(blocked.callbacks[0].id, value))
+
+                async with trio.open_nursery() as nursery:
+                    for value in offers:
+                        nursery.start_soon(offer, value)
+            final = await session.turn(blocked.turn_id).result(after=blocked)
+    assert all(isinstance(value, agentlib.Answered) for value in told), told
+    assert len({value.answer for value in told}) == 1  # the answer taken, told to each
+    assert isinstance(final, Completed)
+
+
 async def test_concurrent_answers_through_the_holder_take_one(postgres_schema: str) -> None:
     runs: list[str] = []
     agent = approval_agent(runs)
