@@ -901,7 +901,7 @@ class Runtime:
                     if not self._claiming[callback_id]:
                         del self._claiming[callback_id]
                 if lost_to is not None:
-                    self._settled_elsewhere(lost_to)
+                    self._close_claimed(lost_to)
             else:
                 # The read above and the write below are two steps, as with any shared
                 # store: an answer that read the callback open may find another answer
@@ -917,7 +917,7 @@ class Runtime:
             session_id=owner.id,
         )
 
-    def _settled_elsewhere(self, row: CallbackRow) -> None:
+    def _close_claimed(self, row: CallbackRow) -> None:
         """Close a callback this runtime holds open that another runtime settled in the
         shared store (``row``, as the claim wrote it), as an answer here would: its turn goes
         on here."""
@@ -953,9 +953,9 @@ class Runtime:
                 await trio.sleep(self.lease_seconds / 3)  # the store's failure is said elsewhere
                 continue
             for row in settled:
-                self._settled_elsewhere(row)
+                self._close_claimed(row)
 
-    async def _answer_elsewhere(
+    async def _claim_answer(
         self,
         session_id: str,
         agent: AgentDefinition,

@@ -46,9 +46,7 @@ class SharedBackend:
         self, session_id: str, callback_id: str, answer: object, key: str | None
     ) -> Told:
         # Claimed in the store: the holder hears of it, and its turn goes on there.
-        return await self.runtime._answer_elsewhere(
-            session_id, self.agent, callback_id, answer, key
-        )
+        return await self.runtime._claim_answer(session_id, self.agent, callback_id, answer, key)
 
     async def record(self, session_id: str, turn_id: str) -> TurnState[Any]:
         """The turn's record as the shared store has it now: what the holder's readers see
