@@ -25,207 +25,71 @@ The engine imports this package (``from . import _machine as machine``), never i
 
 from __future__ import annotations
 
-from ._callbacks import (
-    add_close as add_close,
-)
-from ._callbacks import (
-    answer_key as answer_key,
-)
-from ._callbacks import (
-    check_not_a_class as check_not_a_class,
-)
-from ._callbacks import (
-    close_callback as close_callback,
-)
-from ._callbacks import (
-    fit_answer as fit_answer,
-)
-from ._callbacks import (
-    open_callback as open_callback,
-)
-from ._callbacks import (
-    open_sign_in as open_sign_in,
-)
-from ._callbacks import (
-    show_settled as show_settled,
-)
-from ._callbacks import (
-    sources_to_sign_in as sources_to_sign_in,
-)
-from ._cursors import (
-    format_cursor as format_cursor,
-)
-from ._cursors import (
-    seq_of_cursor as seq_of_cursor,
-)
-from ._queries import (
-    HistoryView as HistoryView,
-)
-from ._queries import (
-    ancestors as ancestors,
-)
-from ._queries import (
-    find_callback as find_callback,
-)
-from ._queries import (
-    model_history as model_history,
-)
-from ._queries import (
-    open_below as open_below,
-)
-from ._queries import (
-    record_of as record_of,
-)
-from ._queries import (
-    resumable as resumable,
-)
-from ._queries import (
-    root_of as root_of,
-)
-from ._queries import (
-    running_subagents as running_subagents,
-)
-from ._queries import (
-    tree_of as tree_of,
-)
-from ._restart import (
-    LOST as LOST,
-)
-from ._restart import (
-    Restart as Restart,
-)
-from ._restart import (
-    restart as restart,
-)
-from ._state import (
-    NOTHING as NOTHING,
-)
-from ._state import (
-    Call as Call,
-)
-from ._state import (
-    CallbackPhase as CallbackPhase,
-)
-from ._state import (
-    CallbackState as CallbackState,
-)
-from ._state import (
-    CallState as CallState,
-)
-from ._state import (
-    Facts as Facts,
-)
-from ._state import (
-    SessionMachine as SessionMachine,
-)
-from ._state import (
-    Sessions as Sessions,
-)
-from ._state import (
-    StopCause as StopCause,
-)
-from ._state import (
-    ToolStep as ToolStep,
-)
-from ._state import (
-    TurnMachine as TurnMachine,
-)
-from ._state import (
-    adding as adding,
-)
-from ._state import (
-    apply as apply,
-)
-from ._state import (
-    as_step as as_step,
-)
-from ._state import (
-    evolve as evolve,
-)
-from ._state import (
-    hidden_from_model as hidden_from_model,
-)
-from ._state import (
-    own as own,
-)
-from ._state import (
-    own_list as own_list,
-)
-from ._state import (
-    without as without,
-)
-from ._steps import (
-    begin_model_step as begin_model_step,
-)
-from ._steps import (
-    begin_tool_step as begin_tool_step,
-)
-from ._steps import (
-    capability_note as capability_note,
-)
-from ._steps import (
-    completed as completed,
-)
-from ._steps import (
-    end_tool_step as end_tool_step,
-)
-from ._steps import (
-    error_result as error_result,
-)
-from ._steps import (
-    model_replied as model_replied,
-)
-from ._steps import (
-    note_capability as note_capability,
-)
-from ._steps import (
-    text_streamed as text_streamed,
-)
-from ._steps import (
-    update_call as update_call,
-)
-from ._transitions import (
-    Occupied as Occupied,
-)
-from ._transitions import (
-    Started as Started,
-)
-from ._transitions import (
-    cancel as cancel,
-)
-from ._transitions import (
-    check_open as check_open,
-)
-from ._transitions import (
-    end_turn as end_turn,
-)
-from ._transitions import (
-    failed as failed,
-)
-from ._transitions import (
-    fingerprint as fingerprint,
-)
-from ._transitions import (
-    import_history as import_history,
-)
-from ._transitions import (
-    interrupted as interrupted,
-)
-from ._transitions import (
-    keyed_turn as keyed_turn,
-)
-from ._transitions import (
-    new_session as new_session,
-)
-from ._transitions import (
-    start_subagent as start_subagent,
-)
-from ._transitions import (
-    start_turn as start_turn,
-)
-from ._transitions import (
-    steer as steer,
-)
-from ._transitions import (
-    stop as stop,
-)
+from ._callbacks import add_close as add_close
+from ._callbacks import answer_key as answer_key
+from ._callbacks import check_not_a_class as check_not_a_class
+from ._callbacks import close_callback as close_callback
+from ._callbacks import fit_answer as fit_answer
+from ._callbacks import open_callback as open_callback
+from ._callbacks import open_sign_in as open_sign_in
+from ._callbacks import show_settled as show_settled
+from ._callbacks import sources_to_sign_in as sources_to_sign_in
+from ._cursors import format_cursor as format_cursor
+from ._cursors import seq_of_cursor as seq_of_cursor
+from ._queries import HistoryView as HistoryView
+from ._queries import ancestors as ancestors
+from ._queries import find_callback as find_callback
+from ._queries import model_history as model_history
+from ._queries import open_below as open_below
+from ._queries import record_of as record_of
+from ._queries import resumable as resumable
+from ._queries import root_of as root_of
+from ._queries import running_subagents as running_subagents
+from ._queries import tree_of as tree_of
+from ._restart import LOST as LOST
+from ._restart import Restart as Restart
+from ._restart import restart as restart
+from ._state import NOTHING as NOTHING
+from ._state import Call as Call
+from ._state import CallbackPhase as CallbackPhase
+from ._state import CallbackState as CallbackState
+from ._state import CallState as CallState
+from ._state import Facts as Facts
+from ._state import SessionMachine as SessionMachine
+from ._state import Sessions as Sessions
+from ._state import StopCause as StopCause
+from ._state import ToolStep as ToolStep
+from ._state import TurnMachine as TurnMachine
+from ._state import adding as adding
+from ._state import apply as apply
+from ._state import as_step as as_step
+from ._state import evolve as evolve
+from ._state import hidden_from_model as hidden_from_model
+from ._state import own as own
+from ._state import own_list as own_list
+from ._state import without as without
+from ._steps import begin_model_step as begin_model_step
+from ._steps import begin_tool_step as begin_tool_step
+from ._steps import capability_note as capability_note
+from ._steps import completed as completed
+from ._steps import end_tool_step as end_tool_step
+from ._steps import error_result as error_result
+from ._steps import model_replied as model_replied
+from ._steps import note_capability as note_capability
+from ._steps import text_streamed as text_streamed
+from ._steps import update_call as update_call
+from ._transitions import Occupied as Occupied
+from ._transitions import Started as Started
+from ._transitions import cancel as cancel
+from ._transitions import check_open as check_open
+from ._transitions import end_turn as end_turn
+from ._transitions import failed as failed
+from ._transitions import fingerprint as fingerprint
+from ._transitions import import_history as import_history
+from ._transitions import interrupted as interrupted
+from ._transitions import keyed_turn as keyed_turn
+from ._transitions import new_session as new_session
+from ._transitions import start_subagent as start_subagent
+from ._transitions import start_turn as start_turn
+from ._transitions import steer as steer
+from ._transitions import stop as stop
