@@ -80,10 +80,22 @@ exit status:
   store or one that cannot be opened), 130 Ctrl-C"""
 
 
-def _description(command: str, details: str) -> str:
-    """A command's own description: its line in COMMANDS, as a sentence, then ``details``."""
-    line = COMMANDS[command]
-    return f"{line[0].upper()}{line[1:]}.\n\n{details}"
+def _command(
+    commands: argparse._SubParsersAction[_CommandParser],
+    name: str,
+    details: str,
+    epilog: str | None = None,
+) -> argparse.ArgumentParser:
+    """A command's parser: its description is its line in COMMANDS, as a sentence, then
+    ``details``."""
+    line = COMMANDS[name]
+    return commands.add_parser(
+        name,
+        prog=f"{PROG} {name}",
+        description=f"{line[0].upper()}{line[1:]}.\n\n{details}",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 class _CommandParser(argparse.ArgumentParser):
@@ -119,32 +131,15 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", metavar="<command>", help=argparse.SUPPRESS, parser_class=_CommandParser
     )
-    demo = commands.add_parser(
-        "demo",
-        prog=f"{PROG} demo",
-        description=_description("demo", DEMO_DETAILS),
-        epilog=DEMO_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    demo = _command(commands, "demo", DEMO_DETAILS, DEMO_EPILOG)
     demo.add_argument(
         "--interactive",
         action="store_true",
         help="ask you at the terminal for the approval the third turn needs "
         "(y allows, anything else or Ctrl-D denies)",
     )
-    commands.add_parser(
-        "selfcheck",
-        prog=f"{PROG} selfcheck",
-        description=_description("selfcheck", SELFCHECK_DETAILS),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    serve = commands.add_parser(
-        "serve",
-        prog=f"{PROG} serve",
-        description=_description("serve", SERVE_DETAILS),
-        epilog=SERVE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    _command(commands, "selfcheck", SELFCHECK_DETAILS)
+    serve = _command(commands, "serve", SERVE_DETAILS, SERVE_EPILOG)
     serve.add_argument("agents", metavar="AGENTS", help="module:attribute naming the agents")
     serve.add_argument(
         "--store",
@@ -168,7 +163,6 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--lease-seconds",
         type=_positive(float),
-        default=None,
         metavar="S",
         help="how long this server holds a session after it stops renewing "
         "(the store's default: 30, or 10 on PostgreSQL)",

@@ -50,10 +50,7 @@ def wants_colour(stream: TextIO) -> bool:
     # The classic Windows console prints escape codes as they are; Windows Terminal does not.
     if sys.platform == "win32" and "WT_SESSION" not in os.environ:
         return False
-    try:
-        return stream.isatty()
-    except ValueError:  # a closed stream
-        return False
+    return _is_terminal(stream)
 
 
 def _read_line(stdin: TextIO | None, terminal: bool) -> str:

@@ -138,14 +138,6 @@ def storable_text(text: str) -> bool:
     return text.isascii() or _SURROGATE.search(text) is None
 
 
-def text_problem(value: object) -> str | None:
-    """Why ``value``, a string that agentlib would store, is refused; None when it is not
-    a string or can be stored. The reason never holds the text."""
-    if type(value) is str and not storable_text(value):
-        return LONE_SURROGATE
-    return None
-
-
 #: The annotations of the fields :func:`check_text_fields` reads: text, or a tuple of texts
 #: (as classes, or as the strings they are until attrs resolves them).
 _TEXT_TYPES: tuple[object, ...] = (
@@ -228,7 +220,7 @@ def _walk(value: object, *, strict: bool) -> Problem | None:
     if value is None or _flat(value, strict):
         return None  # the common cases, without building a stack
     if type(value) in JSON_SCALARS:
-        return Problem(LONE_SURROGATE) if strict and text_problem(value) else None
+        return Problem(LONE_SURROGATE) if strict and not _storable((value,)) else None
     stack: list[tuple[object, int, _Link]] = [(value, 0, None)]
     while stack:
         item, depth, link = stack.pop()

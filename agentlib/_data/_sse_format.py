@@ -21,13 +21,9 @@ def frame(data: str, *, event: str | None = None, id: str | None = None) -> str:
     """
     head = ""
     if id is not None:
-        if "\n" in id or "\r" in id:
-            raise _broken("id")
-        head = f"id: {id}\n"
+        head = f"id: {_one_line(id, 'id')}\n"
     if event is not None:
-        if "\n" in event or "\r" in event:
-            raise _broken("event")
-        head = f"{head}event: {event}\n"
+        head = f"{head}event: {_one_line(event, 'event')}\n"
     if "\n" in data or "\r" in data:
         lines = data.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         return head + "".join(f"data: {line}\n" for line in lines) + "\n"
@@ -36,9 +32,7 @@ def frame(data: str, *, event: str | None = None, id: str | None = None) -> str:
 
 def comment(text: str) -> str:
     """A comment frame, which readers skip: ``text`` on one line."""
-    if "\n" in text or "\r" in text:
-        raise _broken("comment")
-    return f": {text}\n\n"
+    return f": {_one_line(text, 'comment')}\n\n"
 
 
 def field(line: str) -> tuple[str, str] | None:
@@ -53,5 +47,7 @@ def field(line: str) -> tuple[str, str] | None:
     return name, value
 
 
-def _broken(what: str) -> ValueError:
-    return ValueError(f"an SSE {what} is one line, and this one holds a line break")
+def _one_line(text: str, what: str) -> str:
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"an SSE {what} is one line, and this one holds a line break")
+    return text

@@ -24,7 +24,6 @@ __all__ = [
     "StartSessionBody",
     "StartTurnBody",
     "SteerBody",
-    "field_names",
 ]
 
 #: A message's content: a text, or content blocks.
@@ -159,8 +158,3 @@ class MintBody:
             "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": MOST_SECONDS},
         },
     )
-
-
-def field_names(cls: type[Any]) -> tuple[str, ...]:
-    """The fields a body of class ``cls`` may have, as the wire names them."""
-    return tuple(field.name for field in attrs.fields(cls))

@@ -41,7 +41,6 @@ from .._data._events import Event
 from .._data._history import new_id
 from .._data._records import AlreadySettled, Answered, Blocked, NotFound, Running, TurnState
 from .._engine._live import check_callback_id
-from .._engine._log import cursor_of
 from .._engine._machine import check_not_a_class, fit_answer
 from .._references._backends._base import (
     Backend,
@@ -677,18 +676,6 @@ def _told(data: Any, what: str) -> Told:
         raise SdkError(f"the server answered {what} with {str(data)[:200]}")
     told: Told = structure(data, kind)
     return told
-
-
-def _cursor(after: TurnState[Any] | str | None, session_id: str | None = None) -> str | None:
-    """The cursor ``after`` names; with ``session_id``, checked as a local reader checks it
-    (the server checks that the session had it).
-
-    Raises:
-        InvalidCursorError: It is not a cursor, or one of another session.
-    """
-    if session_id is not None:
-        return cursor_of(after, session_id)
-    return after if after is None or isinstance(after, str) else after.cursor
 
 
 def _wire_content(content: Content) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import logging
 import os
@@ -66,19 +65,7 @@ def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     serving = trio.Event()
     show_logs()
     try:
-        trio.run(
-            functools.partial(
-                _serve,
-                agents,
-                store,
-                serving,
-                args.host,
-                args.port,
-                tokens,
-                event_retention=args.event_retention,
-                lease_seconds=args.lease_seconds,
-            )
-        )
+        trio.run(_serve, agents, store, serving, args, tokens)
     except BaseException as error:
         if any(isinstance(leaf, KeyboardInterrupt) for leaf in _leaves(error)):
             # Ctrl-C may land in any task; what else failed while stopping is said, not raised
@@ -128,37 +115,28 @@ def _leaves(error: BaseException) -> list[BaseException]:
 
 def _only(error: BaseException, kind: type[E]) -> E | None:
     """``error`` if it is a ``kind``, or the first of a group of nothing else."""
-    if isinstance(error, kind):
-        return error
-    inner = getattr(error, "exceptions", None)  # an exception group (backported on 3.10)
-    if isinstance(inner, tuple) and inner:
-        leaves = [_only(one, kind) for one in inner]
-        if all(leaf is not None for leaf in leaves):
-            return leaves[0]
-    return None
+    leaves = _leaves(error)
+    found = [leaf for leaf in leaves if isinstance(leaf, kind)]
+    return found[0] if len(found) == len(leaves) else None
 
 
 async def _serve(
     agents: Sequence[Agent],
     store: Store,
     serving: trio.Event,
-    host: str,
-    port: int,
+    args: argparse.Namespace,
     tokens: list[str],
-    *,
-    event_retention: int | None,
-    lease_seconds: float | None,
 ) -> None:
     from ._serve import serve as serve_agents
 
     async with serve_agents(
         agents,
         store=store,
-        host=host,
-        port=port,
+        host=args.host,
+        port=args.port,
         tokens=tokens,
-        event_retention=event_retention,
-        lease_seconds=lease_seconds,
+        event_retention=args.event_retention,
+        lease_seconds=args.lease_seconds,
     ) as server:
         serving.set()
         names = ", ".join(agent.name for agent in agents)

@@ -64,7 +64,6 @@ from ._bodies import (
     StartSessionBody,
     StartTurnBody,
     SteerBody,
-    field_names,
 )
 from ._openapi import (
     CALLBACK_ANSWER,
@@ -83,7 +82,7 @@ from ._statuses import error_body, status_of
 
 __all__ = ["OPERATIONS", "Server", "serve"]
 
-B = TypeVar("B")
+B = TypeVar("B", bound=attrs.AttrsInstance)
 
 #: What the server says of the requests it fails (a 503's cause, a failure of its own) and
 #: of clients that hang up; never a header, a token or a value of a request.
@@ -515,7 +514,7 @@ def _log_failure(request: Request, error: Exception) -> None:
 
 async def _body(request: Request, cls: type[B]) -> B:
     """The request's JSON object, checked for size, syntax and fields, as a ``cls``."""
-    fields = set(field_names(cls))
+    fields = {field.name for field in attrs.fields(cls)}
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
         raise _Refused(413, "PayloadTooLarge", f"the body is larger than {MAX_BODY:,} bytes")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -242,16 +242,41 @@ async def send_answer(
 ) -> Told:
     """Settle callback ``callback_id`` of the session (or of a subagent's below it) with
     ``answer``, as ``turn.answer`` does: the first answer wins, and each answer this
-    process sends at the same moment is told ``Answered`` with the answer taken. A handler
-    still at work on the callback stops: its answer is moot now."""
-    place = backend.place
-    async with _concurrent_answers(place, callback_id) as told:
-        told.value = await backend.answer(session_id, turn_id, callback_id, answer, key)
-        run = _runs().get((place, callback_id))
-        if run is not None:
-            run.scope.cancel()
-    assert told.value is not None
-    return told.value
+    process sends at the same moment is told ``Answered`` with the answer taken, though the
+    session's holder (another runtime, a server) took one first and told the others
+    ``AlreadySettled``. A handler still at work on the callback stops: its answer is moot
+    now."""
+    try:
+        groups = _ANSWERS.get()
+    except LookupError:
+        groups = {}
+        _ANSWERS.set(groups)
+    key_of = (backend.place, callback_id)
+    group = groups.setdefault(key_of, _Answers())
+    group.under_way += 1
+    group.sending += 1
+    try:
+        try:
+            told = await backend.answer(session_id, turn_id, callback_id, answer, key)
+            run = _runs().get(key_of)
+            if run is not None:
+                run.scope.cancel()
+        finally:
+            group.sending -= 1
+            group.tell()
+        if isinstance(told, Answered):
+            group.taken = told
+            group.tell()
+        elif isinstance(told, AlreadySettled):
+            while group.taken is None and group.sending:
+                await group.changed.wait()  # another answer of this moment may be taken
+            if group.taken is not None:
+                told = group.taken
+        return told
+    finally:
+        group.under_way -= 1
+        if not group.under_way and groups.get(key_of) is group:
+            del groups[key_of]
 
 
 @attrs.define(eq=False)
@@ -271,47 +296,3 @@ class _Answers:
 _ANSWERS: trio.lowlevel.RunVar[dict[tuple[object, str], _Answers]] = trio.lowlevel.RunVar(
     "agentlib_answers"
 )
-
-
-@attrs.define(eq=False)
-class _Told:
-    """What an answer sent in a :func:`_concurrent_answers` block was told."""
-
-    value: Told | None = None
-
-
-@contextlib.asynccontextmanager
-async def _concurrent_answers(place: object, callback_id: str) -> AsyncIterator[_Told]:
-    """One answer to callback ``callback_id`` of a session at ``place`` sent from this
-    process, among the others sent at the same time: each of them is told ``Answered`` with
-    the answer taken, though the session's holder (another runtime, a server) took one first
-    and told the others ``AlreadySettled``. The block sets ``told.value``; on leaving, it is
-    what to return."""
-    try:
-        groups = _ANSWERS.get()
-    except LookupError:
-        groups = {}
-        _ANSWERS.set(groups)
-    key = (place, callback_id)
-    group = groups.setdefault(key, _Answers())
-    group.under_way += 1
-    group.sending += 1
-    told = _Told()
-    try:
-        try:
-            yield told
-        finally:
-            group.sending -= 1
-            group.tell()
-        if isinstance(told.value, Answered):
-            group.taken = told.value
-            group.tell()
-        elif isinstance(told.value, AlreadySettled):
-            while group.taken is None and group.sending:
-                await group.changed.wait()  # another answer of this moment may be taken
-            if group.taken is not None:
-                told.value = group.taken
-    finally:
-        group.under_way -= 1
-        if not group.under_way and groups.get(key) is group:
-            del groups[key]

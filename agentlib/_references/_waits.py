@@ -66,10 +66,10 @@ async def wait_for_turn(
         backend=backend,
         session_id=session_id,
         turn_id=turn_id,
-        handler_for=handler_for or _none,
+        handler_for=handler_for or (lambda callback: None),
         deadline=deadline,
     )
-    with waiter.deadline_scope():
+    with waiter.scope or contextlib.nullcontext():
         await _follow(waiter, cursor, on_event, wanted)
     return await backend.record(session_id, turn_id)  # it ended or blocked, or the deadline
 
@@ -121,11 +121,6 @@ async def _read(
             waiter.blocked = False
 
 
-def _none(callback: Callback) -> None:
-    """No handler: the reference has none."""
-    return None
-
-
 @attrs.define(eq=False, kw_only=True)
 class Waiter:
     """One wait on a turn: the handler runs it started or joined, what the turn's events
@@ -157,10 +152,6 @@ class Waiter:
 
     def __attrs_post_init__(self) -> None:
         self.scope = trio.CancelScope(deadline=self.deadline) if self.deadline < math.inf else None
-
-    def deadline_scope(self) -> contextlib.AbstractContextManager[Any]:
-        """What the wait runs in: its cancel scope, or nothing without a deadline."""
-        return self.scope if self.scope is not None else contextlib.nullcontext()
 
     def saw(self, event: Event, *, handle: bool) -> None:
         """Take in an event of the turn; with ``handle``, have the callback it opens

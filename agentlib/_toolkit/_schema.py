@@ -152,22 +152,18 @@ def _fields_schema(cls: type[Any], classes: _Classes) -> dict[str, Any]:
     properties: dict[str, Any] = {}
     required: list[str] = []
     if attrs.has(cls):
-        for field in attrs.fields(cls):
-            if not field.init:
-                continue
-            properties[field.name] = _schema(hints.get(field.name, Any), classes)
-            if field.default is attrs.NOTHING:
-                required.append(field.name)
+        fields = [(f.name, f.init, f.default is attrs.NOTHING) for f in attrs.fields(cls)]
     else:
-        for dc_field in dataclasses.fields(cls):
-            if not dc_field.init:
-                continue
-            properties[dc_field.name] = _schema(hints.get(dc_field.name, Any), classes)
-            if (
-                dc_field.default is dataclasses.MISSING
-                and dc_field.default_factory is dataclasses.MISSING
-            ):
-                required.append(dc_field.name)
+        missing = dataclasses.MISSING
+        fields = [
+            (f.name, f.init, f.default is missing and f.default_factory is missing)
+            for f in dataclasses.fields(cls)
+        ]
+    for name, init, needed in fields:
+        if init:
+            properties[name] = _schema(hints.get(name, Any), classes)
+            if needed:
+                required.append(name)
     schema: dict[str, Any] = {
         "type": "object",
         "title": cls.__name__,

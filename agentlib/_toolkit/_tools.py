@@ -38,7 +38,6 @@ class _Parameter:
     name: str
     annotation: Any
     required: bool
-    default: Any
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -269,12 +268,7 @@ def _make_tool(
             schema["default"] = parameter.default
         properties[parameter.name] = schema
         signature.append(
-            _Parameter(
-                name=parameter.name,
-                annotation=annotation,
-                required=is_required,
-                default=parameter.default,
-            )
+            _Parameter(name=parameter.name, annotation=annotation, required=is_required)
         )
     if not all(part.isidentifier() for part in tool_name.split(".")):
         raise ValueError(f"tool name {tool_name!r} must be letters, digits and underscores")
@@ -336,13 +330,10 @@ def tool(
         TypeError: A parameter has no type annotation (``Any`` takes any JSON value), its
             type has no JSON form, or the function takes ``*args``.
     """
-    if function is not None:
-        return _make_tool(
-            function, name=name, description=description, requires_approval=requires_approval
-        )
-    return functools.partial(
+    make = functools.partial(
         _make_tool, name=name, description=description, requires_approval=requires_approval
     )
+    return make(function) if function is not None else make
 
 
 @overload

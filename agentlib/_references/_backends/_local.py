@@ -193,11 +193,8 @@ class LocalBackend:
     async def answer(
         self, session_id: str, turn_id: str, callback_id: str, answer: object, key: str | None
     ) -> Told:
-        try:
-            live = await self._load(session_id)
-        except SessionBusyError:
-            if not self.runtime.store.shared:
-                raise
+        live = await self._held(session_id)
+        if live is None:
             return await self._shared.answer(session_id, callback_id, answer, key)
         self.runtime._check_open()
         answered = await self.runtime._answer(live, callback_id, answer, key)
