@@ -157,9 +157,8 @@ class EventLog:
         # values: one, or a tuple of them), the others whole.
         self._events: list[Any] = []
         self.first_seq = first_seq  # the oldest event kept (in memory or in the store)
-        self.held_from = first_seq  # the seq of _events[0]: the older ones are in the store
-        if stored_seq is not None:  # events up to stored_seq are in the store
-            self.held_from = max(first_seq, stored_seq + 1)
+        # The seq of _events[0]: the older ones (up to stored_seq, if given) are in the store.
+        self.held_from = first_seq if stored_seq is None else max(first_seq, stored_seq + 1)
         self._read = read
         self.visible = self.held_from - 1  # the seq of the last durable event
         self.closed = False
@@ -182,9 +181,7 @@ class EventLog:
         """The store made the events up to ``seq`` durable: readers may see them."""
         if seq > self.visible:
             self.visible = seq
-            if self._changed is not None:  # a reader waits on it
-                self._changed.set()
-                self._changed = None
+            self._wake()
             if self._read is not None and len(self._events) > _HELD_MAX:
                 # The oldest are durable: readers that want them read them back.
                 drop = min(len(self._events) - _HELD_KEEP, self.visible - self.held_from + 1)
@@ -220,15 +217,10 @@ class EventLog:
         event = _new(cls)
         _put(event, "id", format_cursor(self.session_id, seq))
         _put(event, "session_id", self.session_id)
-        _put(event, "turn_id", self._turn_at(seq))
+        _put(event, "turn_id", self._turns[2 * _change_at(self._turns, seq) + 1])
         for name, value in zip(names, values, strict=True):
             _put(event, name, value)
         return event  # type: ignore[no-any-return]
-
-    def _turn_at(self, seq: int) -> str | None:
-        turns = self._turns
-        turn_id: str | None = turns[2 * _change_at(turns, seq) + 1]
-        return turn_id
 
     def pack(self) -> None:
         """Keep the events held so far packed: the session is idle. A packed event takes
@@ -311,16 +303,12 @@ class EventLog:
         return page
 
     def _lost(self, seq: int) -> ObservationLost:
+        resume = format_cursor(self.session_id, self.first_seq - 1)  # before the oldest kept
         return ObservationLost(
             f"event {seq} of session {self.session_id} was pruned (only events from "
-            f"{self.first_seq} on are kept); resume after cursor {self.resume_cursor}",
-            cursor=self.resume_cursor,
+            f"{self.first_seq} on are kept); resume after cursor {resume}",
+            cursor=resume,
         )
-
-    @property
-    def resume_cursor(self) -> str:
-        """Where a reader that lost events resumes: right before the oldest event kept."""
-        return format_cursor(self.session_id, self.first_seq - 1)
 
     def prune(self, before_seq: int) -> None:
         """Forget the events before ``before_seq``."""
@@ -340,9 +328,7 @@ class EventLog:
         """Wake every reader waiting here, to see that something else changed (its store
         failed, say): their waits return."""
         self._woken += 1
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
+        self._wake()
 
     def take_over(self, lost: Callable[[], BaseException]) -> None:
         """Another runtime took the session over, and this one let it go: every wait here
@@ -386,8 +372,7 @@ class EventLog:
         cursor = cursor_of(after, self.session_id)
         if cursor is None:
             return 0
-        number = cursor.rpartition(":")[2]
-        seq = int(number)
+        seq = int(cursor.rpartition(":")[2])
         if seq > self.visible:
             raise InvalidCursorError(
                 f"session {self.session_id} never had this cursor (it has {self.visible} "

@@ -40,28 +40,21 @@ from .._data._errors import (
 from .._data._records import AlreadySettled, Answered, NotFound
 from .._store._base import Request, StoreError
 from . import _machine as machine
+from ._live import Engine
 
 if TYPE_CHECKING:
     from .._define._definition import AgentDefinition
-    from .._store._base import Store
     from ._live import LiveSession
 
 
-class Runtime(Protocol):
+class Runtime(Engine, Protocol):
     """What requests ask of the runtime that sends or serves them."""
-
-    store: Store
-    owner: str
-    lease_seconds: float
-    _sessions: dict[str, LiveSession]
 
     async def _session(self, session_id: str, agent: AgentDefinition) -> LiveSession: ...
 
     def _check_open(self) -> None: ...
 
     def _check_writable(self, live: LiveSession, procedure: str) -> None: ...
-
-    async def _flush(self, *written: LiveSession) -> None: ...
 
     def _start_turn(
         self,

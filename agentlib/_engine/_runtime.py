@@ -253,18 +253,14 @@ class Runtime:
                 self._refused()
             raise
         finally:
-            self._let_go_taken_over()
+            # Let go of the trees of the sessions whose writes the store refused.
+            for lost in self.store.taken_over():
+                self._taken += 1
+                self._last_taken = lost
+                self._taken_over(lost.session_id, lost.owner)
         for live, seq in batch:
             if live.taken_over is None:  # else it may have been refused: never shown
                 live.log.made_visible(seq)
-
-    def _let_go_taken_over(self) -> None:
-        """Let go of the trees of the sessions whose writes the store refused: other
-        runtimes took them over."""
-        for lost in self.store.taken_over():
-            self._taken += 1
-            self._last_taken = lost
-            self._taken_over(lost.session_id, lost.owner)
 
     def _taken_over(self, session_id: str, owner: str | None) -> None:
         """Another runtime (``owner``, if known) took over session ``session_id``, and with
@@ -457,10 +453,11 @@ class Runtime:
     ) -> LiveSession:
         """Hold a session whose state is ``state``, run by ``agent`` (read back from the
         store: its events from ``first_seq`` to ``stored_seq`` are there)."""
+        read = functools.partial(self.store.read_events, state.id) if self.store.durable else None
         live = LiveSession(
             state=state,
             agent=agent,
-            log=self._event_log(state.id, first_seq=first_seq, stored_seq=stored_seq),
+            log=EventLog(state.id, first_seq=first_seq, stored_seq=stored_seq, read=read),
             ready=ready,
         )
         self._sessions[state.id] = live
@@ -584,23 +581,12 @@ class Runtime:
                     known = await self.store.session_for_key(idempotency_key)
                 if known is None:
                     live = self._new_session(agent, inputs, key=idempotency_key, history=history)
-            if known is not None:
+            if known is not None:  # the first start may still wait for the store: flushed below
                 live = await self._session(known, agent)
-                await self._flush(live)  # the first start may still wait for the store
-                return live
         else:
             live = self._new_session(agent, inputs, history=history)
         await self._flush(live)
         return live
-
-    def _event_log(
-        self, session_id: str, *, first_seq: int = 1, stored_seq: int | None = None
-    ) -> EventLog:
-        """A session's log; with a durable store, it reads back the events it lets go of."""
-        read = None
-        if self.store.durable:
-            read = functools.partial(self.store.read_events, session_id)
-        return EventLog(session_id, first_seq=first_seq, stored_seq=stored_seq, read=read)
 
     async def _session(self, session_id: str, agent: AgentDefinition) -> LiveSession:
         """A session this runtime holds, read back from the store (with its whole tree of
@@ -843,26 +829,8 @@ class Runtime:
                 closed.set()
         return closed
 
-    def _close_callback(
-        self,
-        owner: LiveSession,
-        callback_id: str,
-        *,
-        answered: bool = True,
-        answer: Any = None,
-        error: str | None = None,
-        key: str | None = None,
-    ) -> None:
-        facts = machine.close_callback(
-            self._states,
-            owner.id,
-            callback_id,
-            answered=answered,
-            answer=answer,
-            error=error,
-            key=key,
-        )
-        self._commit(facts)
+    def _close_callback(self, owner: LiveSession, callback_id: str, **closing: Any) -> None:
+        self._commit(machine.close_callback(self._states, owner.id, callback_id, **closing))
 
     async def _answer(
         self, live: LiveSession, callback_id: str, answer: object, key: str | None = None
@@ -911,11 +879,7 @@ class Runtime:
                 self._close_callback(owner, callback_id, answer=fitted, key=kept)
             if not (was_open and state.phase is CallbackPhase.ANSWERED):
                 return AlreadySettled(session_id=owner.id)
-        taken = state.answer
-        return Answered(
-            answer=taken if isinstance(taken, (AllowApproval, DenyApproval)) else None,
-            session_id=owner.id,
-        )
+        return _told(state.answer, owner.id)
 
     def _close_claimed(self, row: CallbackRow) -> None:
         """Close a callback this runtime holds open that another runtime settled in the
@@ -997,9 +961,8 @@ class Runtime:
                 "never reach the store: answer the sign-in through that runtime (or once it "
                 "has closed)"
             )
-        key_row = None if kept is None else KeyRow(owner_id, kept, row.callback.turn_id, "answer")
         lost_to = await self.store.claim_callback(
-            _answered(owner_id, row.callback, fitted), key_row
+            _answered(owner_id, row.callback, fitted), _key_row(owner_id, row, kept)
         )
         if lost_to is None:
             return _told(fitted, owner_id)
@@ -1040,16 +1003,13 @@ class Runtime:
 
     async def _renew_leases(self) -> None:
         try:
-            await self._renew_until_closed()
+            with self._renewal:
+                while True:
+                    await trio.sleep(self.lease_seconds / 3)
+                    async with self._renewing:
+                        await self._renew()
         finally:
             self._renewed.set()  # also when the runtime is cancelled from outside
-
-    async def _renew_until_closed(self) -> None:
-        with self._renewal:
-            while True:
-                await trio.sleep(self.lease_seconds / 3)
-                async with self._renewing:
-                    await self._renew()
 
     def _leases_in_doubt(self) -> bool:
         """Whether no renewal started in the last lease has returned (this runtime stalled,

@@ -95,10 +95,6 @@ class _Turn:
         return step
 
     @property
-    def suspended(self) -> bool:
-        return self.task.suspended
-
-    @property
     def holding(self) -> bool:
         """Its task leaves the turn unended, callbacks open: suspended for a later
         runtime, or parked until what it waits on closes."""
@@ -123,11 +119,6 @@ class _Turn:
         finally:
             task.waiting.remove(closed)
 
-    def working(self, count: int = 1) -> _Working:
-        """``count`` waits or calls of the turn's tool step under way, all counted before
-        any runs; each says it is over by calling what this gives."""
-        return _Working(self, count)
-
     def commit(self, facts: Iterable[Any]) -> None:
         self.engine._commit(facts)
 
@@ -139,11 +130,12 @@ class _Turn:
 
 
 class _Working:
-    """``count`` waits or calls of a turn's tool step under way (:meth:`_Turn.working`)."""
+    """``count`` waits or calls of the turn's tool step under way, all counted before any
+    runs; each says it is over by calling what ``with`` gives."""
 
     __slots__ = ("left", "turn")
 
-    def __init__(self, turn: _Turn, count: int) -> None:
+    def __init__(self, turn: _Turn, count: int = 1) -> None:
         self.turn = turn
         self.left = count
 
@@ -330,13 +322,14 @@ async def _run_tools(turn: _Turn, requests: Sequence[ToolCallRequest], usage: Us
         # keeps text the model sent, but no other value that is not JSON.
         problem = arguments_problem(request.arguments)
         not_json = problem is not None and not isinstance(request.arguments, str)
+        tool = turn.tools.get(request.name)
         entry = ToolCallEntry(
             id=new_id(),
             turn_id=turn.state.id,
             name=request.name,
             arguments=None if not_json else request.arguments,
             tool_call_id=request.id or new_call_id(),
-            tool_kind=_kind(turn.tools.get(request.name)),
+            tool_kind="local" if tool is None else tool.kind,
             usage=usage if index == 0 else None,
         )
         calls.append(Call(entry=entry, refusal=problem))
@@ -378,11 +371,11 @@ async def _finish_tools(turn: _Turn, failures: dict[int, BaseException]) -> None
         with failed if failed is not None else contextlib.nullcontext():
             if not failures:
                 # Credentials are never stored: a resumed step asks again for those it lacks.
-                with turn.working() as over:
+                with _Working(turn) as over:
                     await _sign_in(turn)
                     over()
                 calls = range(len(turn.step.calls))
-                with turn.working(len(calls)) as over:
+                with _Working(turn, len(calls)) as over:
                     await _each(calls, functools.partial(run_call, over=over))
     finally:
         if not turn.holding:
@@ -391,10 +384,6 @@ async def _finish_tools(turn: _Turn, failures: dict[int, BaseException]) -> None
             )
     for index in sorted(failures):
         raise _RaiseFromTool(failures[index])
-
-
-def _kind(tool: Tool | None) -> str:
-    return "local" if tool is None else tool.kind
 
 
 async def _each(items: Iterable[int], step: Callable[[int], Awaitable[None]]) -> None:
@@ -573,9 +562,7 @@ async def _call_tool(turn: _Turn, index: int) -> ToolResultEntry:
         finally:
             URL_ELICITATION.reset(asking)
             source = tool.source if isinstance(tool, SignInTool) else None
-            if (
-                source is not None and source in turn.live.credentials
-            ):  # its code is used once: a next call asks again
+            if source is not None and source in turn.live.credentials:  # used once: ask again
                 turn.live.credentials = machine.without(turn.live.credentials, source)
     except Exception as error:
         if agent.tool_errors == "raise":
@@ -601,7 +588,7 @@ async def _ask_url(turn: _Turn, index: int, source: str | None, message: str, ur
     turn.commit(facts)
     turn.update(index, callback=callback_id)  # a restart closes it with the call (machine.restart)
     try:
-        with turn.working():  # the call runs on: its turn cannot park and leave it
+        with _Working(turn):  # the call runs on: its turn cannot park and leave it
             answered = await _wait(turn, callback_id)
     finally:
         if source in turn.live.credentials:  # what it was answered with means nothing more
@@ -699,11 +686,11 @@ async def _delegate(turn: _Turn, index: int, subagent: AgentDefinition) -> ToolR
     try:
         await turn.wait(engine._turn_done(child, child_turn_id))
     except BaseException:
-        if turn.task.parked and not turn.suspended:
+        if turn.task.parked and not turn.task.suspended:
             raise  # the subagent's turn goes on; this one waits for it, parked
         # The parent turn stops: its subagent's turn stops the same way, and first.
         child_state = child.state.turns[child_turn_id]
-        if turn.suspended and machine.resumable(engine._states, child_state):
+        if turn.task.suspended and machine.resumable(engine._states, child_state):
             engine._suspend_turn(child, child_turn_id)
         else:
             engine._stop_turn(child, child_turn_id, turn.state.stop_cause or StopCause.CANCELLED)

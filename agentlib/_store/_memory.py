@@ -144,8 +144,7 @@ class MemoryStore(Store):
         return True
 
     async def flush(self) -> None:
-        if self.failure is not None:
-            self.check()
+        self.check()
 
     async def load(self, session_id: str) -> StoredSession | None:
         session = self._sessions.get(session_id)

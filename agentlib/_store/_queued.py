@@ -45,7 +45,7 @@ __all__ = [
     "check_leasable",
     "check_none_left",
     "check_turns_named",
-    "read_answer",
+    "read_callback",
     "read_session",
     "unreadable",
 ]
@@ -434,11 +434,14 @@ def _without(group: list[Op], payloads: list[Any], session_id: str) -> tuple[lis
     return kept, kept_payloads
 
 
-def read_answer(data: Any) -> Any:
-    """A callback's answer as a store keeps it (JSON): an approval's answer as its class."""
+def read_callback(
+    session_id: str, callback: str, state: Any, answer: str | None, error: str | None
+) -> CallbackRow:
+    """A callback's row from its columns (JSON): an approval's answer as its class."""
+    data = None if answer is None else json.loads(answer)
     if isinstance(data, dict) and data.get("type") in ("allow", "deny"):
-        return structure(data, AllowApproval if data["type"] == "allow" else DenyApproval)
-    return data
+        data = structure(data, AllowApproval if data["type"] == "allow" else DenyApproval)
+    return CallbackRow(session_id, structure(json.loads(callback), Callback), state, data, error)
 
 
 def check_turns_named(
@@ -480,8 +483,7 @@ def read_session(
     if row is None:
         check_none_left(execute, reads, session_id, at, damaged)
         return None
-    agent, parent_id, parent_turn_id, key, inputs, terminated, *numbers = row
-    first_seq, last_seq, last_idx = numbers
+    agent, parent_id, parent_turn_id, key, inputs, terminated, first_seq, last_seq, last_idx = row
     inputs = json.loads(inputs)
     if parent_id is not None and not _has(execute, reads, "sessions", parent_id):
         raise damaged(at, f"the row of its parent session {parent_id} is missing")
@@ -512,16 +514,7 @@ def read_session(
     for turn_id, data in execute(reads.steers, (session_id,)):
         steers.setdefault(turn_id, []).append(read_entry(data))
     at.table = "callbacks"
-    callbacks = [
-        CallbackRow(
-            session_id,
-            structure(json.loads(callback), Callback),
-            state,
-            read_answer(json.loads(answer)) if answer is not None else None,
-            error,
-        )
-        for callback, state, answer, error in execute(reads.callbacks, (session_id,))
-    ]
+    callbacks = [read_callback(session_id, *row) for row in execute(reads.callbacks, (session_id,))]
     at.table = "keys"
     keys = [
         KeyRow(session_id, key, turn_id, fingerprint)

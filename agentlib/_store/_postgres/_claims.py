@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..._data._callbacks import Callback
-from ..._data._convert import structure, unstructure
+from ..._data._convert import unstructure
 from .._base import CallbackRow, KeyRow
-from .._queued import Place, read_answer
+from .._queued import Place, read_callback
 from ._database import Database
 from ._notifications import POLL_SECONDS, Listener
 
@@ -106,11 +105,4 @@ def _callback_row(
     if found is None:
         missing = f"callback {callback_id} is missing"
         raise database.damaged(Place(f"session {session_id}", "callbacks"), missing)
-    callback, state, answer, error = found
-    return CallbackRow(
-        session_id,
-        structure(json.loads(callback), Callback),
-        state,
-        read_answer(json.loads(answer)) if answer is not None else None,
-        error,
-    )
+    return read_callback(session_id, *found)

@@ -65,11 +65,6 @@ class Listener:
             self._stop.set()
             await run_in_thread(thread.join)
 
-    def session_waits(self, session_id: str) -> _Wait:
-        """What is set at the session's next commit (listening first)."""
-        self.listen()
-        return self._waiting.setdefault(session_id, _Wait())
-
     def claims(self) -> trio.Event:
         """What is set at the next claim (listening first)."""
         self.listen()
@@ -97,7 +92,8 @@ class Listener:
     async def wait_for_events(self, session_id: str, after: int) -> Progress | None:
         """See :meth:`Store.wait_for_events`."""
         database = self._database
-        changed = self.session_waits(session_id)  # before the read
+        self.listen()
+        changed = self._waiting.setdefault(session_id, _Wait())  # before the read
         progress = await database.in_thread(_progress_of, database, session_id)
         if progress is None or progress.last_seq > after or progress.terminated:
             return progress
