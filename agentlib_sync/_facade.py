@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Literal, TypeVar, overload
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 import agentlib
-from agentlib._models._options import ChatOptions
 from agentlib._references._session import (
     ApprovalHandler,
     ClientToolHandler,
@@ -18,6 +16,7 @@ from agentlib._references._session import (
 )
 
 from ._portal import off_thread, portal
+from ._twins import AgentTwin, RemoteAgentTwin, SessionTwin, TurnTwin
 
 __all__ = ["Agent", "RemoteAgent", "Session", "Turn", "configure"]
 
@@ -72,68 +71,8 @@ def _turn_or_busy(
     return Turn(value, session)
 
 
-def _async_agent(agent: Agent | agentlib.Agent) -> agentlib.Agent:
-    return agent.agent if isinstance(agent, Agent) else agent
-
-
-class Agent:
+class Agent(AgentTwin):
     """An agent; the blocking twin of :class:`agentlib.Agent` (same arguments)."""
-
-    def __init__(
-        self,
-        name: str,
-        instructions: str = "",
-        model: agentlib.Model | str | None = None,
-        tools: Iterable[agentlib.Tool | agentlib.ToolSource | Callable[..., Any]] = (),
-        output_type: type[Any] | None = None,
-        subagents: Sequence[Agent | agentlib.Agent] = (),
-        hooks: Sequence[agentlib.Hook] = (),
-        tool_errors: Literal["report", "raise"] = "report",
-        *,
-        description: str = "",
-        max_running_subagents: int = 8,
-        max_steps: int = 25,
-        model_options: ChatOptions | None = None,
-        mcps: Mapping[str, agentlib.RemoteMCP | agentlib.StdioMCP] | None = None,
-        environment: (
-            agentlib.NoSandbox
-            | agentlib.DangerousLocalSandbox
-            | agentlib.IsolatedSandbox
-            | agentlib.BashkitSandbox
-            | None
-        ) = None,
-    ) -> None:
-        delegates = [_async_agent(sub) for sub in subagents]
-        self.agent: agentlib.Agent = agentlib.Agent(
-            name, instructions, model, tools, output_type, delegates, hooks, tool_errors,
-            description=description, max_running_subagents=max_running_subagents,
-            max_steps=max_steps, model_options=model_options, mcps=mcps,
-            environment=environment,
-        )  # fmt: skip
-
-    @property
-    def max_steps(self) -> int:
-        """The most model steps a turn may take."""
-        return self.agent.max_steps
-
-    @property
-    def name(self) -> str:
-        """The agent's name."""
-        return self.agent.name
-
-    @property
-    def model(self) -> agentlib.Model:
-        """The model that drives the agent."""
-        return self.agent.model
-
-    def __repr__(self) -> str:
-        return repr(self.agent)
-
-    def override(self, *, model: agentlib.Model | str) -> AbstractContextManager[None]:
-        """Run this agent on ``model`` for the ``with`` block, for tests; see
-        :meth:`agentlib.Agent.override` (the agent of a blocking script is the same object:
-        its sessions' steps in the engine's thread ask ``model`` too)."""
-        return self.agent.override(model=model)
 
     @staticmethod
     def load_from(
@@ -198,25 +137,9 @@ class Agent:
         return Session(portal.call(reference))
 
 
-class RemoteAgent:
+class RemoteAgent(RemoteAgentTwin):
     """A deployed agent (from :meth:`Agent.load_from`); the blocking twin of
     :class:`agentlib.RemoteAgent`."""
-
-    def __init__(self, agent: agentlib.RemoteAgent) -> None:
-        self.agent = agent
-
-    @property
-    def name(self) -> str:
-        """The agent's name on the server."""
-        return self.agent.name
-
-    @property
-    def url(self) -> str:
-        """The server's address."""
-        return self.agent.url
-
-    def __repr__(self) -> str:
-        return repr(self.agent)
 
     def start_session(
         self,
@@ -259,23 +182,8 @@ class RemoteAgent:
         )
 
 
-class Session:
+class Session(SessionTwin):
     """A session; the blocking twin of :class:`agentlib.Session`."""
-
-    def __init__(self, session: agentlib.Session) -> None:
-        self._session = session
-        self.id = session.id
-
-    def __repr__(self) -> str:
-        return repr(self._session)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Session):
-            return NotImplemented
-        return self._session == other._session
-
-    def __hash__(self) -> int:
-        return hash(self._session)
 
     def turn(self, turn_id: str) -> Turn:
         """A reference to a turn; see :meth:`agentlib.Session.turn`."""
@@ -365,26 +273,8 @@ class Session:
         return [Session(session) for session in portal.call(self._session.subagents)]
 
 
-class Turn:
+class Turn(TurnTwin):
     """A turn; the blocking twin of :class:`agentlib.Turn`."""
-
-    def __init__(self, turn: agentlib.Turn, session: Session) -> None:
-        self._turn = turn
-        self._session = session
-        self.id = turn.id
-        self.session_id = turn.session_id
-        self.started = turn.started
-
-    def __repr__(self) -> str:
-        return repr(self._turn)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Turn):
-            return NotImplemented
-        return self._turn == other._turn
-
-    def __hash__(self) -> int:
-        return hash(self._turn)
 
     def get(self) -> agentlib.TurnState[Any]:
         """The turn's record now; see :meth:`agentlib.Turn.get`."""
