@@ -113,9 +113,10 @@ MAX_PAGE = 1000
 
 
 class _Refused(Exception):
-    """A request the wire refuses before the runtime sees it (its status and message)."""
+    """A request the wire refuses before the runtime sees it (its message and status: a
+    400 Bad Request unless said)."""
 
-    def __init__(self, status: int, kind: str, message: str) -> None:
+    def __init__(self, message: str, status: int = 400, kind: str = "BadRequest") -> None:
         super().__init__(message)
         self.status = status
         self.kind = kind
@@ -183,11 +184,11 @@ class Server:
             access = request.state.access = self._authorize(request)
             if access.session_id is not None and right not in access.rights:
                 raise _Refused(
-                    403,
-                    "Forbidden",
                     "this token is scoped to one session, and gives "
                     f"{' and '.join(sorted(access.rights)) or 'no'} rights there: "
                     "use a principal's token for this",
+                    403,
+                    "Forbidden",
                 )
             enter(self._runtime)  # the public API's verbs reach this runtime
             return await endpoint(request)  # type: ignore[no-any-return]
@@ -225,10 +226,10 @@ class Server:
         if access is not None:
             return access
         raise _Refused(
-            401,
-            "Unauthorized",
             "this server takes requests with a token: send the header "
             "'Authorization: Bearer <token>' with one of the server's tokens",
+            401,
+            "Unauthorized",
         )
 
     def _agent(self, request: Request) -> Agent:
@@ -236,7 +237,7 @@ class Server:
         agent = self._agents.get(name)
         if agent is None:
             raise _Refused(
-                404, "AgentNotFound", f"this server serves no agent named {name!r}: see /v1/agents"
+                f"this server serves no agent named {name!r}: see /v1/agents", 404, "AgentNotFound"
             )
         return agent
 
@@ -296,21 +297,15 @@ class Server:
     async def _mint(self, request: Request) -> Response:
         session = await self._session(request)
         if not self._tokens:
-            raise _Refused(
-                400,
-                "BadRequest",
-                "this server takes no tokens: every request reaches every session",
-            )
+            raise _Refused("this server takes no tokens: every request reaches every session")
         body = await _body(request, MintBody)
         rights = frozenset(body.rights)
         if not rights or not rights <= RIGHTS:
             raise _Refused(
-                400,
-                "BadRequest",
-                f"'rights' must be a non-empty list of {', '.join(map(repr, sorted(RIGHTS)))}",
+                f"'rights' must be a non-empty list of {', '.join(map(repr, sorted(RIGHTS)))}"
             )
         if not 0 < body.seconds <= MOST_SECONDS:
-            raise _Refused(400, "BadRequest", f"'seconds' must be from 1 to {MOST_SECONDS:,}")
+            raise _Refused(f"'seconds' must be from 1 to {MOST_SECONDS:,}")
         token, expires = self._tokens.mint(session.id, rights, body.seconds)
         return _json({"token": token, "expires": expires, "rights": sorted(rights)}, 201)
 
@@ -409,7 +404,7 @@ class Server:
             if said in self._told:
                 return _json(self._told[said])
             if not isinstance(body.answer, str):
-                raise _Refused(400, "BadRequest", "a failure's 'answer' is its message, a string")
+                raise _Refused("a failure's 'answer' is its message, a string")
             told = await turn._report(callback_id, body.answer)
             if told is None:
                 return _json({"type": "not_reported"})  # the agent raises tool errors
@@ -424,7 +419,7 @@ class Server:
         except ValueError as error:
             if isinstance(error, SdkError):
                 raise
-            raise _Refused(400, "BadRequest", str(error)) from None
+            raise _Refused(str(error)) from None
         return _json(unstructure(settled))
 
     def _remember(self, said: tuple[str, str, str, str | None], told: Any) -> Any:
@@ -517,12 +512,12 @@ async def _body(request: Request, cls: type[B]) -> B:
     fields = {field.name for field in attrs.fields(cls)}
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        raise _Refused(413, "PayloadTooLarge", f"the body is larger than {MAX_BODY:,} bytes")
+        raise _Refused(f"the body is larger than {MAX_BODY:,} bytes", 413, "PayloadTooLarge")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY:
-            raise _Refused(413, "PayloadTooLarge", f"the body is larger than {MAX_BODY:,} bytes")
+            raise _Refused(f"the body is larger than {MAX_BODY:,} bytes", 413, "PayloadTooLarge")
         chunks.append(chunk)
     raw = b"".join(chunks)
     if not raw.strip():
@@ -530,19 +525,17 @@ async def _body(request: Request, cls: type[B]) -> B:
     try:
         data = read_json(raw.decode("utf-8"), wrapping=BODY_WRAPPING)
     except UnicodeDecodeError:
-        raise _Refused(400, "BadRequest", "the body is not UTF-8 text") from None
+        raise _Refused("the body is not UTF-8 text") from None
     except NotJson as error:
-        raise _Refused(400, "BadRequest", f"the body is not JSON: {error}") from None
+        raise _Refused(f"the body is not JSON: {error}") from None
     if not isinstance(data, dict):
-        raise _Refused(400, "BadRequest", "the body must be a JSON object")
+        raise _Refused("the body must be a JSON object")
     _check_text(data)
     unknown = sorted(set(data) - fields)
     if unknown:
         raise _Refused(
-            400,
-            "BadRequest",
             f"unknown field(s) {', '.join(map(repr, unknown))}: this route takes "
-            f"{', '.join(map(repr, sorted(fields)))}",
+            f"{', '.join(map(repr, sorted(fields)))}"
         )
     return _read_body(data, cls)
 
@@ -583,9 +576,7 @@ def _inputs(given: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
     if given is None:
         return {}
     if Principal.input_id in given:
-        raise _Refused(
-            400, "BadRequest", f"the input id {Principal.input_id!r} is the server's own"
-        )
+        raise _Refused(f"the input id {Principal.input_id!r} is the server's own")
     return dict(given)
 
 
@@ -603,7 +594,7 @@ def _number(request: Request, name: str, default: float, most: float) -> float:
     except ValueError:
         value = math.nan
     if not 0 <= value <= most:
-        raise _Refused(400, "BadRequest", f"'{name}' must be a number from 0 to {most:g}")
+        raise _Refused(f"'{name}' must be a number from 0 to {most:g}")
     return value
 
 
@@ -647,10 +638,8 @@ def _read_answer(data: Any, cls: Any) -> Any:
     if unknown:
         takes = ", ".join(repr(field.name) for field in attrs.fields(type(answer)))
         raise _Refused(
-            400,
-            "BadRequest",
             f"unknown field(s) {', '.join(map(repr, unknown))} in 'answer': "
-            f"{type(answer).__name__} takes {takes or 'no field but type'}",
+            f"{type(answer).__name__} takes {takes or 'no field but type'}"
         )
     return answer
 

@@ -178,6 +178,11 @@ def approval_callback(session_id: str, turn_id: str, path: str = "/tmp/x") -> Op
     )
 
 
+def event_rows(session_id: str, events: Sequence[Event], first_seq: int = 1) -> list[EventRow]:
+    """The rows of ``events`` of session ``session_id``, numbered from ``first_seq``."""
+    return [EventRow(session_id, seq, event) for seq, event in enumerate(events, start=first_seq)]
+
+
 def write_all(store: Store, ops: Sequence[Op]) -> None:
     for op in ops:
         store.write(op)
@@ -187,6 +192,14 @@ async def load(store: Store, session_id: str) -> StoredSession:
     stored = await store.load(session_id)
     assert stored is not None, f"the store lost session {session_id}"
     return stored
+
+
+async def acquire_refused(store: Store, session_ids: list[str], owner: str) -> LeaseRefused:
+    """Acquire ``session_ids`` for ``owner`` (for 30 s), which must be refused: the
+    LeaseRefused raised."""
+    with pytest.raises(LeaseRefused) as raised:
+        await store.acquire(session_ids, owner, 30)
+    return raised.value
 
 
 async def events_of(store: Store, stored: StoredSession) -> list[Event]:
@@ -336,8 +349,7 @@ async def test_events_come_back_as_written_whatever_their_fields(store: Store) -
     ]
     async with opened(store):
         store.write(SessionRow(session, "agent"))
-        for seq, event in enumerate(events, start=1):
-            store.write(EventRow(session, seq, event))
+        write_all(store, event_rows(session, events))
         await store.flush()
         stored = await load(store, session)
         assert await events_of(store, stored) == events
@@ -352,13 +364,11 @@ async def test_events_come_back_in_order(store: Store) -> None:
     async with opened(store):
         store.write(SessionRow(session, "agent"))
         store.write(TurnRow(session, turn_1, 1))
-        for seq, event in enumerate(events[:7], start=1):
-            store.write(EventRow(session, seq, event))
+        write_all(store, event_rows(session, events[:7]))
         await store.flush()
         # A second group, written after the first was committed.
         store.write(TurnRow(session, turn_2, 8))
-        for seq, event in enumerate(events[7:], start=8):
-            store.write(EventRow(session, seq, event))
+        write_all(store, event_rows(session, events[7:], first_seq=8))
         await store.flush()
 
         stored = await load(store, session)
@@ -602,8 +612,7 @@ async def test_prune_forgets_old_events(store: Store) -> None:
     async with opened(store):
         store.write(SessionRow(session, "agent"))
         store.write(TurnRow(session, turn, 1))
-        for seq, event in enumerate(events, start=1):
-            store.write(EventRow(session, seq, event))
+        write_all(store, event_rows(session, events))
         store.write(PruneRow(session, 4))
         await store.flush()
         stored = await load(store, session)
@@ -624,8 +633,7 @@ async def test_prune_forgets_old_events(store: Store) -> None:
 
         # Later events are kept, numbered on.
         more = events_of_a_turn(session, new_id(), first_seq=8)
-        for seq, event in enumerate(more, start=8):
-            store.write(EventRow(session, seq, event))
+        write_all(store, event_rows(session, more, first_seq=8))
         await store.flush()
         stored = await load(store, session)
         assert stored.first_seq == 7
@@ -639,15 +647,13 @@ async def test_pruning_past_the_last_event_keeps_the_numbering(store: Store) -> 
     events = events_of_a_turn(session, new_id())
     async with opened(store):
         store.write(SessionRow(session, "agent"))
-        for seq, event in enumerate(events[:3], start=1):
-            store.write(EventRow(session, seq, event))
+        write_all(store, event_rows(session, events[:3]))
         store.write(PruneRow(session, 10))
         await store.flush()
         stored = await load(store, session)
         assert (stored.first_seq, stored.last_seq) == (4, 3)
         assert await events_of(store, stored) == []
-        for seq, event in enumerate(events[3:], start=4):
-            store.write(EventRow(session, seq, event))
+        write_all(store, event_rows(session, events[3:], first_seq=4))
         await store.flush()
         stored = await load(store, session)
         assert (stored.first_seq, stored.last_seq) == (4, 7)
@@ -667,35 +673,28 @@ async def test_leases(store: Store, clock: ManualClock) -> None:
 
         await store.acquire([one], "A", 30)
         await store.acquire([one], "A", 30)  # the owner renews
-        with pytest.raises(LeaseRefused) as refused:
-            await store.acquire([one], "B", 30)
-        assert refused.value.session_id == one
-        assert refused.value.owner == "A"
-        assert refused.value.until == pytest.approx(clock.now + 30)
+        refusal = await acquire_refused(store, [one], "B")
+        assert refusal.session_id == one
+        assert refusal.owner == "A"
+        assert refusal.until == pytest.approx(clock.now + 30)
 
         # A refused acquire takes none of the sessions it names.
-        with pytest.raises(LeaseRefused):
-            await store.acquire([two, one], "B", 30)
+        await acquire_refused(store, [two, one], "B")
         await store.acquire([two], "A", 30)
 
         clock.now += 29.5  # not expired yet
-        with pytest.raises(LeaseRefused):
-            await store.acquire([one], "B", 30)
+        await acquire_refused(store, [one], "B")
         await store.acquire([one], "A", 30)  # renewed: now until now + 30
         clock.now += 29.5
-        with pytest.raises(LeaseRefused):
-            await store.acquire([one], "B", 30)
+        await acquire_refused(store, [one], "B")
 
         clock.now += 1  # past the expiry: the owner is taken for dead
         await store.acquire([one], "B", 10)
-        with pytest.raises(LeaseRefused) as refused:
-            await store.acquire([one], "A", 30)
-        assert refused.value.owner == "B"
+        assert (await acquire_refused(store, [one], "A")).owner == "B"
 
         # Release lets the other one in at once; releasing another's lease does nothing.
         await store.release([one], "A")
-        with pytest.raises(LeaseRefused):
-            await store.acquire([one], "A", 30)
+        await acquire_refused(store, [one], "A")
         await store.release([one], "B")
         await store.acquire([one], "A", 30)
         await store.release([one, two], "A")
@@ -716,15 +715,12 @@ async def test_renewing_leases(store: Store, clock: ManualClock) -> None:
         clock.now += 20
         assert await store.renew([one, two, unleased, "never-written"], "A", 30) == [unleased]
         clock.now += 29  # 49 s after the first lease: renewed, so held
-        with pytest.raises(LeaseRefused):
-            await store.acquire([one], "B", 30)
+        await acquire_refused(store, [one], "B")
 
         clock.now += 2  # past the renewed lease: A stalled
         await store.acquire([two], "B", 30)
         assert await store.renew([one, two], "A", 30) == [two]
-        with pytest.raises(LeaseRefused) as refused:
-            await store.acquire([two], "A", 30)
-        assert refused.value.owner == "B"
+        assert (await acquire_refused(store, [two], "A")).owner == "B"
         await store.release([two], "B")
         assert await store.renew([one, two], "A", 30) == [two]  # let go, still not A's
         await store.acquire([one], "A", 30)  # still A's
@@ -737,9 +733,7 @@ async def test_a_session_is_leased_as_its_row_is_written(store: Store, clock: Ma
         store.write(SessionRow(session, "agent", lease=("A", 30)))
         store.write(SessionRow(session, "agent", terminated=True))  # leaves the lease be
         await store.flush()
-        with pytest.raises(LeaseRefused) as refused:
-            await store.acquire([session], "B", 30)
-        assert refused.value.until == pytest.approx(clock.now + 30)
+        assert (await acquire_refused(store, [session], "B")).until == pytest.approx(clock.now + 30)
         assert await store.renew([session], "A", 30) == []
         clock.now += 31
         await store.acquire([session], "B", 30)
@@ -765,7 +759,7 @@ async def test_writes_apply_in_the_order_they_were_made(store: Store) -> None:
                 SessionRow(session, "agent"),
                 TurnRow(session, turn, 1, output_type="builtins.str"),
                 StepRow(session, turn, {"n": 1}),
-                *(EventRow(session, seq, event) for seq, event in enumerate(events, start=1)),
+                *event_rows(session, events),
                 CallbackRow(session, callback),
                 StepRow(session, turn, None),
                 PruneRow(session, 4),
@@ -802,7 +796,7 @@ async def test_committed_sees_every_op_once_in_order(store: Store) -> None:
         SessionRow(session, "agent", idempotency_key="k"),
         TurnRow(session, turn, 1),
         KeyRow(session, "t", turn, "f" * 64),
-        *(EventRow(session, seq, event) for seq, event in enumerate(events[:3], start=1)),
+        *event_rows(session, events[:3]),
         EntryRow(session, 0, user_message(turn, "hello")),
         CallbackRow(session, callback),
         StepRow(session, turn, {"calls": []}),
@@ -812,7 +806,7 @@ async def test_committed_sees_every_op_once_in_order(store: Store) -> None:
     second_group: list[Op] = [
         CallbackRow(session, callback, "answered", AllowApproval()),
         StepRow(session, turn, None),
-        *(EventRow(session, seq, event) for seq, event in enumerate(events[3:], start=4)),
+        *event_rows(session, events[3:], first_seq=4),
         TurnRow(session, turn, 1, record=ended.record),
         PruneRow(session, 3),
     ]
@@ -837,7 +831,7 @@ async def test_aclose_commits_what_was_written(store: Store) -> None:
     events = events_of_a_turn(session, turn)
     ops: list[Op] = [
         SessionRow(session, "agent"),
-        *(EventRow(session, seq, event) for seq, event in enumerate(events, start=1)),
+        *event_rows(session, events),
     ]
     async with opened(store):
         write_all(store, ops)  # no flush: closing commits them
@@ -907,8 +901,7 @@ async def test_what_a_flush_made_durable_another_store_object_reads(
     async with opened(store), opened(other_store):
         store.write(SessionRow(session, "agent", idempotency_key="k"))
         store.write(TurnRow(session, turn, 1))
-        for seq, event in enumerate(events, start=1):
-            store.write(EventRow(session, seq, event))
+        write_all(store, event_rows(session, events))
         await store.flush()
         assert await other_store.session_for_key("k") == session
         assert await other_store.load(session) == await store.load(session)
@@ -924,7 +917,7 @@ async def test_a_store_object_opened_later_reads_the_same(store: Store, other_st
         SessionRow(root, "root", idempotency_key="k", inputs={"repo": {"name": "x"}}),
         TurnRow(root, turn, 1, output_type="builtins.str"),
         KeyRow(root, "t", turn, "f" * 64),
-        *(EventRow(root, seq, event) for seq, event in enumerate(events, start=1)),
+        *event_rows(root, events),
         EntryRow(root, 0, user_message(turn, "hello")),
         CallbackRow(root, callback),
         CallbackRow(root, callback, "answered", AllowApproval(scope="session")),
@@ -961,14 +954,12 @@ async def test_leases_hold_across_store_objects(
         mine.write(SessionRow(session, "agent"))
         await mine.flush()
         await mine.acquire([session], "A", 30)
-        with pytest.raises(LeaseRefused) as refused:
-            await theirs.acquire([session], "B", 30)
-        assert refused.value.owner == "A"
-        assert refused.value.until == pytest.approx(clock.now + 30)
+        refusal = await acquire_refused(theirs, [session], "B")
+        assert refusal.owner == "A"
+        assert refusal.until == pytest.approx(clock.now + 30)
         clock.now += 31
         await theirs.acquire([session], "B", 30)
-        with pytest.raises(LeaseRefused):
-            await mine.acquire([session], "A", 30)
+        await acquire_refused(mine, [session], "A")
         assert await mine.renew([session], "A", 30) == [session]
         await theirs.release([session], "B")
         await mine.acquire([session], "A", 30)
@@ -1027,8 +1018,7 @@ async def test_a_write_to_a_session_taken_over_is_refused_and_the_others_go_on(
         assert [error.session_id for error in mine.taken_over()] == [session]
         assert (await theirs.load(later)) is not None
         assert await theirs.read_events(kept, 0, 10) == kept_events[:1]
-        with pytest.raises(LeaseRefused):
-            await theirs.acquire([kept], "B", 30)  # still A's
+        await acquire_refused(theirs, [kept], "B")  # still A's
 
         theirs.write(EventRow(session, 3, events[3]))
         await theirs.flush()
@@ -1139,7 +1129,7 @@ async def test_a_session_whose_rows_cannot_be_kept_is_refused_and_the_others_are
         EntryRow(first, 0, first_message),
         SessionRow(keyed, "agent", idempotency_key=f"key-{bad}"),
         SessionRow(last, "agent", inputs={"name": "last"}),
-        *(EventRow(first, seq, event) for seq, event in enumerate(events, 1)),
+        *event_rows(first, events),
     ]
     async with opened(store):
         write_all(store, acknowledged)
