@@ -78,14 +78,16 @@ def function_node(fn: Callable[..., Any]) -> ast.AsyncFunctionDef | ast.Function
 
 
 def door_functions() -> list[Any]:
-    """Every function the door's reference classes define, properties included."""
+    """Every function the door's reference classes define or inherit, properties included."""
     found = []
     for cls_name in REFERENCES:
-        for name, member in vars(getattr(agentlib.aio, cls_name)).items():
-            if isinstance(member, property):
-                member = member.fget
-            if inspect.isfunction(member):
-                found.append(pytest.param(member, id=f"{cls_name}.{name}"))
+        # Its own, and those of the base it shares with the other door (agentlib_sync._twins).
+        for cls in getattr(agentlib.aio, cls_name).__mro__[:-1]:
+            for name, member in vars(cls).items():
+                if isinstance(member, property):
+                    member = member.fget
+                if inspect.isfunction(member):
+                    found.append(pytest.param(member, id=f"{cls.__name__}.{name}"))
     return found
 
 
