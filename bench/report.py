@@ -7,11 +7,11 @@ Usage::
 Runs, each in a process of its own (``turns.py`` and ``memory.py``, which start more):
 
 - ``turns.py --mode turns``: a scripted turn, async, sync, sync with each process kept on
-  one CPU, and through ``agentlib.aio``, the median of 5 runs (and of the peers' runs,
-  interleaved, with ``--peers``);
+  one CPU, and through ``agentlib.aio`` (and it and the trio API on one CPU), the median of
+  5 runs (and of the peers' runs, interleaved, with ``--peers``);
 - ``turns.py --mode concurrent``: 20 turns at once by door (trio, ``agentlib.aio``,
   ``agentlib_sync`` in ``asyncio.to_thread``), and the asyncio loop's lateness while turns
-  run through ``agentlib.aio``;
+  run through ``agentlib.aio``, in this process's engine and on a served agent;
 - ``turns.py --mode round_trip``: agentlib_sync's round trip, and anyio's; a turn's thread
   crossings alone;
 - ``turns.py --mode long`` and ``--mode long_sqlite``: turns 1-100 and the last 100 of one
@@ -235,6 +235,16 @@ class Table:
                 target,
                 met(versus_trio["ratio"] <= 1.2),
             )
+        one_cpu = self.find("agentlib", "aio_vs_async_one_cpu")
+        if one_cpu is not None:
+            self.row(
+                "Scripted turn through agentlib.aio, every process on one CPU (median µs/turn)",
+                number(one_cpu["us_per_turn"], "µs"),
+                f"agentlib's trio API on one CPU {number(one_cpu['async_us_per_turn'], 'µs')}",
+                f"{one_cpu['ratio']:.2f}x trio",
+                "— (not a target)",
+                "—",
+            )
         versus_peers = self.find("agentlib", "aio_vs_peers")
         if versus_peers is not None:
             best = versus_peers["best_peer"]
@@ -275,6 +285,17 @@ class Table:
             target,
             met(mine["worst_ms"] <= 5),
         )
+        remote = gaps.get("aio_remote")
+        if remote is not None:
+            self.row(
+                f"The same, the agent served by `agentlib serve` in a process of its own "
+                f"({remote['n']:,} turns, 20 at a time)",
+                f"{number(remote['worst_ms'], 'ms')} (p99 {number(remote['p99_ms'], 'ms')})",
+                f"the same loop idle: {number(idle['worst_ms'], 'ms')}" if idle else "—",
+                "—",
+                "— (not a target)",
+                "—",
+            )
         if "sync_on_loop" in gaps:
             self.notes.append(
                 "The loop's lateness with 10 turns run in a row through agentlib_sync called "

@@ -29,16 +29,22 @@ Modes:
   second the workload.
   The ``aio`` runs (agentlib's only, set beside the peers' async runs) are the async runs
   through ``agentlib.aio``, awaited from an asyncio loop; ``aio_vs_async`` is their median
-  µs per turn over the trio API's (goal: at most 1.2).
+  µs per turn over the trio API's (goal: at most 1.2). ``async_one_cpu`` and ``aio_one_cpu``
+  are both again, each process kept on one CPU, and ``aio_vs_async_one_cpu`` their ratio:
+  an awaited call crosses threads twice, which costs most where each crossing wakes a
+  thread asleep on another CPU.
 - ``concurrent``: 20 turns at once, each in a new session whose model takes 50 ms to answer
   (a ``trio.sleep`` in the engine), R times (5): the median wall time through the trio API
   (a nursery), through ``agentlib.aio`` (``asyncio.gather``) and through ``agentlib_sync``
   in ``asyncio.to_thread`` (the workaround before ``agentlib.aio``, capped by the default
   executor's threads). Then the asyncio loop's ticks: a task that sleeps 1 ms records how
   late each wake-up is while N (2,000) scripted turns run through ``agentlib.aio``, 20 at a
-  time, and while 10 turns run in a row through ``agentlib_sync`` called on the loop (which
-  blocks it), and, for the machine's own lateness, while nothing runs for as long as the first;
-  the worst and the 99th percentile are printed (goal for ``agentlib.aio``: worst ≤ 5 ms).
+  time; while the same turns run through ``agentlib.aio`` on the same agent served by
+  ``agentlib serve`` in a process of its own (``aio_remote``: this process's engine only
+  sends requests); while 10 turns run in a row through ``agentlib_sync`` called on the loop
+  (which blocks it); and, for the machine's own lateness, while nothing runs for as long as
+  the first. The worst and the 99th percentile are printed (goal for ``agentlib.aio``:
+  worst ≤ 5 ms).
 - ``round_trip``: the median of N (5,000) calls of an async no-op through agentlib_sync's
   portal and through anyio's ``BlockingPortal.call`` (``start_blocking_portal(backend=
   "trio")``), in alternating blocks in one process; ``ratio`` is agentlib's over anyio's.
@@ -74,6 +80,7 @@ import trio
 import agentlib
 import agentlib.aio
 import agentlib_sync
+import serve  # bench/serve.py: its served agents, and agentlib serve in a process
 from agentlib._trio._threads import run_in_thread
 from agentlib_sync._portal import portal
 
@@ -89,10 +96,16 @@ DEFAULTS = {
 }
 PEER_SCRIPTS = ("bench_pydantic_ai.py", "bench_openai_agents.py")
 #: Each framework's runs: async, sync, and sync again with the process kept on one CPU; then
-#: agentlib's sync runs with an async tool, and its async runs through agentlib.aio.
-MODES = ("async", "sync", "sync_one_cpu", "sync_async_tool", "aio")
+#: agentlib's sync runs with an async tool, its async runs through agentlib.aio, and both
+#: async doors again with the process kept on one CPU.
+MODES = ("async", "sync", "sync_one_cpu", "sync_async_tool", "aio", "async_one_cpu", "aio_one_cpu")
 #: Modes that only agentlib runs, and the peers' mode each is set beside.
-OWN_MODES = {"sync_async_tool": "sync", "aio": "async"}
+OWN_MODES = {
+    "sync_async_tool": "sync",
+    "aio": "async",
+    "async_one_cpu": "async_one_cpu",
+    "aio_one_cpu": "async_one_cpu",
+}
 #: Turns at once in the ``concurrent`` mode, and how long each one's model takes (seconds).
 CONCURRENT = 20
 MODEL_LATENCY = 0.05
@@ -279,14 +292,34 @@ def bench_ticks(n: int) -> dict[str, list[float]]:
         for _ in range(10):  # as an async handler that calls the blocking API would
             assert isinstance(sync_agent.start_session().run("add 1 and 2"), agentlib.Completed)
 
+    async def remote_turns(url: str) -> list[float]:
+        """The loop's lateness while the same turns run through agentlib.aio on a served
+        agent: the engine runs them in a process of its own; this one's sends requests."""
+        remote = agentlib.aio.Agent.load_from(url, "calc")
+
+        async def one_remote() -> None:
+            session = await remote.start_session()
+            assert isinstance(await session.run("add 1 and 2"), agentlib.Completed)
+
+        async def turns() -> None:
+            for _ in range(max(1, n // CONCURRENT)):
+                await asyncio.gather(*(one_remote() for _ in range(CONCURRENT)))
+
+        for _ in range(WARMUP):
+            await one_remote()
+        return await tick_gaps(turns)
+
     async def main() -> dict[str, list[float]]:
         for _ in range(WARMUP):
             await one()
         start = time.perf_counter()
         through_aio = await tick_gaps(aio_turns)
         took = time.perf_counter() - start
+        with serve.server() as (url, _):
+            through_server = await remote_turns(url)
         return {
             "aio": through_aio,
+            "aio_remote": through_server,
             "sync_on_loop": await tick_gaps(blocking_turns),
             # The machine's own lateness: the same ticker as long, with nothing else to run.
             "idle": await tick_gaps(lambda: asyncio.sleep(took)),
@@ -430,7 +463,7 @@ def run_concurrent(n: int, repeats: int) -> None:
         emit(
             mode="tick_gap",
             door=door,
-            n={"aio": n, "sync_on_loop": 10, "idle": 0}[door],
+            n={"aio": n, "aio_remote": n, "sync_on_loop": 10, "idle": 0}[door],
             ticks=len(late),
             tick_ms=TICK * 1000,
             worst_ms=round(ordered[-1] * 1000, 2),
@@ -495,15 +528,17 @@ def run_turns(n: int, repeats: int, python: str | None) -> None:
             "turns_per_s": round(1e6 / medians[framework, mode], 1),
         }
         print(json.dumps(line), flush=True)
-    if ("agentlib", "aio") in medians and ("agentlib", "async") in medians:
-        emit(
-            mode="aio_vs_async",
-            n=n,
-            repeats=repeats,
-            us_per_turn=round(medians["agentlib", "aio"], 1),
-            async_us_per_turn=round(medians["agentlib", "async"], 1),
-            ratio=round(medians["agentlib", "aio"] / medians["agentlib", "async"], 3),
-        )
+    for suffix in ("", "_one_cpu"):
+        aio, trio_api = ("agentlib", f"aio{suffix}"), ("agentlib", f"async{suffix}")
+        if aio in medians and trio_api in medians:
+            emit(
+                mode=f"aio_vs_async{suffix}",
+                n=n,
+                repeats=repeats,
+                us_per_turn=round(medians[aio], 1),
+                async_us_per_turn=round(medians[trio_api], 1),
+                ratio=round(medians[aio] / medians[trio_api], 3),
+            )
     for mode in MODES:
         theirs = OWN_MODES.get(mode, mode)
         peers = {fw: us for (fw, m), us in medians.items() if m == theirs and fw != "agentlib"}
