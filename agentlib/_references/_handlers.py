@@ -17,7 +17,7 @@ import contextlib
 import contextvars
 import copy
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import trio
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from ._backends._base import Backend
 
 __all__ = ["Handler", "HandlerRun", "own_copy", "send_answer", "start_run"]
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 #: A handler: a function (sync or async) of a callback.
 Handler = Callable[[Any], Any]
@@ -81,13 +84,18 @@ _RUNS: trio.lowlevel.RunVar[dict[tuple[object, str], HandlerRun]] = trio.lowleve
 )
 
 
-def _runs() -> dict[tuple[object, str], HandlerRun]:
+def _in_this_run(var: trio.lowlevel.RunVar[dict[K, V]]) -> dict[K, V]:
+    """The trio run's own dict of ``var``, made empty the first time."""
     try:
-        return _RUNS.get()
+        return var.get()
     except LookupError:
-        runs: dict[tuple[object, str], HandlerRun] = {}
-        _RUNS.set(runs)
-        return runs
+        made: dict[K, V] = {}
+        var.set(made)
+        return made
+
+
+def _runs() -> dict[tuple[object, str], HandlerRun]:
+    return _in_this_run(_RUNS)
 
 
 def start_run(
@@ -246,11 +254,7 @@ async def send_answer(
     session's holder (another runtime, a server) took one first and told the others
     ``AlreadySettled``. A handler still at work on the callback stops: its answer is moot
     now."""
-    try:
-        groups = _ANSWERS.get()
-    except LookupError:
-        groups = {}
-        _ANSWERS.set(groups)
+    groups = _in_this_run(_ANSWERS)
     key_of = (backend.place, callback_id)
     group = groups.setdefault(key_of, _Answers())
     group.under_way += 1
