@@ -33,7 +33,7 @@ import agentlib
 from agentlib._data._errors import add_note
 from agentlib._references._open import enter, open_runtime, start_session_soon
 from agentlib._store import Store, open_store
-from agentlib._trio._threads import run_in_thread
+from agentlib._trio._threads import CallQueue, run_in_thread
 
 __all__ = ["Portal", "off_thread", "portal"]
 
@@ -79,7 +79,8 @@ class Portal:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._started: concurrent.futures.Future[None] | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
+        # The engine's loop's way in from other threads.
+        self._inbox: CallQueue | None = None
         self._nursery: trio.Nursery | None = None
         self._runtime: agentlib.Runtime | None = None
         self._stop: trio.Event | None = None
@@ -144,7 +145,7 @@ class Portal:
             self._runtime = runtime
             self._nursery = nursery
             self._stop = trio.Event()
-            self._token = trio.lowlevel.current_trio_token()
+            self._inbox = CallQueue(trio.lowlevel.current_trio_token().run_sync_soon)
             started.set_result(None)
             await self._stop.wait()
             nursery.cancel_scope.cancel()
@@ -159,8 +160,8 @@ class Portal:
         """
         self._check_thread()
         self._ensure_started()
-        assert self._token is not None
-        assert self._nursery is not None
+        inbox = self._inbox
+        assert inbox is not None
         # A bare lock is the cheapest cross-thread signal: the task releases it when done.
         done = _thread.allocate_lock()
         done.acquire()
@@ -183,7 +184,7 @@ class Portal:
 
         call = _Call(run)
         try:
-            self._token.run_sync_soon(self._dispatch, call)
+            inbox.call_soon(self._dispatch, call)
         except trio.RunFinishedError:
             raise RuntimeError(
                 "agentlib's engine has stopped (the interpreter is exiting)"
@@ -193,7 +194,7 @@ class Portal:
         except KeyboardInterrupt as stop:
             # Stop this call (not the turns it started), wait briefly, re-raise with what it
             # noted on its way out (e.g. which turn goes on, how to stop it).
-            self._token.run_sync_soon(_Call.cancel, call)
+            inbox.call_soon(_Call.cancel, call)
             done.acquire(timeout=_CLOSE_TIMEOUT)
             for note in notes:
                 add_note(stop, note)
@@ -223,8 +224,8 @@ class Portal:
         Raises:
             RuntimeError: The engine has stopped.
         """
-        token = self._token
-        if token is None:
+        inbox = self._inbox
+        if inbox is None:
             raise RuntimeError("agentlib's engine has stopped (the interpreter is exiting)")
 
         async def run() -> None:
@@ -237,10 +238,10 @@ class Portal:
 
         def cancel() -> None:
             with contextlib.suppress(trio.RunFinishedError):  # the engine ended: so did it
-                token.run_sync_soon(_Call.cancel, call)
+                inbox.call_soon(_Call.cancel, call)
 
         try:
-            token.run_sync_soon(self._dispatch, call)
+            inbox.call_soon(self._dispatch, call)
         except trio.RunFinishedError:
             raise RuntimeError("agentlib's engine has stopped") from None
         return cancel
@@ -275,10 +276,10 @@ class Portal:
         Raises:
             ValidationError: ``history`` or ``inputs`` is malformed; nothing was started.
         """
-        assert self._token is not None
+        assert self._inbox is not None
         handlers = (on_approval, on_sign_in, on_client_tool)
         return start_session_soon(
-            self._runtime, agent, self._token.run_sync_soon, history, inputs,
+            self._runtime, agent, self._inbox.call_soon, history, inputs,
             idempotency_key, *handlers,
         )  # fmt: skip
 
@@ -407,7 +408,7 @@ class Portal:
             self._stop_engine()
             # The next call starts an engine on the new settings, even if this one has not
             # ended yet.
-            self._thread = self._token = self._nursery = self._runtime = self._stop = None
+            self._thread = self._inbox = self._nursery = self._runtime = self._stop = None
             self._started = None
             self._idle = []
 
@@ -418,11 +419,11 @@ class Portal:
 
     def _stop_engine(self) -> None:
         """Stop the engine if it runs, and wait a few seconds at most for it to end."""
-        thread, token, stop = self._thread, self._token, self._stop
-        if thread is None or token is None or stop is None or not thread.is_alive():
+        thread, inbox, stop = self._thread, self._inbox, self._stop
+        if thread is None or inbox is None or stop is None or not thread.is_alive():
             return
         try:
-            token.run_sync_soon(stop.set)
+            inbox.call_soon(stop.set)
         except trio.RunFinishedError:
             return
         thread.join(timeout=_CLOSE_TIMEOUT)

@@ -1,5 +1,5 @@
 """Calling a user's function, sync or async; running a blocking function in a worker thread,
-for sync tools, handlers and the store."""
+for sync tools, handlers and the store; handing calls to a loop from other threads."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -16,7 +17,7 @@ import trio
 # trio's own dependency: code in the thread must not think it runs in trio's thread.
 from sniffio import current_async_library_cvar
 
-__all__ = ["invoke", "run_in_thread"]
+__all__ = ["CallQueue", "invoke", "run_in_thread"]
 
 T = TypeVar("T")
 
@@ -83,3 +84,50 @@ async def run_in_thread(
         raise
     result: T = await trio.lowlevel.wait_task_rescheduled(abort)
     return result
+
+
+class CallQueue:
+    """Calls handed to a loop (trio's or asyncio's) from other threads, run there in the
+    order they were handed, with one wake-up of the loop for all the calls handed before it
+    runs them.
+
+    ``schedule`` is the loop's own way in (``TrioToken.run_sync_soon``,
+    ``loop.call_soon_threadsafe``): each of its calls is a system call that wakes the loop
+    and, on the way, lets go of the interpreter's lock, which a busy thread on the other side
+    then holds for a switch interval (5 ms). A loop that hands on many calls at once (a
+    server's requests, the engine's answers) pays for one.
+    """
+
+    __slots__ = ("_calls", "_lock", "_schedule", "_woken")
+
+    def __init__(self, schedule: Callable[[Callable[[], None]], object]) -> None:
+        self._schedule = schedule
+        self._calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+        self._lock = threading.Lock()
+        self._woken = False  # a run of the calls is scheduled, and has not taken them yet
+
+    def call_soon(self, function: Callable[..., object], *args: Any) -> None:
+        """Have the loop call ``function(*args)`` after the calls handed before (from any
+        thread). It must not raise: as with ``schedule``, a call's exception is the loop's.
+
+        Raises:
+            Exception: What ``schedule`` raises when the loop is gone
+                (``trio.RunFinishedError``, ``RuntimeError``): the call will not be made.
+        """
+        with self._lock:
+            self._calls.append((function, args))
+            if self._woken:
+                return
+            try:
+                self._schedule(self._run)
+            except BaseException:
+                self._calls.pop()  # the only one: the last run took the others
+                raise
+            self._woken = True
+
+    def _run(self) -> None:  # the loop's thread
+        with self._lock:
+            calls, self._calls = self._calls, []
+            self._woken = False
+        for function, args in calls:
+            function(*args)

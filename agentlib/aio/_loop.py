@@ -3,7 +3,9 @@ handlers back on the loop.
 
 A call hands its work to the engine's trio loop (the one ``agentlib_sync`` runs, through its
 portal) and awaits an asyncio future that the engine's thread settles with
-``loop.call_soon_threadsafe`` when the work ends: no executor, no thread of its own. A
+``loop.call_soon_threadsafe`` when the work ends: no executor, no thread of its own. The
+calls handed at once (the loop's tasks start turns together, the engine ends them together)
+cross with one wake-up of the other side each way. A
 cancelled wait stops the work in the engine (the call, never the turn it started) and waits
 for it to end there, so that a loop that closes leaves nothing of its calls behind.
 
@@ -17,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -24,6 +27,7 @@ import outcome
 import trio
 
 import agentlib
+from agentlib._trio._threads import CallQueue
 from agentlib_sync._portal import portal
 
 __all__ = [
@@ -107,11 +111,12 @@ async def call(afn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -
     loop = running_loop()
     await started()
     hop = _Hop(loop.create_future())
+    inbox = _inbox(loop)
 
     def done(result: outcome.Outcome[T]) -> None:  # the engine's thread
         # A closed loop has nobody waiting: there is nothing to deliver.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(hop.settle, result)
+            inbox.call_soon(hop.settle, result)
 
     stop = portal.submit(afn, args, kwargs, done)
     try:
@@ -128,6 +133,19 @@ async def call(afn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -
     if isinstance(result, outcome.Error) and isinstance(result.error, trio.Cancelled):
         raise RuntimeError("agentlib's engine stopped during the call") from None
     return result.unwrap()  # type: ignore[no-any-return]
+
+
+#: Each loop's way in from the engine's thread (made on the loop's thread).
+_inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CallQueue] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _inbox(loop: asyncio.AbstractEventLoop) -> CallQueue:
+    inbox = _inboxes.get(loop)
+    if inbox is None:
+        inbox = _inboxes[loop] = CallQueue(loop.call_soon_threadsafe)
+    return inbox
 
 
 async def start_session(

@@ -3,8 +3,13 @@ behaviour (the seeds' "Session" and "Turn")."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
 import pathlib
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import attrs
 import pytest
@@ -12,8 +17,11 @@ import trio
 
 import agentlib
 import agentlib.aio as agents
+import agentlib_sync
 
-from ._support import Gate, add, call_tool, run, scripted_agent
+from ._support import WAIT, Gate, add, call_tool, run, scripted_agent
+
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -121,6 +129,56 @@ def test_the_same_keys_return_the_same_session_and_turn() -> None:
         assert again == turn
 
     run(main)
+
+
+def echo(request: agents.ModelRequest) -> str:
+    return texts(request)[-1]
+
+
+def test_calls_at_once_from_two_loops_and_two_threads_each_get_their_own_answer() -> None:
+    """Calls handed to the engine together cross in batches (many tasks of a loop, blocking
+    calls from threads, into one engine; many answers back into each loop): every caller
+    still gets its own answer, in its own loop."""
+    agent = agents.Agent("echo", model=agents.FunctionModel(echo))
+    sync_agent = agentlib_sync.Agent("echo", model=agentlib_sync.FunctionModel(echo))
+
+    async def from_a_loop(name: str) -> list[str]:
+        loop = asyncio.get_running_loop()
+
+        async def one(index: int) -> str:
+            session = await agent.start_session()
+            record = await session.run(f"{name} {index}")
+            assert asyncio.get_running_loop() is loop
+            assert isinstance(record, agents.Completed)
+            return str(record.output)
+
+        return list(await asyncio.gather(*(one(index) for index in range(50))))
+
+    def from_a_thread(name: str) -> list[str]:
+        records = [sync_agent.start_session().run(f"{name} {index}") for index in range(20)]
+        return [str(record.output) for record in records if isinstance(record, agents.Completed)]
+
+    loops = {name: in_a_thread(run, functools.partial(from_a_loop, name)) for name in "ab"}
+    threads = {name: in_a_thread(from_a_thread, name) for name in "cd"}
+    for name, answers in loops.items():
+        assert answers.result(WAIT) == [f"{name} {index}" for index in range(50)]
+    for name, answers in threads.items():
+        assert answers.result(WAIT) == [f"{name} {index}" for index in range(20)]
+
+
+def in_a_thread(function: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+    """``function(*args)`` in a daemon thread: a call that never returns fails the test
+    (at the future's timeout) without keeping the process from exiting."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def target() -> None:
+        try:
+            future.set_result(function(*args))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=target, daemon=True).start()
+    return future
 
 
 # -- a turn's record, steer, interrupt, cancel ----------------------------------------------
