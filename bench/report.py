@@ -279,7 +279,8 @@ class Table:
         mine, idle = gaps["aio"], gaps.get("idle")
         self.row(
             f"{figure} ({mine['n']:,} turns, 20 at a time)",
-            f"{number(mine['worst_ms'], 'ms')} (p99 {number(mine['p99_ms'], 'ms')})",
+            f"{number(mine['worst_ms'], 'ms')} (p99 {number(mine['p99_ms'], 'ms')}, "
+                f"p90 {number(mine['p90_ms'], 'ms')})",
             f"the same loop idle: {number(idle['worst_ms'], 'ms')}" if idle else "—",
             "—",
             target,
@@ -290,7 +291,8 @@ class Table:
             self.row(
                 f"The same, the agent served by `agentlib serve` in a process of its own "
                 f"({remote['n']:,} turns, 20 at a time)",
-                f"{number(remote['worst_ms'], 'ms')} (p99 {number(remote['p99_ms'], 'ms')})",
+                f"{number(remote['worst_ms'], 'ms')} (p99 {number(remote['p99_ms'], 'ms')}, "
+                f"p90 {number(remote['p90_ms'], 'ms')})",
                 f"the same loop idle: {number(idle['worst_ms'], 'ms')}" if idle else "—",
                 "—",
                 "— (not a target)",
