@@ -71,8 +71,9 @@ def start_session_soon(
     """A new session of ``agent``, from a thread other than the runtime's, without waiting
     for it, where nothing is to be waited for: an in-memory runtime, no idempotency key.
     What is given is checked here (as :meth:`Agent.start_session` checks it); ``send``
-    (``TrioToken.run_sync_soon`` or like it) has the session made in the runtime's loop before any
-    call sent after it. None where the start must be waited for: start it then.
+    (``TrioToken.run_sync_soon``, or a queue in front of it) has the session made in the
+    runtime's loop before any call sent after it. None where the start must be waited for:
+    start it then.
 
     Raises:
         ValidationError: ``history`` or ``inputs`` is malformed; nothing was started.

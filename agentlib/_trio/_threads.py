@@ -93,9 +93,9 @@ class CallQueue:
 
     ``schedule`` is the loop's own way in (``TrioToken.run_sync_soon``,
     ``loop.call_soon_threadsafe``): each of its calls is a system call that wakes the loop
-    and, on the way, lets go of the interpreter's lock, which a busy thread on the other side
-    then holds for a switch interval (5 ms). A loop that hands on many calls at once (a
-    server's requests, the engine's answers) pays for one.
+    and, on the way, lets go of the interpreter's lock, which the thread it woke then takes
+    and keeps while it works. Many calls handed at once (an asyncio loop's tasks starting
+    turns together, the engine ending them together) pay for one.
     """
 
     __slots__ = ("_calls", "_lock", "_schedule", "_woken")

@@ -3,11 +3,11 @@ handlers back on the loop.
 
 A call hands its work to the engine's trio loop (the one ``agentlib_sync`` runs, through its
 portal) and awaits an asyncio future that the engine's thread settles with
-``loop.call_soon_threadsafe`` when the work ends: no executor, no thread of its own. The
-calls handed at once (the loop's tasks start turns together, the engine ends them together)
-cross with one wake-up of the other side each way. A
-cancelled wait stops the work in the engine (the call, never the turn it started) and waits
-for it to end there, so that a loop that closes leaves nothing of its calls behind.
+``loop.call_soon_threadsafe`` when the work ends: no executor, no thread of its own. Calls
+handed at once (the loop's tasks start turns together, the engine ends them together) cross
+with one wake-up of the other side. A cancelled wait stops the work in the engine (the call,
+never the turn it started) and waits for it to end there, so that a loop that closes leaves
+nothing of its calls behind.
 
 A handler given to the asyncio API runs on the loop that gave it: the engine schedules it
 there and waits for its answer in a trio wait that a cancelled turn or call stops.
