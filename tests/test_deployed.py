@@ -298,6 +298,40 @@ def test_the_serve_command_serves_the_named_agents_until_ctrl_c(tmp_path: Path) 
     assert "t0ken" not in err
 
 
+def test_ctrl_c_stops_the_serve_command_while_a_client_follows_events(tmp_path: Path) -> None:
+    """Ctrl-C with a request under way (a client following a session's events) stops the
+    server as its closing does: the stream ends cut short (without its end frame, so the
+    client opens it again from its cursor), and the command says it stopped, status 130."""
+    (tmp_path / "my_agents.py").write_text(AGENTS_MODULE)
+    command = [sys.executable, "-m", "agentlib", "serve", "my_agents:calculator", "--port", "0"]
+    interrupted = False
+    with subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            assert process.stdout is not None
+            url = process.stdout.readline().split(" on ")[1].split(" ")[0]
+            with httpx.Client(base_url=url, timeout=30) as http:
+                session = f"/agents/calc/sessions/{http.post('/agents/calc/sessions').json()['id']}"
+                made = http.post(f"{session}/turns", json={"content": "1+2?"}).json()
+                http.get(f"{session}/turns/{made['turn_id']}?wait=30")
+                headers = {"accept": "text/event-stream"}
+                with http.stream("GET", f"{session}/events", headers=headers) as stream:
+                    lines = stream.iter_lines()
+                    assert next(line for line in lines if line.startswith("id: "))
+                    process.send_signal(signal.SIGINT)  # the stream is open, and served
+                    interrupted = True
+                    rest = list(lines)
+            assert "event: end" not in rest
+        finally:
+            if not interrupted:
+                process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert err.strip().endswith("agentlib: stopped")
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize(
     ("argument", "said"),
     [

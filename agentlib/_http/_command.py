@@ -6,6 +6,7 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TypeVar
@@ -68,14 +69,14 @@ def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         trio.run(_serve, agents, store, serving, args, tokens)
     except BaseException as error:
         if any(isinstance(leaf, KeyboardInterrupt) for leaf in _leaves(error)):
-            # Ctrl-C may land in any task; what else failed while stopping is said, not raised
+            # Ctrl-C before the server serves, or again while it stops, is trio's: it may land
+            # in any task. What else failed while stopping is said, not raised.
             for leaf in _leaves(error):
                 if not isinstance(leaf, (KeyboardInterrupt, trio.Cancelled)):
                     print(
                         f"agentlib: while stopping: {type(leaf).__name__}: {leaf}", file=sys.stderr
                     )
-            print("agentlib: stopped", file=sys.stderr)
-            return 130
+            return _stopped()
         opening = _only(error, StoreError)
         if opening is not None and not serving.is_set():
             # The store could not be opened (a missing directory, a database out of reach, a
@@ -88,7 +89,12 @@ def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             )
             return 1
         raise
-    return 0
+    return _stopped()
+
+
+def _stopped() -> int:
+    print("agentlib: stopped", file=sys.stderr)
+    return 130
 
 
 def show_logs() -> None:
@@ -141,5 +147,13 @@ async def _serve(
         serving.set()
         names = ", ".join(agent.name for agent in agents)
         checked = "with tokens" if tokens else "without tokens: anyone who reaches it may use it"
-        print(f"agentlib: serving {names} on {server.url}/v1 ({checked}); Ctrl-C stops", flush=True)
-        await trio.sleep_forever()
+        # Ctrl-C stops the server as its closing does: the requests under way end first. (As
+        # trio's KeyboardInterrupt, it would land in any task, a connection's halfway through
+        # closing, say.) Ctrl-C again while it stops is trio's again.
+        with trio.open_signal_receiver(signal.SIGINT) as interrupts:
+            print(
+                f"agentlib: serving {names} on {server.url}/v1 ({checked}); Ctrl-C stops",
+                flush=True,
+            )
+            async for _ in interrupts:
+                break
