@@ -148,9 +148,9 @@ async def _serve(
         names = ", ".join(agent.name for agent in agents)
         checked = "with tokens" if tokens else "without tokens: anyone who reaches it may use it"
         # Ctrl-C stops the server as its closing does: event streams end, the other requests
-        # under way have a second to finish. (As
-        # trio's KeyboardInterrupt, it would land in any task, a connection's halfway through
-        # closing, say.) Ctrl-C again while it stops is trio's again.
+        # under way have a second to finish. (As trio's KeyboardInterrupt, it would land in
+        # any task: a connection's, halfway through closing, say.) Ctrl-C again while it
+        # stops is trio's again.
         with trio.open_signal_receiver(signal.SIGINT) as interrupts:
             print(
                 f"agentlib: serving {names} on {server.url}/v1 ({checked}); Ctrl-C stops",
