@@ -66,7 +66,6 @@ import argparse
 import asyncio
 import json
 import os
-import pathlib
 import platform
 import statistics
 import subprocess
@@ -81,6 +80,7 @@ import agentlib
 import agentlib.aio
 import agentlib_sync
 import serve  # bench/serve.py: its served agents, and agentlib serve in a process
+from ticks import lateness, peers_dir, tick_gaps  # bench/ticks.py: the loop's ticker
 from agentlib._trio._threads import run_in_thread
 from agentlib_sync._portal import portal
 
@@ -109,16 +109,6 @@ OWN_MODES = {
 #: Turns at once in the ``concurrent`` mode, and how long each one's model takes (seconds).
 CONCURRENT = 20
 MODEL_LATENCY = 0.05
-#: How long the loop's ticker sleeps between ticks (seconds).
-TICK = 0.001
-
-
-def peers_dir() -> pathlib.Path:
-    """The peers' scripts: ``shared/bench/peers`` beside the checkout or one of its parents."""
-    for parent in pathlib.Path(__file__).resolve().parents:
-        if (parent / "shared" / "bench" / "peers").is_dir():
-            return parent / "shared" / "bench" / "peers"
-    raise SystemExit("no shared/bench/peers directory above this checkout")
 
 
 def add(a: int, b: int) -> int:
@@ -246,28 +236,6 @@ def bench_concurrent(repeats: int) -> dict[str, float]:
         runs["aio"].append(asyncio.run(aio_turns()))
         runs["sync_to_thread"].append(asyncio.run(to_thread_turns()))
     return {door: statistics.median(seconds[1:]) for door, seconds in runs.items()}
-
-
-async def tick_gaps(work: Any) -> list[float]:
-    """How late (seconds) each wake-up of a task that sleeps 1 ms is while ``work()`` runs
-    on this loop."""
-    late: list[float] = []
-    stop = asyncio.Event()
-
-    async def ticker() -> None:
-        while not stop.is_set():
-            start = time.perf_counter()
-            await asyncio.sleep(TICK)
-            late.append(time.perf_counter() - start - TICK)
-
-    ticking = asyncio.ensure_future(ticker())
-    await asyncio.sleep(0)
-    try:
-        await work()
-    finally:
-        stop.set()
-        await ticking
-    return late
 
 
 def bench_ticks(n: int) -> dict[str, list[float]]:
@@ -459,18 +427,8 @@ def run_concurrent(n: int, repeats: int) -> None:
         aio_vs_trio=round(seconds["aio"] / seconds["trio"], 3),
     )
     for door, late in bench_ticks(n).items():
-        ordered = sorted(late)
-        emit(
-            mode="tick_gap",
-            door=door,
-            n={"aio": n, "aio_remote": n, "sync_on_loop": 10, "idle": 0}[door],
-            ticks=len(late),
-            tick_ms=TICK * 1000,
-            worst_ms=round(ordered[-1] * 1000, 2),
-            p99_ms=round(ordered[int(len(ordered) * 0.99)] * 1000, 2),
-            p90_ms=round(ordered[int(len(ordered) * 0.9)] * 1000, 2),
-            median_ms=round(statistics.median(ordered) * 1000, 3),
-        )
+        sizes = {"aio": n, "aio_remote": n, "sync_on_loop": 10, "idle": 0}
+        emit(mode="tick_gap", door=door, n=sizes[door], **lateness(late))
 
 
 def once(mode: str, n: int) -> dict[str, Any]:
