@@ -103,7 +103,8 @@ class CallQueue:
     def __init__(self, schedule: Callable[[Callable[[], None]], object]) -> None:
         self._schedule = schedule
         self._calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
-        self._lock = threading.Lock()
+        # Reentrant: a signal handler (Ctrl-C's) may hand a call while this thread holds it.
+        self._lock = threading.RLock()
         self._woken = False  # a run of the calls is scheduled, and has not taken them yet
 
     def call_soon(self, function: Callable[..., object], *args: Any) -> None:
@@ -114,14 +115,15 @@ class CallQueue:
             Exception: What ``schedule`` raises when the loop is gone
                 (``trio.RunFinishedError``, ``RuntimeError``): the call will not be made.
         """
+        call = (function, args)
         with self._lock:
-            self._calls.append((function, args))
+            self._calls.append(call)
             if self._woken:
                 return
             try:
                 self._schedule(self._run)
             except BaseException:
-                self._calls.pop()  # the only one: the last run took the others
+                self._calls.remove(call)
                 raise
             self._woken = True
 
