@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,6 +52,22 @@ HERE = Path(__file__).resolve().parent
 
 #: Gives the ``store`` argument of each ``open_runtime`` of a test: the same store each time.
 StoreFor = Callable[[], "str | Store"]
+
+
+def in_thread(function: Callable[..., T], *args: Any) -> Future[T]:
+    """``function(*args)`` in a daemon thread of its own (as agentlib_sync calls an
+    on_approval handler): a call that never returns fails the test at the future's timeout,
+    and does not keep the tests from ending."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(function(*args))
+        except BaseException as error:
+            future.set_exception(error)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
 
 
 class Gate:

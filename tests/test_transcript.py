@@ -9,11 +9,11 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import pytest
+from _support import in_thread
 
 from agentlib import (
     AllowApproval,
@@ -44,8 +44,6 @@ SESSION = "s1"
 
 #: Longer than any test takes, even on a busy machine: it only catches a hang.
 DEADLINE = 60.0
-
-T = TypeVar("T")
 
 
 class TurnEvents:
@@ -462,21 +460,6 @@ def type_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bytes], None]
     yield type_in
     type_in(b"")
     stdin.close()
-
-
-def in_thread(function: Callable[..., T], *args: Any) -> Future[T]:
-    """Call ``function`` in a thread of its own, as agentlib_sync calls an on_approval
-    handler; the thread does not keep the tests from ending should it hang."""
-    future: Future[T] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(function(*args))
-        except BaseException as error:
-            future.set_exception(error)
-
-    threading.Thread(target=run, daemon=True).start()
-    return future
 
 
 def asked(turn: TurnEvents, *approvals: OpenApproval) -> tuple[Screen, Transcript]:

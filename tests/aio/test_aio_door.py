@@ -4,24 +4,20 @@ behaviour (the seeds' "Session" and "Turn")."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import pathlib
-import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import pytest
 import trio
+from _support import in_thread
 
 import agentlib
 import agentlib.aio as agents
 import agentlib_sync
 
 from ._support import WAIT, Gate, add, call_tool, run, scripted_agent
-
-T = TypeVar("T")
 
 
 @attrs.frozen
@@ -158,27 +154,12 @@ def test_calls_at_once_from_two_loops_and_two_threads_each_get_their_own_answer(
         records = [sync_agent.start_session().run(f"{name} {index}") for index in range(20)]
         return [str(record.output) for record in records if isinstance(record, agents.Completed)]
 
-    loops = {name: in_a_thread(run, functools.partial(from_a_loop, name)) for name in "ab"}
-    threads = {name: in_a_thread(from_a_thread, name) for name in "cd"}
+    loops = {name: in_thread(run, functools.partial(from_a_loop, name)) for name in "ab"}
+    threads = {name: in_thread(from_a_thread, name) for name in "cd"}
     for name, answers in loops.items():
         assert answers.result(WAIT) == [f"{name} {index}" for index in range(50)]
     for name, answers in threads.items():
         assert answers.result(WAIT) == [f"{name} {index}" for index in range(20)]
-
-
-def in_a_thread(function: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
-    """``function(*args)`` in a daemon thread: a call that never returns fails the test
-    (at the future's timeout) without keeping the process from exiting."""
-    future: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-    def target() -> None:
-        try:
-            future.set_result(function(*args))
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=target, daemon=True).start()
-    return future
 
 
 # -- a turn's record, steer, interrupt, cancel ----------------------------------------------
