@@ -79,7 +79,9 @@ class Portal:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._started: concurrent.futures.Future[None] | None = None
-        # The engine's loop's way in from other threads.
+        self._token: trio.lowlevel.TrioToken | None = None
+        # The engine's loop's way in for calls made many at once (agentlib.aio's), and for
+        # the sessions started without waiting, which must come in before any call after.
         self._inbox: CallQueue | None = None
         self._nursery: trio.Nursery | None = None
         self._runtime: agentlib.Runtime | None = None
@@ -145,7 +147,8 @@ class Portal:
             self._runtime = runtime
             self._nursery = nursery
             self._stop = trio.Event()
-            self._inbox = CallQueue(trio.lowlevel.current_trio_token().run_sync_soon)
+            self._token = trio.lowlevel.current_trio_token()
+            self._inbox = CallQueue(self._token.run_sync_soon)
             started.set_result(None)
             await self._stop.wait()
             nursery.cancel_scope.cancel()
@@ -160,8 +163,11 @@ class Portal:
         """
         self._check_thread()
         self._ensure_started()
-        inbox = self._inbox
-        assert inbox is not None
+        # Straight to trio, not through the inbox: a thread waits for one call at a time.
+        # (Through the inbox, a Ctrl-C pressed while the caller waited was raised only once
+        # the call ended, in one run out of two on a busy machine.)
+        token = self._token
+        assert token is not None
         # A bare lock is the cheapest cross-thread signal: the task releases it when done.
         done = _thread.allocate_lock()
         done.acquire()
@@ -184,7 +190,7 @@ class Portal:
 
         call = _Call(run)
         try:
-            inbox.call_soon(self._dispatch, call)
+            token.run_sync_soon(self._dispatch, call)
         except trio.RunFinishedError:
             raise RuntimeError(
                 "agentlib's engine has stopped (the interpreter is exiting)"
@@ -194,7 +200,7 @@ class Portal:
         except KeyboardInterrupt as stop:
             # Stop this call (not the turns it started), wait briefly, re-raise with what it
             # noted on its way out (e.g. which turn goes on, how to stop it).
-            inbox.call_soon(_Call.cancel, call)
+            token.run_sync_soon(_Call.cancel, call)
             done.acquire(timeout=_CLOSE_TIMEOUT)
             for note in notes:
                 add_note(stop, note)
@@ -408,7 +414,8 @@ class Portal:
             self._stop_engine()
             # The next call starts an engine on the new settings, even if this one has not
             # ended yet.
-            self._thread = self._inbox = self._nursery = self._runtime = self._stop = None
+            self._thread = self._token = self._inbox = self._nursery = None
+            self._runtime = self._stop = None
             self._started = None
             self._idle = []
 
