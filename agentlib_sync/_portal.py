@@ -368,6 +368,7 @@ class Portal:
                         await call.run()
                     finally:
                         call.scope = None
+                    call = None  # not kept while the task waits: it holds what it was given
                     if scope.cancel_called:
                         break
                     call = await next_call()

@@ -53,7 +53,7 @@ _START_TIMEOUT = 30.0
 class _Hop:
     """One call's way back: the future its caller awaits, and whether the engine is done."""
 
-    __slots__ = ("ended", "future", "stopped")
+    __slots__ = ("__weakref__", "ended", "future", "stopped")
 
     def __init__(self, future: asyncio.Future[outcome.Outcome[Any]]) -> None:
         self.future = future
@@ -94,8 +94,25 @@ async def started() -> None:
     """
     starting = portal.starting()
     if not starting.done():
-        await asyncio.wrap_future(starting)
+        # Not asyncio.wrap_future: the engine's start outlives this loop, and keeps the
+        # callbacks it was given, which would keep the loop alive; this one holds it weakly.
+        awaited: asyncio.Future[None] = running_loop().create_future()
+        waiter = weakref.ref(awaited)
+
+        def wake(_: object) -> None:  # the thread that started the engine
+            future = waiter()
+            if future is not None:
+                with contextlib.suppress(RuntimeError):  # its loop has closed
+                    future.get_loop().call_soon_threadsafe(_set_done, future)
+
+        starting.add_done_callback(wake)
+        await awaited
     starting.result()
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def call(afn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
@@ -112,11 +129,17 @@ async def call(afn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -
     await started()
     hop = _Hop(loop.create_future())
     inbox = _inbox(loop)
+    # The engine holds the way back weakly: this call holds it while it waits, and once it
+    # is gone (its task and loop with it), nothing waits for the result.
+    hop_ref = weakref.ref(hop)
 
     def done(result: outcome.Outcome[T]) -> None:  # the engine's thread
+        waiting = hop_ref()
+        if waiting is None:
+            return
         # A closed loop has nobody waiting: there is nothing to deliver.
         with contextlib.suppress(RuntimeError):
-            inbox.call_soon(hop.settle, result)
+            inbox.call_soon(waiting.settle, result)
 
     stop = portal.submit(afn, args, kwargs, done)
     try:
@@ -135,7 +158,8 @@ async def call(afn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -
     return result.unwrap()  # type: ignore[no-any-return]
 
 
-#: Each loop's way in from the engine's thread (made on the loop's thread).
+#: Each loop's way in from the engine's thread (made on the loop's thread), for as long as
+#: the loop lives: it holds the loop weakly.
 _inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CallQueue] = (
     weakref.WeakKeyDictionary()
 )
@@ -144,7 +168,15 @@ _inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CallQueue] = (
 def _inbox(loop: asyncio.AbstractEventLoop) -> CallQueue:
     inbox = _inboxes.get(loop)
     if inbox is None:
-        inbox = _inboxes[loop] = CallQueue(loop.call_soon_threadsafe)
+        call_soon = weakref.WeakMethod(loop.call_soon_threadsafe)
+
+        def schedule(run: Callable[[], None]) -> None:
+            method = call_soon()
+            if method is None:
+                raise RuntimeError("the asyncio loop is gone")
+            method(run)
+
+        inbox = _inboxes[loop] = CallQueue(schedule)
     return inbox
 
 

@@ -5,12 +5,15 @@ them behind, neither in the engine nor on threads."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import threading
+import weakref
 from contextlib import aclosing
 from typing import Any
 
 import pytest
+import trio
 
 import agentlib.aio as agents
 
@@ -138,6 +141,44 @@ def test_a_loop_closed_with_waits_outstanding_leaves_no_call_or_thread_behind() 
     record = run(finish)
     assert isinstance(record, agents.Completed)
     assert record.output == "finished later"
+
+
+def test_a_closed_loop_is_freed_whatever_it_awaited_of_the_door() -> None:
+    """The door keeps nothing of a loop once it has closed: neither the first, which waited
+    for the engine to start (when no test before started it), nor one closed with waits
+    outstanding."""
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def forever(request: agents.ModelRequest) -> str:
+        await trio.sleep_forever()  # in the engine: it holds nothing of the loop
+        raise AssertionError("unreachable")
+
+    parked: list[agents.Session] = []
+
+    async def main() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        session = await scripted_agent("hello").start_session()
+        assert isinstance(await session.run("hi"), agents.Completed)
+        parked.append(
+            await agents.Agent("parked", model=agents.FunctionModel(forever)).start_session()
+        )
+        turn = await parked[-1].start_turn("wait")
+        assert isinstance(turn, agents.Turn)
+        # Left waiting when main returns: asyncio.run cancels them as it closes the loop.
+        left = [asyncio.ensure_future(turn.result()) for _ in range(2)]
+        await asyncio.sleep(0)
+        assert not any(task.done() for task in left)
+
+    for _ in range(3):
+        asyncio.run(main())
+    gc.collect()
+    assert [loop() for loop in loops] == [None, None, None]
+
+    async def cancel_parked() -> None:
+        for session in parked:
+            await session.cancel()
+
+    run(cancel_parked)
 
 
 def test_a_loop_closed_while_a_handler_runs_leaves_no_call_behind() -> None:
