@@ -53,7 +53,7 @@ _START_TIMEOUT = 30.0
 class _Hop:
     """One call's way back: the future its caller awaits, and whether the engine is done."""
 
-    __slots__ = ("__weakref__", "ended", "future", "stopped")
+    __slots__ = ("ended", "future", "stopped")
 
     def __init__(self, future: asyncio.Future[outcome.Outcome[Any]]) -> None:
         self.future = future
@@ -129,17 +129,16 @@ async def call(afn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -
     await started()
     hop = _Hop(loop.create_future())
     inbox = _inbox(loop)
-    # The engine holds the way back weakly: this call holds it while it waits, and once it
-    # is gone (its task and loop with it), nothing waits for the result.
-    hop_ref = weakref.ref(hop)
+    # The engine holds the way back (and with it the waiting task, as a loop holds a task
+    # waiting for a socket) until it hands the result on: then no longer, so that what it
+    # keeps of the call holds nothing of the loop.
+    way_back = [hop]
 
-    def done(result: outcome.Outcome[T]) -> None:  # the engine's thread
-        waiting = hop_ref()
-        if waiting is None:
-            return
+    def done(result: outcome.Outcome[T]) -> None:  # the engine's thread, once
+        settle = way_back.pop().settle
         # A closed loop has nobody waiting: there is nothing to deliver.
         with contextlib.suppress(RuntimeError):
-            inbox.call_soon(waiting.settle, result)
+            inbox.call_soon(settle, result)
 
     stop = portal.submit(afn, args, kwargs, done)
     try:
