@@ -3,11 +3,13 @@ bounded waits."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import trio
+from _support import in_thread as started_in_thread
 
 import agentlib_sync as agents
 
@@ -70,22 +72,10 @@ def call_tool(name: str, **arguments: Any) -> agents.ModelReply:
 
 def in_thread(fn: Callable[[], T]) -> T:
     """``fn()`` on a helper thread, failing (not hanging) if it does not return in time."""
-    outcome: list[Any] = []
-
-    def target() -> None:
-        try:
-            outcome.append(("value", fn()))
-        except BaseException as exc:  # reported to the test below
-            outcome.append(("error", exc))
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(WAIT)
-    assert not thread.is_alive(), f"{fn!r} did not return within {WAIT} s (deadlock?)"
-    kind, value = outcome[0]
-    if kind == "error":
-        raise value
-    return value
+    try:
+        return started_in_thread(fn).result(WAIT)
+    except concurrent.futures.TimeoutError:
+        raise AssertionError(f"{fn!r} did not return within {WAIT} s (deadlock?)") from None
 
 
 class BlockingApproval:
