@@ -903,6 +903,65 @@ async def test_turns_go_on_after_the_databases_sessions_of_the_store_are_ended(
         runtime.store.check()
 
 
+def waiting_for_a_lock(schema: str, other_than: int) -> int | None:
+    """The pid of a database session of the connections named ``schema`` that waits for a
+    lock, other than ``other_than``; None if none does."""
+    import psycopg
+
+    with psycopg.connect(POSTGRES, autocommit=True) as db:
+        row = db.execute(
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE application_name = %s AND wait_event_type = 'Lock' AND pid <> %s",
+            (schema, other_than),
+        ).fetchone()
+    return None if row is None else int(row[0])
+
+
+async def a_read_waits_for_a_lock(schema: str, other_than: int = 0) -> int:
+    """The pid of the database session of a read of the store named ``schema`` once it waits
+    for a lock. The database's own view of its sessions is read until it shows one: nothing
+    tells of it otherwise."""
+    with trio.fail_after(30):  # only catches a hang
+        while (
+            pid := await trio.to_thread.run_sync(waiting_for_a_lock, schema, other_than)
+        ) is None:
+            await trio.sleep(0.01)
+    return pid
+
+
+async def test_a_read_whose_connection_the_database_ends_under_it_is_read_again(
+    postgres_schema: str,
+) -> None:
+    """The database ends the connection a read of the store is using, after the pool checked
+    it: the read runs again on another connection and answers, rather than failing with
+    "server closed the connection unexpectedly"."""
+    import psycopg
+
+    agent = agentlib.Agent("a", model=ScriptedModel(["done"]))
+    async with agentlib.open_runtime(named(postgres_schema)) as runtime:
+        session = await agent.start_session()
+        assert isinstance(await session.run("hi"), Completed)
+        store = runtime.store
+        events = await store.read_events(session.id, 0, 100)
+        read: list[list[agentlib.Event]] = []
+
+        async def read_events() -> None:
+            read.append(await store.read_events(session.id, 0, 100))
+
+        with psycopg.connect(POSTGRES) as locker:  # holds the events table until rolled back
+            locker.execute(f"LOCK TABLE {postgres_schema}.events IN ACCESS EXCLUSIVE MODE")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read_events)
+                first = await a_read_waits_for_a_lock(postgres_schema)
+                assert terminate_backends(postgres_schema) > 0
+                # Read again, on another connection: it waits for the table in turn.
+                assert await a_read_waits_for_a_lock(postgres_schema, other_than=first) != first
+                locker.rollback()
+        assert read == [events]
+        assert [event.type for event in events][-1] == "turn_ended"
+        runtime.store.check()
+
+
 async def run_completes(session: agentlib.Session) -> None:
     record = await session.run("again")
     assert isinstance(record, Completed), record

@@ -66,7 +66,9 @@ class Claims:
     async def wait_for_claims(self, open_callbacks: Sequence[tuple[str, str]]) -> list[CallbackRow]:
         """See :meth:`Store.wait_for_claims`."""
         claimed = self._listener.claims()
-        settled = await self._database.in_thread(_settled_of, self._database, list(open_callbacks))
+        settled = await self._database.in_thread(
+            _settled_of, self._database, list(open_callbacks), rerun=True
+        )
         if not settled:
             with trio.move_on_after(POLL_SECONDS):
                 await claimed.wait()

@@ -1,5 +1,6 @@
 """The database as the PostgreSQL store reaches it: a pool of connections, each used by one
-worker thread at a time, and psycopg's errors said as :class:`StoreError`.
+worker thread at a time, psycopg's errors said as :class:`StoreError`, and work that may run
+twice run again after a failure that may pass (a connection the database ended under it).
 
 psycopg's async API runs on asyncio only; the store uses its blocking API, through trio
 worker threads: at most ``pool_size`` at once (a :class:`trio.CapacityLimiter`), each with a
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from ..._trio._retry import Backoff, RetryPolicy
 from ..._trio._threads import run_in_thread
 from .._base import StoreError
 from .._queued import UNREADABLE, Place, unreadable
@@ -25,12 +27,32 @@ if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
 
-__all__ = ["IDLE_IN_TRANSACTION_MS", "Database", "shown"]
+__all__ = ["IDLE_IN_TRANSACTION_MS", "RETRIES", "RETRY_SECONDS", "Database", "shown", "transient"]
 
 T = TypeVar("T")
 
 #: How long a transaction of the store may sit idle before the database ends it, in ms.
 IDLE_IN_TRANSACTION_MS = 5_000
+
+#: How long work is tried again after failures that may pass (a connection the database
+#: ended, none to be had, a deadlock or a serialization failure), before the store fails.
+RETRY_SECONDS = 10.0
+#: The pauses between those tries.
+RETRIES = RetryPolicy(backoff=Backoff(first=0.05, most=1.0), give_up_after=RETRY_SECONDS)
+
+
+def transient(error: BaseException | None) -> bool:
+    """Whether ``error`` (psycopg's) may pass on another try, on another connection: the
+    connection ended or none could be had (psycopg's ``OperationalError``, the pool's
+    ``PoolTimeout``), or the database rolled the transaction back (a deadlock, a
+    serialization failure)."""
+    import psycopg
+    import psycopg_pool
+
+    return isinstance(
+        error,
+        (psycopg.errors.TransactionRollback, psycopg.OperationalError, psycopg_pool.PoolTimeout),
+    )
 
 
 def _configure(connection: Any) -> None:
@@ -146,18 +168,32 @@ class Database:
         with pool.connection(timeout=30.0) as connection:
             yield connection
 
-    async def in_thread(self, function: Callable[..., T], *args: Any) -> T:
+    async def in_thread(self, function: Callable[..., T], *args: Any, rerun: bool = False) -> T:
         """``function(*args)`` in a worker thread, under the pool's limiter; psycopg's
-        errors as :class:`StoreError`."""
+        errors as :class:`StoreError`.
+
+        With ``rerun``, for work that has the same effect run twice as once (a read, a lease
+        taken or renewed by the owner that holds it, leases let go), a :func:`transient`
+        failure runs it again on another connection, as :data:`RETRIES` says: the pool
+        checks a connection before it lends it, but the database may end it between that
+        check and the work's first statement, or during the work.
+        """
         import psycopg
         import psycopg_pool
 
-        try:
-            return await run_in_thread(function, *args, limiter=self._limiter)
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
-            raise StoreError(
-                f"the store {self.where} failed: {type(error).__name__}: {_said(error)}"
-            ) from error
+        retries = RETRIES.start() if rerun else None
+        while True:
+            try:
+                return await run_in_thread(function, *args, limiter=self._limiter)
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
+                pause = None
+                if retries is not None and transient(error):
+                    pause = retries.next_pause()
+                if pause is None:
+                    raise StoreError(
+                        f"the store {self.where} failed: {type(error).__name__}: {_said(error)}"
+                    ) from error
+            await trio.sleep(pause)
 
     @contextlib.contextmanager
     def reading(self, what: str) -> Iterator[tuple[psycopg.Connection[Any], Place]]:

@@ -80,7 +80,7 @@ class Mailbox:
                 for n, session_id, body, age in rows
             ]
 
-        found = await database.in_thread(waiting)
+        found = await database.in_thread(waiting, rerun=True)
         if not found:
             with trio.move_on_after(POLL_SECONDS):
                 await heard.wait()
@@ -105,7 +105,7 @@ class Mailbox:
                         (database.channel, f"{row[0]} reply {request_id}"),
                     )
 
-        await database.in_thread(answer)
+        await database.in_thread(answer, rerun=True)  # a reply given once: run twice, a no-op
 
     async def wait_for_reply(self, request_id: int) -> dict[str, Any] | None:
         """See :meth:`Store.wait_for_reply`."""

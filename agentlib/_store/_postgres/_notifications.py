@@ -94,14 +94,14 @@ class Listener:
         database = self._database
         self.listen()
         changed = self._waiting.setdefault(session_id, _Wait())  # before the read
-        progress = await database.in_thread(_progress_of, database, session_id)
+        progress = await database.in_thread(_progress_of, database, session_id, rerun=True)
         if progress is None or progress.last_seq > after or progress.terminated:
             return progress
         with trio.move_on_after(POLL_SECONDS):
             await changed.heard.wait()
         if changed.seq > after:  # a commit told its last seq: no need to read it
             return attrs.evolve(progress, last_seq=changed.seq)
-        return await database.in_thread(_progress_of, database, session_id)
+        return await database.in_thread(_progress_of, database, session_id, rerun=True)
 
     def _listening(self, token: trio.lowlevel.TrioToken, stop: threading.Event) -> None:
         """The listening thread: one connection, LISTENing, until the store closes; it

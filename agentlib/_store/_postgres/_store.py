@@ -121,7 +121,9 @@ class PostgresStore(QueuedStore[tuple[str, int]]):
         return self._database.reading(what)
 
     async def _in_thread(self, function: Callable[..., T], *args: Any) -> T:
-        return await self._database.in_thread(function, *args)
+        # Reads, leases taken or renewed by their owner and leases let go: run twice, the
+        # same as once.
+        return await self._database.in_thread(function, *args, rerun=True)
 
     def _damaged(self, place: Place, reason: str) -> StoreError:
         return self._database.damaged(place, reason)

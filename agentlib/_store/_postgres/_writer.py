@@ -12,16 +12,12 @@ import trio
 
 from .._base import EventRow, LeaseLost, Op, SessionRow, StoreError
 from .._sql import write_group
-from ._database import Database
+from ._database import RETRIES, RETRY_SECONDS, Database, transient
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["RETRY_SECONDS", "commit_group"]
-
-#: How long a commit is tried again after failures that left nothing written (a connection
-#: the database ended, none to be had, a deadlock), before the store fails.
-RETRY_SECONDS = 10.0
+__all__ = ["commit_group"]
 
 Held = Mapping[str, tuple[str, int]]  # session id -> (owner, epoch) of the lease taken
 LeaseColumns = Callable[[SessionRow], tuple[Any, ...]]
@@ -39,14 +35,14 @@ async def commit_group(
 
     Raises:
         LeaseLost: A session of the group was taken over: nothing was written.
-        StoreError: The database failed (for :data:`RETRY_SECONDS`): nothing was written.
+        StoreError: The database failed (for as long as :data:`RETRIES` tries): nothing
+            was written.
         psycopg.DataError: The database refuses a row (text with NUL).
     """
     import psycopg
-    import psycopg_pool
 
-    deadline = trio.current_time() + RETRY_SECONDS
-    pause = 0.05
+    retries = RETRIES.start()
+    deadline = retries.started + RETRY_SECONDS
     while True:
         committing: list[int] = []  # the transaction's id, once its COMMIT is sent
         try:
@@ -64,22 +60,15 @@ async def commit_group(
             # was sent (a connection ended under it), or it never had a connection. A
             # COMMIT whose answer was lost may have committed: the database says
             # whether it did, as a retry could write the group twice.
-            if not isinstance(
-                cause,
-                (
-                    psycopg.errors.TransactionRollback,
-                    psycopg.OperationalError,
-                    psycopg_pool.PoolTimeout,
-                ),
-            ):
+            if not transient(cause):
                 raise
             unanswered = committing and not isinstance(cause, psycopg.errors.TransactionRollback)
             if unanswered and await _committed(database, committing[0], deadline):
                 return
-            if trio.current_time() + pause > deadline:
+            pause = retries.next_pause()
+            if pause is None:
                 raise
         await trio.sleep(pause)
-        pause = min(pause * 2, 1.0)
 
 
 async def _committed(database: Database, transaction: int, deadline: float) -> bool:
