@@ -311,6 +311,17 @@ class Table:
             target,
             met(mine["worst_ms"] <= 5),
         )
+        off = gaps.get("aio_collector_off")
+        if off is not None:
+            self.row(
+                f"The same with Python's cyclic collector off ({off['n']:,} turns, 20 at a "
+                "time): the hops' lateness without the collector's full collections",
+                lateness(off),
+                f"the same loop idle: {number(idle['worst_ms'], 'ms')}" if idle else "—",
+                "—",
+                "— (not a target)",
+                "—",
+            )
         remote = gaps.get("aio_remote")
         if remote is not None:
             self.row(

@@ -39,12 +39,14 @@ Modes:
   in ``asyncio.to_thread`` (the workaround before ``agentlib.aio``, capped by the default
   executor's threads). Then the asyncio loop's ticks: a task that sleeps 1 ms records how
   late each wake-up is while N (2,000) scripted turns run through ``agentlib.aio``, 20 at a
-  time; while the same turns run through ``agentlib.aio`` on the same agent served by
-  ``agentlib serve`` in a process of its own (``aio_remote``: this process's engine only
-  sends requests); while 10 turns run in a row through ``agentlib_sync`` called on the loop
-  (which blocks it); and, for the machine's own lateness, while nothing runs for as long as
-  the first. The worst and the 99th percentile are printed (goal for ``agentlib.aio``:
-  worst ≤ 5 ms).
+  time; while they run again with Python's cyclic collector off (``aio_collector_off``: a
+  full collection stops every thread of the process, the loop's too, and this tells its
+  pauses from the hops'); while the same turns run through ``agentlib.aio`` on the same
+  agent served by ``agentlib serve`` in a process of its own (``aio_remote``: this
+  process's engine only sends requests); while 10 turns run in a row through
+  ``agentlib_sync`` called on the loop (which blocks it); and, for the machine's own
+  lateness, while nothing runs for as long as the first. The worst and the 99th percentile
+  are printed (goal for ``agentlib.aio``: worst ≤ 5 ms).
 - ``round_trip``: the median of N (5,000) calls of an async no-op through agentlib_sync's
   portal and through anyio's ``BlockingPortal.call`` (``start_blocking_portal(backend=
   "trio")``), in alternating blocks in one process; ``ratio`` is agentlib's over anyio's.
@@ -64,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -283,10 +286,20 @@ def bench_ticks(n: int) -> dict[str, list[float]]:
         start = time.perf_counter()
         through_aio = await tick_gaps(aio_turns)
         took = time.perf_counter() - start
+        # The same with the cyclic collector off: what is left is the hops', not the
+        # collector's (whose full collections stop every thread of the process).
+        gc.collect()
+        gc.disable()
+        try:
+            collector_off = await tick_gaps(aio_turns)
+        finally:
+            gc.enable()
+            gc.collect()
         with serve.server() as (url, _):
             through_server = await remote_turns(url)
         return {
             "aio": through_aio,
+            "aio_collector_off": collector_off,
             "aio_remote": through_server,
             "sync_on_loop": await tick_gaps(blocking_turns),
             # The machine's own lateness: the same ticker as long, with nothing else to run.
@@ -427,7 +440,7 @@ def run_concurrent(n: int, repeats: int) -> None:
         aio_vs_trio=round(seconds["aio"] / seconds["trio"], 3),
     )
     for door, late in bench_ticks(n).items():
-        sizes = {"aio": n, "aio_remote": n, "sync_on_loop": 10, "idle": 0}
+        sizes = {"aio": n, "aio_collector_off": n, "aio_remote": n, "sync_on_loop": 10, "idle": 0}
         emit(mode="tick_gap", door=door, n=sizes[door], **lateness(late))
 
 
