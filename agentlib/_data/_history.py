@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -35,13 +36,32 @@ _ITEM_CLASSES = (
 )
 
 
+#: Ids made from one read of the system's random source (one system call, where a call
+#: each would let go of the interpreter's lock, and wait to take it back, for every id).
+_ID_BATCH = 256
+#: Ids made and not yet handed out; a deque, so that threads taking them at once each take
+#: their own.
+_ids: collections.deque[str] = collections.deque()
+# A forked child must not hand out the ids its parent will.
+os.register_at_fork(after_in_child=_ids.clear)
+
+
 def new_id() -> str:
     """A fresh id for an entry, a turn, an event's session...: a random (version 4) UUID's
     32 hex digits, as ``uuid.uuid4().hex`` gives, made without building a ``UUID``."""
-    data = bytearray(os.urandom(16))
-    data[6] = data[6] & 0x0F | 0x40  # version 4
-    data[8] = data[8] & 0x3F | 0x80  # RFC 4122 variant
-    return data.hex()
+    try:
+        return _ids.popleft()
+    except IndexError:
+        pass
+    data = os.urandom(16 * _ID_BATCH)
+    made = []
+    for start in range(0, len(data), 16):
+        one = bytearray(data[start : start + 16])
+        one[6] = one[6] & 0x0F | 0x40  # version 4
+        one[8] = one[8] & 0x3F | 0x80  # RFC 4122 variant
+        made.append(one.hex())
+    _ids.extend(made[1:])
+    return made[0]
 
 
 def parse_history(items: Iterable[HistoryImportEntry | Mapping[str, Any]]) -> list[Entry]:
