@@ -33,7 +33,7 @@ import agentlib
 from agentlib._data._errors import add_note
 from agentlib._references._open import enter, open_runtime, start_session_soon
 from agentlib._store import Store, open_store
-from agentlib._trio._threads import CallQueue, run_in_thread
+from agentlib._trio._threads import CallQueue, LockSharing, run_in_thread
 
 __all__ = ["Portal", "off_thread", "portal"]
 
@@ -126,7 +126,9 @@ class Portal:
 
     def _run(self, started: concurrent.futures.Future[None]) -> None:
         try:
-            trio.run(self._main, started)
+            # The engine shares the process with its callers' threads (an asyncio loop's):
+            # it lets them have the interpreter's lock while it works.
+            trio.run(self._main, started, instruments=[LockSharing()])
         except BaseException as exc:
             if not started.done():
                 started.set_exception(exc)

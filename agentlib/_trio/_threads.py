@@ -1,5 +1,6 @@
 """Calling a user's function, sync or async; running a blocking function in a worker thread,
-for sync tools, handlers and the store; handing calls to a loop from other threads."""
+for sync tools, handlers and the store; handing calls to a loop from other threads; sharing
+the interpreter's lock with them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextvars
 import functools
 import inspect
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -17,7 +19,7 @@ import trio
 # trio's own dependency: code in the thread must not think it runs in trio's thread.
 from sniffio import current_async_library_cvar
 
-__all__ = ["CallQueue", "invoke", "run_in_thread"]
+__all__ = ["CallQueue", "LockSharing", "invoke", "run_in_thread"]
 
 T = TypeVar("T")
 
@@ -133,3 +135,34 @@ class CallQueue:
             self._woken = False
         for function, args in calls:
             function(*args)
+
+
+class LockSharing(trio.abc.Instrument):
+    """An instrument for a trio loop that shares its process with other threads' Python (an
+    asyncio loop's, a blocking caller's): while the loop has tasks to run, it lets go of the
+    interpreter's lock at least every ``every`` seconds in a way that lets a thread waiting
+    for the lock take it.
+
+    CPython makes the holder hand the lock on only once a thread has waited for it a whole
+    switch interval (5 ms) without the holder letting go of it. A busy trio loop lets go of
+    it at each of its system calls, which restarts that wait, and takes it back before the
+    waiting thread can: a thread that wakes while the loop works (an asyncio loop's timer,
+    a reply) waits until the loop next waits for I/O, 5 ms or more. A ``time.sleep(0)``
+    lets a waiting thread have the lock (a thread busy in pure Python that takes one every
+    millisecond keeps another thread's wait for the lock at about 0.1 ms, from 5 ms); with
+    no thread waiting, it costs a system call. The check after each task step costs about
+    a microsecond.
+    """
+
+    def __init__(self, every: float = 0.001) -> None:
+        self._every = every
+        self._since = time.perf_counter()  # when a waiting thread last could take the lock
+
+    def before_io_wait(self, timeout: float) -> None:
+        if timeout > 0:  # the loop is about to sleep: a waiting thread takes the lock
+            self._since = time.perf_counter()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if time.perf_counter() - self._since >= self._every:
+            time.sleep(0)
+            self._since = time.perf_counter()

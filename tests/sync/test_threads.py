@@ -18,6 +18,7 @@ import pytest
 import trio
 
 import agentlib_sync as agents
+from agentlib._trio import _threads as threads_module
 
 from ._support import WAIT, Gate, add, call_tool, in_thread, scripted_agent
 
@@ -168,6 +169,72 @@ def test_calls_from_several_threads_at_once_all_succeed() -> None:
         assert record.session_id == session.id
         assert {event.session_id for event in events} == {session.id}
         assert isinstance(events[-1], agents.TurnEnded)
+
+
+# -- the interpreter's lock ---------------------------------------------------------------
+
+
+class Naps:
+    """``time`` as agentlib's threads module sees it, noting the sleeps that let another
+    thread have the interpreter's lock; its clock is the real one, or one the test moves."""
+
+    def __init__(self, now: float | None = None) -> None:
+        self.now = now
+        self.naps: list[float] = []
+
+    def perf_counter(self) -> float:
+        return time.perf_counter() if self.now is None else self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.naps.append(seconds)
+        time.sleep(seconds)
+
+
+def test_a_busy_engine_lets_other_threads_have_the_interpreters_lock() -> None:
+    # A tool that keeps the engine busy for 5 ms, never waiting: the engine lets go of the
+    # lock in a way a waiting thread can take it (a sleep of no time) every millisecond.
+    naps = Naps()
+    steps = 0
+
+    async def busy() -> str:
+        nonlocal steps
+        until = time.perf_counter() + 0.005
+        while time.perf_counter() < until:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            steps += 1
+        return "done"
+
+    agent = scripted_agent(call_tool("busy"), "ok", tools=[agents.tool(name="busy")(busy)])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(threads_module, "time", naps)
+        record = agent.start_session().run("go")
+
+    assert isinstance(record, agents.Completed)
+    assert set(naps.naps) == {0}
+    # About one a millisecond (a few more on a machine that stalls the engine), not a step.
+    assert 1 <= len(naps.naps) <= 20 < steps
+
+
+def test_the_lock_is_let_go_only_after_a_millisecond_of_work_since_the_loop_last_waited() -> None:
+    naps = Naps(now=100.0)
+
+    async def main() -> None:
+        trio.lowlevel.add_instrument(threads_module.LockSharing())
+        for _ in range(3):  # 0.4 ms a step: it lets go after the third
+            naps.now += 0.0004
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        assert naps.naps == [0]
+        naps.now += 0.0009
+        # The loop has nothing to run for a while: it waits for I/O, which lets go of the
+        # lock anyway (the millisecond is what the loop waits, not a wait for a state).
+        await trio.sleep(0.001)
+        naps.now += 0.0009
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        assert naps.naps == [0]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(threads_module, "time", naps)
+        trio.run(main)
 
 
 # -- Ctrl-C -------------------------------------------------------------------------------
