@@ -322,6 +322,17 @@ class Table:
                 "— (not a target)",
                 "—",
             )
+        frozen = gaps.get("aio_frozen")
+        if frozen is not None:
+            self.row(
+                f"The same with the objects made before the turns frozen (`gc.freeze()`, "
+                f"{frozen['n']:,} turns, 20 at a time)",
+                lateness(frozen),
+                f"the same loop idle: {number(idle['worst_ms'], 'ms')}" if idle else "—",
+                "—",
+                "— (not a target)",
+                "—",
+            )
         remote = gaps.get("aio_remote")
         if remote is not None:
             self.row(
