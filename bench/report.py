@@ -14,8 +14,8 @@ Runs, each in a process of its own (``turns.py`` and ``memory.py``, which start 
   run through ``agentlib.aio``, in this process's engine and on a served agent;
 - ``ticks.py`` (with ``--peers``, in the peers' interpreter): the same loop's lateness while
   the same turns of each peer run on the loop itself;
-- ``turns.py --mode round_trip``: agentlib_sync's round trip, and anyio's; a turn's thread
-  crossings alone;
+- ``turns.py --mode round_trip``: agentlib_sync's round trip, and anyio's; agentlib.aio's,
+  and the bare crossing beneath it; a turn's thread crossings alone;
 - ``turns.py --mode long`` and ``--mode long_sqlite``: turns 1-100 and the last 100 of one
   10,000-turn session, in memory and on SQLite;
 - ``memory.py all``: a held session, a parked turn, 100,000 durable sessions (and the peers'
@@ -363,6 +363,22 @@ class Table:
             "another CPU is most of it: the sync turns on one CPU show what is left."
         )
 
+    def aio_round_trip(self) -> None:
+        mine = self.find("agentlib", "aio_round_trip")
+        if mine is None:
+            return
+        where = "on two CPUs" if mine["cpus"] == 2 else "on one CPU"
+        self.row(
+            f"Awaited call of a no-op through agentlib.aio, the loop's thread and the engine's "
+            f"{where} (median)",
+            number(mine["us_median"], "µs"),
+            "the bare crossing it is built on (asyncio loop → trio loop on another thread → "
+            f"back, no agentlib code) {number(mine['bare_us_median'], 'µs')}",
+            f"+{number(mine['us_median'] - mine['bare_us_median'], 'µs')}",
+            "— (not a target)",
+            "—",
+        )
+
     def long(self, mode: str, where: str) -> None:
         figure, target = f"{where} session, turns 1-100 vs the last 100", "≤ 1.10x"
         mine = self.find("agentlib", mode)
@@ -485,6 +501,7 @@ def main() -> int:
     table.turn("sync_one_cpu")
     table.turn("sync_async_tool")
     table.aio()
+    table.aio_round_trip()
     table.handoffs()
     table.long("long", "In-memory")
     table.long("long_sqlite", "SQLite")

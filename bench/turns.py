@@ -54,7 +54,12 @@ Modes:
   "trio")``), in alternating blocks in one process; ``ratio`` is agentlib's over anyio's.
   Then ``handoffs``: the mean µs of a turn's thread crossings with no engine work, async (the
   sync tool's worker thread and back) and sync (the same inside the portal call of a
-  blocking turn): what the blocking facade's shape costs a turn on this machine.
+  blocking turn): what the blocking facade's shape costs a turn on this machine. Then
+  ``aio_round_trip``: the median of N awaited calls of an async no-op through
+  ``agentlib.aio``, beside the bare crossing it is built on (from the asyncio loop to a trio
+  loop on another thread and back, with no agentlib code), in alternating blocks, the loop's
+  thread on one CPU and the other threads on the other: the least a turn through
+  ``agentlib.aio`` can cost more than one through the trio API.
 - ``long`` and ``long_sqlite``: one session runs N turns (10,000) after 50 warm-up turns in
   another session. Each turn is timed; the median per-turn µs of turns 1-100 and of the last
   100 are printed, and ``ratio``, last over first. Also: the median of each 100 turns from
@@ -76,6 +81,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -345,6 +351,73 @@ def bench_round_trip(n: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def bench_aio_round_trip(n: int) -> dict[str, float]:
+    """The median seconds of an awaited call of an async no-op through agentlib.aio, and of
+    the bare crossing it is built on, with no agentlib code: from an asyncio loop to a trio
+    loop on another thread (``TrioToken.run_sync_soon``) and back
+    (``loop.call_soon_threadsafe``), measured in alternating blocks in one loop.
+
+    The loop's thread is kept on one CPU, the engine's thread and the bare crossing's on
+    another (where there are two): left to the system, the threads of one and the other may
+    land on one CPU or on two, and a thread woken on another CPU costs several times more."""
+    allowed = os.sched_getaffinity(0)
+    here, there = min(allowed), max(allowed)
+    started = threading.Event()
+    tokens: list[trio.lowlevel.TrioToken] = []
+    stop = trio.Event()
+
+    async def other_loop() -> None:
+        os.sched_setaffinity(0, {there})
+        tokens.append(trio.lowlevel.current_trio_token())
+        started.set()
+        await stop.wait()
+
+    thread = threading.Thread(target=trio.run, args=(other_loop,), daemon=True)
+    thread.start()
+    started.wait()
+    (token,) = tokens
+
+    async def nothing() -> None:
+        return None
+
+    async def keep_on(cpus: set[int]) -> None:
+        os.sched_setaffinity(0, cpus)  # the engine's thread
+
+    async def main() -> dict[str, float]:
+        loop = asyncio.get_running_loop()
+
+        async def bare() -> None:
+            done = loop.create_future()
+            token.run_sync_soon(loop.call_soon_threadsafe, done.set_result, None)
+            await done
+
+        await agentlib.aio._loop.call(keep_on, {there})
+        try:
+            calls = {"aio": lambda: agentlib.aio._loop.call(nothing), "bare": bare}
+            for call in calls.values():
+                for _ in range(200):
+                    await call()
+            samples: dict[str, list[float]] = {name: [] for name in calls}
+            for _ in range(10):
+                for name, call in calls.items():
+                    for _ in range(max(1, n // 10)):
+                        start = time.perf_counter()
+                        await call()
+                        samples[name].append(time.perf_counter() - start)
+        finally:
+            await agentlib.aio._loop.call(keep_on, allowed)
+        return {name: statistics.median(values) for name, values in samples.items()}
+
+    os.sched_setaffinity(0, {here})
+    try:
+        medians = asyncio.run(main())
+    finally:
+        os.sched_setaffinity(0, allowed)
+        token.run_sync_soon(stop.set)
+        thread.join()
+    return {**medians, "cpus": len({here, there})}
+
+
 def bench_handoffs(n: int) -> dict[str, float]:
     """The mean seconds of a turn's thread crossings alone, with no engine work: in the
     engine, the sync tool's (to a worker thread and back); from a blocking caller, the same
@@ -577,6 +650,14 @@ def main() -> None:
                 n=n,
                 async_us_mean=round(crossings["async"] * 1e6, 1),
                 sync_us_mean=round(crossings["sync"] * 1e6, 1),
+            )
+            hops = bench_aio_round_trip(n)
+            emit(
+                mode="aio_round_trip",
+                n=n,
+                cpus=hops["cpus"],
+                us_median=round(hops["aio"] * 1e6, 2),
+                bare_us_median=round(hops["bare"] * 1e6, 2),
             )
         elif mode == "concurrent":
             run_concurrent(n, args.repeats)
