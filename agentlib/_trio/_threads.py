@@ -158,8 +158,8 @@ class LockSharing(trio.abc.Instrument):
         self._every = every
         self._since = time.perf_counter()  # when a waiting thread last could take the lock
 
-    def before_io_wait(self, timeout: float) -> None:
-        if timeout > 0:  # the loop is about to sleep: a waiting thread takes the lock
+    def after_io_wait(self, timeout: float) -> None:
+        if timeout > 0:  # the loop slept, and a waiting thread took the lock meanwhile
             self._since = time.perf_counter()
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:

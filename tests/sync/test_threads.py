@@ -237,6 +237,29 @@ def test_the_lock_is_let_go_only_after_a_millisecond_of_work_since_the_loop_last
         trio.run(main)
 
 
+def test_the_millisecond_counts_from_when_the_loop_woke_not_from_when_it_went_to_sleep() -> None:
+    naps = Naps(now=100.0)
+
+    class Slept(trio.abc.Instrument):
+        def after_io_wait(self, timeout: float) -> None:
+            if timeout > 0:
+                naps.now += 0.005  # the loop slept 5 ms, the lock free meanwhile
+
+    async def main() -> None:
+        trio.lowlevel.add_instrument(Slept())
+        trio.lowlevel.add_instrument(threads_module.LockSharing())
+        await trio.sleep(0.001)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        assert naps.naps == []  # no work since it woke: nothing to let go
+        naps.now += 0.001
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        assert naps.naps == [0]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(threads_module, "time", naps)
+        trio.run(main)
+
+
 # -- Ctrl-C -------------------------------------------------------------------------------
 
 
