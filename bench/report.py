@@ -311,39 +311,25 @@ class Table:
             target,
             met(mine["worst_ms"] <= 5),
         )
-        off = gaps.get("aio_collector_off")
-        if off is not None:
-            self.row(
-                f"The same with Python's cyclic collector off ({off['n']:,} turns, 20 at a "
-                "time): the hops' lateness without the collector's full collections",
-                lateness(off),
-                f"the same loop idle: {number(idle['worst_ms'], 'ms')}" if idle else "—",
-                "—",
-                "— (not a target)",
-                "—",
-            )
-        frozen = gaps.get("aio_frozen")
-        if frozen is not None:
-            self.row(
-                f"The same with the objects made before the turns frozen (`gc.freeze()`, "
-                f"{frozen['n']:,} turns, 20 at a time)",
-                lateness(frozen),
-                f"the same loop idle: {number(idle['worst_ms'], 'ms')}" if idle else "—",
-                "—",
-                "— (not a target)",
-                "—",
-            )
-        remote = gaps.get("aio_remote")
-        if remote is not None:
-            self.row(
-                f"The same, the agent served by `agentlib serve` in a process of its own "
-                f"({remote['n']:,} turns, 20 at a time)",
-                lateness(remote),
-                f"the same loop idle: {number(idle['worst_ms'], 'ms')}" if idle else "—",
-                "—",
-                "— (not a target)",
-                "—",
-            )
+        variants = {
+            "aio_collector_off": "The same with Python's cyclic collector off ({n:,} turns, 20 "
+            "at a time): the hops' lateness without the collector's full collections",
+            "aio_frozen": "The same with the objects made before the turns frozen "
+            "(`gc.freeze()`, {n:,} turns, 20 at a time)",
+            "aio_remote": "The same, the agent served by `agentlib serve` in a process of "
+            "its own ({n:,} turns, 20 at a time)",
+        }
+        for key, label in variants.items():
+            variant = gaps.get(key)
+            if variant is not None:
+                self.row(
+                    label.format(n=variant["n"]),
+                    lateness(variant),
+                    f"the same loop idle: {number(idle['worst_ms'], 'ms')}" if idle else "—",
+                    "—",
+                    "— (not a target)",
+                    "—",
+                )
         if "sync_on_loop" in gaps:
             self.notes.append(
                 "The loop's lateness with 10 turns run in a row through agentlib_sync called "
