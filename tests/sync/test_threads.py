@@ -189,6 +189,14 @@ class Naps:
         self.naps.append(seconds)
         time.sleep(seconds)
 
+    def __enter__(self) -> Naps:  # the module sees this clock until the block ends
+        self._patch = pytest.MonkeyPatch()
+        self._patch.setattr(threads_module, "time", self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._patch.undo()
+
 
 def test_a_busy_engine_lets_other_threads_have_the_interpreters_lock() -> None:
     # A tool that keeps the engine busy for 5 ms, never waiting: the engine lets go of the
@@ -205,8 +213,7 @@ def test_a_busy_engine_lets_other_threads_have_the_interpreters_lock() -> None:
         return "done"
 
     agent = scripted_agent(call_tool("busy"), "ok", tools=[agents.tool(name="busy")(busy)])
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(threads_module, "time", naps)
+    with naps:
         record = agent.start_session().run("go")
 
     assert isinstance(record, agents.Completed)
@@ -232,8 +239,7 @@ def test_the_lock_is_let_go_only_after_a_millisecond_of_work_since_the_loop_last
         await trio.lowlevel.cancel_shielded_checkpoint()
         assert naps.naps == [0]
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(threads_module, "time", naps)
+    with naps:
         trio.run(main)
 
 
@@ -255,8 +261,7 @@ def test_the_millisecond_counts_from_when_the_loop_woke_not_from_when_it_went_to
         await trio.lowlevel.cancel_shielded_checkpoint()
         assert naps.naps == [0]
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(threads_module, "time", naps)
+    with naps:
         trio.run(main)
 
 
