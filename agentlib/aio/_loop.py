@@ -44,7 +44,8 @@ __all__ = [
 T = TypeVar("T")
 H = TypeVar("H", bound=Callable[..., Any])
 
-#: How long a cancelled call waits for the engine to stop its work (real seconds).
+#: How long a cancelled call waits for the engine to stop its work, or a cancelled close of
+#: an iterator for it to close (real seconds).
 _CANCEL_TIMEOUT = 5.0
 #: How long a reference made before the engine runs waits for it to start (real seconds).
 _START_TIMEOUT = 30.0
@@ -125,6 +126,14 @@ async def call(afn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -
         RuntimeError: This is not asyncio code (a trio task: a tool or a handler that runs
             in the engine), or the engine stopped during the call.
     """
+    return await _call(afn, args, kwargs, finish=False)
+
+
+async def _call(
+    afn: Callable[..., Awaitable[T]], args: tuple[Any, ...], kwargs: dict[str, Any], *, finish: bool
+) -> T:
+    """:func:`call`; with ``finish``, a cancelled call lets the work run to its end in the
+    engine (for up to :data:`_CANCEL_TIMEOUT`, then stops it) before it raises: a clean-up's."""
     loop = running_loop()
     await started()
     hop = _Hop(loop.create_future())
@@ -144,10 +153,12 @@ async def call(afn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -
     try:
         result = await hop.future
     except asyncio.CancelledError:
-        stop()
+        if not finish:
+            stop()
         if not hop.ended:
             hop.stopped = loop.create_future()
-            await asyncio.wait((hop.stopped,), timeout=_CANCEL_TIMEOUT)
+            if not await _outlast(hop.stopped, _CANCEL_TIMEOUT) and finish:
+                stop()
         raise
     except BaseException:  # closed unfinished (GeneratorExit: its loop is gone)
         stop()
@@ -155,6 +166,24 @@ async def call(afn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -
     if isinstance(result, outcome.Error) and isinstance(result.error, trio.Cancelled):
         raise RuntimeError("agentlib's engine stopped during the call") from None
     return result.unwrap()  # type: ignore[no-any-return]
+
+
+async def _outlast(future: asyncio.Future[None], timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for ``future``, through the cancellations that come
+    meanwhile, and say whether it is done.
+
+    asyncio cancels a task once; anyio's cancel scopes (Starlette's and FastAPI's, when a
+    client goes away) cancel it again at each pass of the loop until it leaves the scope. A
+    cancelled call still sees the engine end its work before it raises.
+    """
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not future.done():
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return False
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait((future,), timeout=remaining)
+    return True
 
 
 #: Each loop's way in from the engine's thread (made on the loop's thread), for as long as
@@ -229,7 +258,7 @@ def configure(
 
 async def iterate(make: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T]:
     """An async iterator of the engine's, iterated from this asyncio loop: one hop per item;
-    stopping early closes it in the engine."""
+    stopping early (cancelled, too) closes it in the engine, and waits for it to close."""
     iterator = await call(_make_async, make)
     try:
         while True:
@@ -243,7 +272,7 @@ async def iterate(make: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T]:
         if aclose is not None:
             # The engine may have stopped (the interpreter exits): nothing is left to close.
             with contextlib.suppress(RuntimeError):
-                await call(aclose)
+                await _call(aclose, (), {}, finish=True)
 
 
 async def _make_async(make: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T]:

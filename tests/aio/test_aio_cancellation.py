@@ -12,6 +12,7 @@ import weakref
 from contextlib import aclosing
 from typing import Any
 
+import anyio
 import pytest
 import trio
 
@@ -206,6 +207,65 @@ def test_a_loop_closed_while_a_handler_runs_leaves_no_call_behind() -> None:
 
     asyncio.run(main())
     assert len(ran) == 1
+    assert calls_in_engine() == 0
+
+
+# -- anyio's cancel scopes ------------------------------------------------------------------
+# Starlette and FastAPI cancel a request's work with anyio's cancel scopes, which cancel a task
+# again at each pass of the loop until it leaves the scope: a cancelled call must still wait
+# for the engine to end its work, and a cancelled iterator for the engine to close it.
+
+
+def test_an_anyio_cancel_scope_stops_a_wait_and_the_engine_ended_its_call_on_leaving() -> None:
+    async def main() -> None:
+        gate = Gate("done at last")
+        _, turn = await running_turn(gate)
+        with anyio.CancelScope() as scope:
+            asyncio.get_running_loop().call_soon(scope.cancel)  # once the wait has started
+            await turn.result()
+        assert scope.cancelled_caught
+        assert calls_in_engine() == 0
+        assert isinstance(await turn.get(), agents.Running)
+        await gate.open()
+        record = await turn.result()
+        assert isinstance(record, agents.Completed)
+        assert record.output == "done at last"
+
+    run(main)
+
+
+def test_an_anyio_cancel_scope_stops_an_iteration_and_the_engine_closed_it_on_leaving() -> None:
+    async def main() -> None:
+        gate = Gate()
+        _, turn = await running_turn(gate)
+        seen: list[agents.Event] = []
+        with anyio.CancelScope() as scope:
+            async with aclosing(turn.iter_events()) as events:
+                async for event in events:
+                    seen.append(event)
+                    if isinstance(event, agents.TurnStarted):
+                        # The next event will not come while the turn is parked.
+                        asyncio.get_running_loop().call_soon(scope.cancel)
+        assert scope.cancelled_caught
+        assert calls_in_engine() == 0
+        assert isinstance(seen[0], agents.TurnStarted)
+        await gate.open()
+        assert isinstance(await turn.result(), agents.Completed)
+
+    run(main)
+
+
+def test_a_loop_anyio_closes_right_after_a_cancel_scope_leaves_no_call_behind() -> None:
+    async def main() -> None:
+        gate = Gate()
+        _, turn = await running_turn(gate)
+        with anyio.move_on_after(0):
+            await turn.result()
+        with anyio.move_on_after(0):
+            async for _ in turn.iter_events():
+                pass
+
+    anyio.run(main, backend="asyncio")
     assert calls_in_engine() == 0
 
 

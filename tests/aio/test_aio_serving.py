@@ -1,5 +1,6 @@
 """agentlib.aio in an asyncio web service: a Starlette app on hypercorn's asyncio worker
-serves a chat endpoint, and the loop goes on serving other requests while turns run."""
+serves a chat endpoint, and the loop goes on serving other requests while turns run; a
+client that stops following a turn's events leaves nothing of its stream in the engine."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
 import agentlib.aio as agents
 
-from ._support import Gate, run, scripted_agent
+from ._support import Gate, calls_in_engine, run, scripted_agent
 
 
 def chat_app(agent: agents.Agent) -> Starlette:
@@ -94,3 +95,54 @@ def test_concurrent_chats_each_get_their_answer() -> None:
     answers = run(main)
     assert [answer["answer"] for answer in answers] == [f"you said hi {n}" for n in range(10)]
     assert len({answer["session"] for answer in answers}) == 10
+
+
+def test_a_client_that_leaves_a_stream_of_events_leaves_nothing_of_it_in_the_engine() -> None:
+    """Starlette ends a streamed response whose client has gone by cancelling it with an
+    anyio cancel scope: the engine has ended the follow by the time the response has."""
+
+    async def main() -> agents.TurnState[Any]:
+        gate = Gate("finished after the client left")
+        agent = scripted_agent(gate)
+        ended = asyncio.Event()
+
+        async def follow(request: Request) -> StreamingResponse:
+            session = await agent.start_session()
+            turn = await session.start_turn("a long job")
+            assert isinstance(turn, agents.Turn)
+            turns.append(turn)
+
+            async def lines() -> Any:
+                try:
+                    async for event in turn.iter_events():
+                        yield f"{type(event).__name__}\n"
+                finally:
+                    ended.set()
+
+            return StreamingResponse(lines(), media_type="text/plain")
+
+        turns: list[agents.Turn] = []
+        stop = asyncio.Event()
+        app = Starlette(routes=[Route("/follow", follow)])
+        server, url = await serving(app, stop)
+        try:
+            async with (
+                httpx.AsyncClient(base_url=url, trust_env=False) as client,
+                client.stream("GET", "/follow") as response,
+            ):
+                async for line in response.aiter_lines():
+                    assert line == "TurnStarted"
+                    break  # the client goes: it closes the connection
+            await ended.wait()
+            assert calls_in_engine() == 0
+            (turn,) = turns
+            assert isinstance(await turn.get(), agents.Running)  # it goes on without them
+            await gate.open()
+            return await turn.result()
+        finally:
+            stop.set()
+            await server
+
+    record = run(main)
+    assert isinstance(record, agents.Completed)
+    assert record.output == "finished after the client left"
