@@ -39,6 +39,13 @@ def default_settings() -> Any:
 # -- starting, joining, busy --------------------------------------------------------------
 
 
+def test_each_test_runs_on_the_loop_its_parameter_names(event_loop_kind: str) -> None:
+    async def kind() -> str:
+        return type(asyncio.get_running_loop()).__module__.partition(".")[0]
+
+    assert run(kind) == event_loop_kind
+
+
 def test_run_calls_a_plain_function_tool_then_completes_with_the_answer() -> None:
     async def main() -> agents.TurnState[Any] | agents.Busy[agents.Turn]:
         agent = scripted_agent(call_tool("add", a=1, b=2), "The answer is 3.", tools=[add])

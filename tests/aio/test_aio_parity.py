@@ -27,6 +27,12 @@ DOOR_ONLY = ("configure",)
 MAX_BODY_LINES = 14
 
 
+@pytest.fixture
+def event_loop_kind() -> str:
+    """These tests read the door's code and run none of it on a loop: once is enough."""
+    return "none"
+
+
 def public_methods(cls: type) -> dict[str, Callable[..., Any]]:
     return {
         name: member
