@@ -7,11 +7,12 @@ Usage::
 Runs, each in a process of its own (``turns.py`` and ``memory.py``, which start more):
 
 - ``turns.py --mode turns``: a scripted turn, async, sync, sync with each process kept on
-  one CPU, and through ``agentlib.aio`` (and it and the trio API on one CPU), the median of
-  5 runs (and of the peers' runs, interleaved, with ``--peers``);
+  one CPU, and through ``agentlib.aio`` (on uvloop's loop too, and it and the trio API on
+  one CPU), the median of 5 runs (and of the peers' runs, interleaved, with ``--peers``);
 - ``turns.py --mode concurrent``: 20 turns at once by door (trio, ``agentlib.aio``,
   ``agentlib_sync`` in ``asyncio.to_thread``), and the asyncio loop's lateness while turns
-  run through ``agentlib.aio``, in this process's engine and on a served agent;
+  run through ``agentlib.aio``, in this process's engine (on uvloop's loop too) and on a
+  served agent;
 - ``ticks.py`` (with ``--peers``, in the peers' interpreter): the same loop's lateness while
   the same turns of each peer run on the loop itself;
 - ``turns.py --mode round_trip``: agentlib_sync's round trip, and anyio's; agentlib.aio's,
@@ -244,6 +245,16 @@ class Table:
                 target,
                 met(versus_trio["ratio"] <= 1.2),
             )
+        on_uvloop = self.find("agentlib", "aio_vs_async_uvloop")
+        if on_uvloop is not None:
+            self.row(
+                "Scripted turn through agentlib.aio on uvloop's loop (median µs/turn)",
+                number(on_uvloop["us_per_turn"], "µs"),
+                f"agentlib's trio API {number(on_uvloop['async_us_per_turn'], 'µs')}",
+                f"{on_uvloop['ratio']:.2f}x trio",
+                "— (not a target)",
+                "—",
+            )
         one_cpu = self.find("agentlib", "aio_vs_async_one_cpu")
         if one_cpu is not None:
             self.row(
@@ -318,6 +329,8 @@ class Table:
             "(`gc.freeze()`, {n:,} turns, 20 at a time)",
             "aio_remote": "The same, the agent served by `agentlib serve` in a process of "
             "its own ({n:,} turns, 20 at a time)",
+            "aio_uvloop": "The same on uvloop's loop, after the rows above ({n:,} turns, 20 "
+            "at a time)",
         }
         for key, label in variants.items():
             variant = gaps.get(key)

@@ -29,10 +29,11 @@ Modes:
   second the workload.
   The ``aio`` runs (agentlib's only, set beside the peers' async runs) are the async runs
   through ``agentlib.aio``, awaited from an asyncio loop; ``aio_vs_async`` is their median
-  µs per turn over the trio API's (goal: at most 1.2). ``async_one_cpu`` and ``aio_one_cpu``
-  are both again, each process kept on one CPU, and ``aio_vs_async_one_cpu`` their ratio:
-  an awaited call crosses threads twice, which costs most where each crossing wakes a
-  thread asleep on another CPU.
+  µs per turn over the trio API's (goal: at most 1.2). The ``aio_uvloop`` runs are the same
+  on uvloop's loop (uvicorn's, where it is installed), and ``aio_vs_async_uvloop`` their
+  ratio. ``async_one_cpu`` and ``aio_one_cpu`` are both again, each process kept on one
+  CPU, and ``aio_vs_async_one_cpu`` their ratio: an awaited call crosses threads twice,
+  which costs most where each crossing wakes a thread asleep on another CPU.
 - ``concurrent``: 20 turns at once, each in a new session whose model takes 50 ms to answer
   (a ``trio.sleep`` in the engine), R times (5): the median wall time through the trio API
   (a nursery), through ``agentlib.aio`` (``asyncio.gather``) and through ``agentlib_sync``
@@ -43,12 +44,13 @@ Modes:
   full collection stops every thread of the process, the loop's too, and this tells its
   pauses from the hops'); while they run again with the collector on and the objects made
   until then frozen (``aio_frozen``: ``gc.freeze()``, which full collections then skip);
-  while the same turns run through ``agentlib.aio`` on the same
-  agent served by ``agentlib serve`` in a process of its own (``aio_remote``: this
-  process's engine only sends requests); while 10 turns run in a row through
-  ``agentlib_sync`` called on the loop (which blocks it); and, for the machine's own
-  lateness, while nothing runs for as long as the first. The worst and the 99th percentile
-  are printed (goal for ``agentlib.aio``: worst ≤ 5 ms).
+  while the same turns run through ``agentlib.aio`` on the same agent served by ``agentlib
+  serve`` in a process of its own (``aio_remote``: this process's engine only sends
+  requests); while 10 turns run in a row through ``agentlib_sync`` called on the loop
+  (which blocks it); for the machine's own lateness, while nothing runs for as long as the
+  first; and, after all the others, while the first's turns run on uvloop's loop
+  (``aio_uvloop``). The worst and the 99th percentile are printed (goal for
+  ``agentlib.aio``: worst ≤ 5 ms).
 - ``round_trip``: the median of N (5,000) calls of an async no-op through agentlib_sync's
   portal and through anyio's ``BlockingPortal.call`` (``start_blocking_portal(backend=
   "trio")``), in alternating blocks in one process; ``ratio`` is agentlib's over anyio's.
@@ -107,13 +109,23 @@ DEFAULTS = {
 }
 PEER_SCRIPTS = ("bench_pydantic_ai.py", "bench_openai_agents.py")
 #: Each framework's runs: async, sync, and sync again with the process kept on one CPU; then
-#: agentlib's sync runs with an async tool, its async runs through agentlib.aio, and both
-#: async doors again with the process kept on one CPU.
-MODES = ("async", "sync", "sync_one_cpu", "sync_async_tool", "aio", "async_one_cpu", "aio_one_cpu")
+#: agentlib's sync runs with an async tool, its async runs through agentlib.aio (on asyncio's
+#: loop, then on uvloop's), and both async doors again with the process kept on one CPU.
+MODES = (
+    "async",
+    "sync",
+    "sync_one_cpu",
+    "sync_async_tool",
+    "aio",
+    "aio_uvloop",
+    "async_one_cpu",
+    "aio_one_cpu",
+)
 #: Modes that only agentlib runs, and the peers' mode each is set beside.
 OWN_MODES = {
     "sync_async_tool": "sync",
     "aio": "async",
+    "aio_uvloop": "async",
     "async_one_cpu": "async_one_cpu",
     "aio_one_cpu": "async_one_cpu",
 }
@@ -324,7 +336,20 @@ def bench_ticks(n: int) -> dict[str, list[float]]:
             "idle": await tick_gaps(lambda: asyncio.sleep(took)),
         }
 
-    return asyncio.run(main())
+    async def on_uvloop() -> list[float]:
+        for _ in range(WARMUP):
+            await one()
+        return await tick_gaps(aio_turns)
+
+    gaps = asyncio.run(main())
+    import uvloop  # the test extra installs it
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        gaps["aio_uvloop"] = asyncio.run(on_uvloop())
+    finally:
+        asyncio.set_event_loop_policy(None)
+    return gaps
 
 
 def bench_round_trip(n: int) -> dict[str, float]:
@@ -534,6 +559,11 @@ def once(mode: str, n: int) -> dict[str, Any]:
         seconds = bench_async(n)
     elif mode == "aio":
         seconds = bench_aio(n)
+    elif mode == "aio_uvloop":
+        import uvloop  # the test extra installs it
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        seconds = bench_aio(n)
     elif mode == "sync_async_tool":
         seconds = bench_sync(n, agentlib.tool(name="add")(add_async))
     else:
@@ -585,8 +615,9 @@ def run_turns(n: int, repeats: int, python: str | None) -> None:
             "turns_per_s": round(1e6 / medians[framework, mode], 1),
         }
         print(json.dumps(line), flush=True)
-    for suffix in ("", "_one_cpu"):
-        aio, trio_api = ("agentlib", f"aio{suffix}"), ("agentlib", f"async{suffix}")
+    for suffix in ("", "_uvloop", "_one_cpu"):
+        trio_api = ("agentlib", "async_one_cpu" if suffix == "_one_cpu" else "async")
+        aio = ("agentlib", f"aio{suffix}")
         if aio in medians and trio_api in medians:
             emit(
                 mode=f"aio_vs_async{suffix}",
