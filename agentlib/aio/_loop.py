@@ -176,9 +176,10 @@ async def _outlast(future: asyncio.Future[None], timeout: float) -> bool:
     client goes away) cancel it again at each pass of the loop until it leaves the scope. A
     cancelled call still sees the engine end its work before it raises.
     """
-    deadline = asyncio.get_running_loop().time() + timeout
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
     while not future.done():
-        remaining = deadline - asyncio.get_running_loop().time()
+        remaining = deadline - loop.time()
         if remaining <= 0:
             return False
         with contextlib.suppress(asyncio.CancelledError):
