@@ -157,8 +157,9 @@ async def _call(
             stop()
         if not hop.ended:
             hop.stopped = loop.create_future()
-            if not await _outlast(hop.stopped, _CANCEL_TIMEOUT) and finish:
-                stop()
+            ended = await _outlast(hop.stopped, _CANCEL_TIMEOUT)
+            if finish and not ended:
+                stop()  # the clean-up took too long
         raise
     except BaseException:  # closed unfinished (GeneratorExit: its loop is gone)
         stop()
