@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -85,6 +86,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import trio
@@ -342,14 +344,21 @@ def bench_ticks(n: int) -> dict[str, list[float]]:
         return await tick_gaps(aio_turns)
 
     gaps = asyncio.run(main())
+    with uvloop_loops():
+        gaps["aio_uvloop"] = asyncio.run(on_uvloop())
+    return gaps
+
+
+@contextlib.contextmanager
+def uvloop_loops() -> Iterator[None]:
+    """``asyncio.run`` makes uvloop's loops within."""
     import uvloop  # the test extra installs it
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:
-        gaps["aio_uvloop"] = asyncio.run(on_uvloop())
+        yield
     finally:
         asyncio.set_event_loop_policy(None)
-    return gaps
 
 
 def bench_round_trip(n: int) -> dict[str, float]:
@@ -560,10 +569,8 @@ def once(mode: str, n: int) -> dict[str, Any]:
     elif mode == "aio":
         seconds = bench_aio(n)
     elif mode == "aio_uvloop":
-        import uvloop  # the test extra installs it
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-        seconds = bench_aio(n)
+        with uvloop_loops():
+            seconds = bench_aio(n)
     elif mode == "sync_async_tool":
         seconds = bench_sync(n, agentlib.tool(name="add")(add_async))
     else:
