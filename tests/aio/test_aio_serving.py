@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -112,7 +113,7 @@ def test_a_client_that_leaves_a_stream_of_events_leaves_nothing_of_it_in_the_eng
             assert isinstance(turn, agents.Turn)
             turns.append(turn)
 
-            async def lines() -> Any:
+            async def lines() -> AsyncIterator[str]:
                 try:
                     async for event in turn.iter_events():
                         yield f"{type(event).__name__}\n"
