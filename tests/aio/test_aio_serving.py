@@ -105,6 +105,7 @@ def test_a_client_that_leaves_a_stream_of_events_leaves_nothing_of_it_in_the_eng
     async def main() -> agents.TurnState[Any]:
         gate = Gate("finished after the client left")
         agent = scripted_agent(gate)
+        resumed = asyncio.Event()
         ended = asyncio.Event()
 
         async def follow(request: Request) -> StreamingResponse:
@@ -116,7 +117,13 @@ def test_a_client_that_leaves_a_stream_of_events_leaves_nothing_of_it_in_the_eng
             async def lines() -> AsyncIterator[str]:
                 try:
                     async for event in turn.iter_events():
-                        yield f"{type(event).__name__}\n"
+                        if isinstance(event, agents.TurnStarted):
+                            yield "TurnStarted\n"
+                            # Starlette asks for the next line: the first one was sent, and
+                            # the stream waits in the door for the next event. (Cancelled
+                            # while it sends instead, Starlette leaves the generator to be
+                            # closed when it is collected.)
+                            resumed.set()
                 finally:
                     ended.set()
 
@@ -133,6 +140,7 @@ def test_a_client_that_leaves_a_stream_of_events_leaves_nothing_of_it_in_the_eng
             ):
                 async for line in response.aiter_lines():
                     assert line == "TurnStarted"
+                    await resumed.wait()
                     break  # the client goes: it closes the connection
             await ended.wait()
             assert calls_in_engine() == 0
