@@ -42,12 +42,32 @@ class AgentTwin:
         ) = None,
     ) -> None:
         delegates = [sub.agent if isinstance(sub, AgentTwin) else sub for sub in subagents]
+        tools, hooks, asyncio_code = self._user_code(tools, hooks)
+        #: What of the agent, its subagents' included, is asyncio code: the names of its
+        #: tools and hooks that only a door's asyncio loop runs.
+        self._asyncio_code: tuple[str, ...] = tuple(asyncio_code) + tuple(
+            name for sub in subagents if isinstance(sub, AgentTwin) for name in sub._asyncio_code
+        )
         self.agent: agentlib.Agent = agentlib.Agent(
             name, instructions, model, tools, output_type, delegates, hooks, tool_errors,
             description=description, max_running_subagents=max_running_subagents,
             max_steps=max_steps, model_options=model_options, mcps=mcps,
             environment=environment,
         )  # fmt: skip
+
+    @staticmethod
+    def _user_code(
+        tools: Iterable[agentlib.Tool | agentlib.ToolSource | Callable[..., Any]],
+        hooks: Sequence[agentlib.Hook],
+    ) -> tuple[
+        Iterable[agentlib.Tool | agentlib.ToolSource | Callable[..., Any]],
+        Sequence[agentlib.Hook],
+        Sequence[str],
+    ]:
+        """The tools and hooks as the engine is to call them, and the names of those made
+        to run elsewhere: as given, none (a door whose callers' code runs elsewhere says
+        how)."""
+        return tools, hooks, ()
 
     @property
     def max_steps(self) -> int:

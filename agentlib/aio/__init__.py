@@ -4,9 +4,9 @@
 each method one hop into the engine, which runs on its own thread (``agentlib_sync``'s: a
 script may use both), and back to the caller's loop. Handlers given here (``on_approval``,
 ``on_sign_in``, ``on_client_tool``, ``on_event``) may be coroutine functions or plain
-functions, and run on the caller's loop. Everything else (data classes, errors, models,
-``tool``) is agentlib's own object, re-exported unchanged (``agentlib.aio.Completed is
-agentlib.Completed``).
+functions, and run on the caller's loop; so do an agent's tools and hooks that are
+coroutine functions. Everything else (data classes, errors, models, ``tool``) is agentlib's
+own object, re-exported unchanged (``agentlib.aio.Completed is agentlib.Completed``).
 
 Importing ``agentlib`` does not import this module (nor asyncio): ``import agentlib.aio``.
 """

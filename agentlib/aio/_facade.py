@@ -62,7 +62,13 @@ def _turn_or_busy(
 
 
 class Agent(AgentTwin):
-    """An agent; the asyncio twin of :class:`agentlib.Agent` (same arguments)."""
+    """An agent; the asyncio twin of :class:`agentlib.Agent` (same arguments).
+
+    Its tools and hooks that are coroutine functions (those of its tool sources too) are
+    asyncio code: the engine runs them on the loop of the call that set their turn going.
+    """
+
+    _user_code = staticmethod(_loop.user_code)
 
     @staticmethod
     def load_from(

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import inspect
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+import attrs
 import outcome
 import trio
 
@@ -39,6 +41,7 @@ __all__ = [
     "running_loop",
     "start_session",
     "started",
+    "user_code",
 ]
 
 T = TypeVar("T")
@@ -149,7 +152,8 @@ async def _call(
         with contextlib.suppress(RuntimeError):
             inbox.call_soon(settle, result)
 
-    stop = portal.submit(afn, args, kwargs, done)
+    caller = _caller(loop)
+    stop = portal.submit(_from, (caller, afn, args, kwargs), {}, done)
     try:
         result = await hop.future
     except asyncio.CancelledError:
@@ -169,6 +173,21 @@ async def _call(
     return result.unwrap()  # type: ignore[no-any-return]
 
 
+async def _from(
+    caller: weakref.ref[asyncio.AbstractEventLoop],
+    afn: Callable[..., Awaitable[T]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> T:
+    """``await afn(*args, **kwargs)`` in the engine, as a call from ``caller``'s loop: what
+    it starts there (a turn's task copies the context it starts in) knows that loop."""
+    token = _CALLER.set(caller)
+    try:
+        return await afn(*args, **kwargs)
+    finally:
+        _CALLER.reset(token)
+
+
 async def _outlast(future: asyncio.Future[None], timeout: float) -> bool:
     """Wait up to ``timeout`` seconds for ``future``, through the cancellations that come
     meanwhile, and say whether it is done.
@@ -186,6 +205,24 @@ async def _outlast(future: asyncio.Future[None], timeout: float) -> bool:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait((future,), timeout=remaining)
     return True
+
+
+#: In the engine: the loop of the door's call that runs in this task, or that set going the
+#: turn this task runs (held weakly).
+_CALLER: contextvars.ContextVar[weakref.ref[asyncio.AbstractEventLoop]] = contextvars.ContextVar(
+    "agentlib_aio_caller"
+)
+#: The loop of the door's latest call, where the engine runs asyncio code that no call of a
+#: running loop set going (a turn a restarted engine resumes, say).
+_latest: weakref.ref[asyncio.AbstractEventLoop] | None = None
+
+
+def _caller(loop: asyncio.AbstractEventLoop) -> weakref.ref[asyncio.AbstractEventLoop]:
+    global _latest
+    latest = _latest
+    if latest is None or latest() is not loop:
+        latest = _latest = weakref.ref(loop)
+    return latest
 
 
 #: Each loop's way in from the engine's thread (made on the loop's thread), for as long as
@@ -304,15 +341,105 @@ def on_loop(handler: H | None) -> H | None:
 
     @functools.wraps(handler)
     async def in_loop(argument: Any) -> Any:
-        return await _run_on(loop, handler, argument)
+        call = functools.partial(handler, argument)
+        return await _run_on(loop, call, "the handler", _HANDLER_LOOP_CLOSED)
 
     return in_loop  # type: ignore[return-value]
 
 
+_HANDLER_LOOP_CLOSED = (
+    "the asyncio loop this handler was given in has closed, so the handler cannot run: give "
+    "the session's handlers again from a running loop (agent.session(session_id, "
+    "on_approval=...))"
+)
+
+
+def user_code(
+    tools: Iterable[agentlib.Tool | agentlib.ToolSource | Callable[..., Any]],
+    hooks: Sequence[agentlib.Hook],
+) -> tuple[list[agentlib.Tool | agentlib.ToolSource], list[agentlib.Hook], list[str]]:
+    """An asyncio agent's tools and hooks, those that are coroutine functions made to run on
+    an asyncio loop when the engine calls them (:func:`_on_callers_loop`), and what those
+    are ("tool lookup", "hook guard"); the others as they are (a sync tool runs in a worker
+    thread, a sync hook in the engine).
+
+    Raises:
+        TypeError: A tool has no JSON schema, or a hook is not made with
+            :func:`agentlib.pre_tool_call` (what :class:`agentlib.Agent` raises).
+    """
+    asyncio_code: list[str] = []
+
+    def tool_on_loop(tool: agentlib.Tool, source: str | None = None) -> agentlib.Tool:
+        if tool.kind != "local" or not inspect.iscoroutinefunction(tool.function):
+            return tool
+        what = f"tool {tool.name}" if source is None else f"tool {source}.{tool.name}"
+        asyncio_code.append(what)
+        return attrs.evolve(tool, function=_on_callers_loop(tool.function, what))
+
+    def hook_on_loop(hook: agentlib.Hook) -> agentlib.Hook:
+        if not isinstance(hook, agentlib.Hook) or not inspect.iscoroutinefunction(hook.function):
+            return hook  # agentlib.Agent says what is wrong with it
+        what = f"hook {hook.name}"
+        asyncio_code.append(what)
+        return attrs.evolve(hook, function=_on_callers_loop(hook.function, what))
+
+    made: list[agentlib.Tool | agentlib.ToolSource] = []
+    for item in tools:
+        if isinstance(item, agentlib.ToolSource):
+            own = tuple(tool_on_loop(tool, item.name) for tool in item.tools)
+            made.append(attrs.evolve(item, tools=own))
+        else:
+            made.append(
+                tool_on_loop(item if isinstance(item, agentlib.Tool) else agentlib.tool(item))
+            )
+    return made, [hook_on_loop(hook) for hook in hooks], asyncio_code
+
+
+def _on_callers_loop(
+    function: Callable[..., Awaitable[T]], what: str
+) -> Callable[..., Awaitable[T]]:
+    """``function`` (asyncio code) made to run on the loop of the door's call that set its
+    turn going, or, when that loop has closed or no call of the door set it going (a
+    restarted engine resumed the turn), on the loop of the door's latest call."""
+
+    @functools.wraps(function)
+    async def on_callers_loop(*args: Any, **kwargs: Any) -> T:
+        loop = _callers_loop()
+        if loop is None:
+            raise RuntimeError(
+                f"{what} is asyncio code (a coroutine function given to agentlib.aio), and no "
+                "asyncio loop that calls agentlib.aio runs now to run it on: await the "
+                "session from a running loop (session.result(), say), which runs it there"
+            )
+        closed = (
+            f"the asyncio loop that {what} was to run on has closed; await the session from "
+            "a running loop to run it there"
+        )
+        call = functools.partial(function, *args, **kwargs)
+        result: T = await _run_on(loop, call, what, closed)
+        return result
+
+    return on_callers_loop
+
+
+def _callers_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop asyncio code is to run on, called from the engine; None when none runs."""
+    for caller in (_CALLER.get(None), _latest):
+        loop = caller() if caller is not None else None
+        if loop is not None and not loop.is_closed():
+            return loop
+    return None
+
+
 async def _run_on(
-    loop: asyncio.AbstractEventLoop, handler: Callable[[Any], Any], argument: Any
+    loop: asyncio.AbstractEventLoop, handler: Callable[[], Any], what: str, closed: str
 ) -> Any:
-    """``handler(argument)`` run on ``loop``, awaited from the engine (its trio loop)."""
+    """``handler()`` (``what``: "the handler", "tool lookup") run on ``loop``, awaited from
+    the engine (its trio loop).
+
+    Raises:
+        RuntimeError: ``loop`` has closed (``closed`` says what to do).
+    """
     token = trio.lowlevel.current_trio_token()
     answered = trio.Event()
     answers: list[outcome.Outcome[Any]] = []
@@ -328,9 +455,9 @@ async def _run_on(
         if stopped:
             return
         try:
-            value = handler(argument)
+            value = handler()
         except BaseException as exc:
-            answer(_error(exc))
+            answer(_error(exc, what))
             if not isinstance(exc, Exception):
                 raise  # KeyboardInterrupt, SystemExit: the loop's, too
             return
@@ -339,7 +466,7 @@ async def _run_on(
             return
         task = asyncio.ensure_future(value)
         tasks.append(task)
-        task.add_done_callback(lambda done: answer(_outcome_of(done)))
+        task.add_done_callback(lambda done: answer(_outcome_of(done, what)))
 
     def stop() -> None:  # the loop's thread
         nonlocal stopped
@@ -350,11 +477,7 @@ async def _run_on(
     try:
         loop.call_soon_threadsafe(start)
     except RuntimeError:
-        raise RuntimeError(
-            "the asyncio loop this handler was given in has closed, so the handler cannot "
-            "run: give the session's handlers again from a running loop "
-            "(agent.session(session_id, on_approval=...))"
-        ) from None
+        raise RuntimeError(closed) from None
     try:
         await answered.wait()
     finally:
@@ -364,20 +487,20 @@ async def _run_on(
     return answers[0].unwrap()
 
 
-def _outcome_of(task: asyncio.Future[Any]) -> outcome.Outcome[Any]:
+def _outcome_of(task: asyncio.Future[Any], what: str) -> outcome.Outcome[Any]:
     if task.cancelled():
         return outcome.Error(
-            RuntimeError("the handler's asyncio task was cancelled before it answered")
+            RuntimeError(f"the asyncio task of {what} was cancelled before it answered")
         )
     error = task.exception()
     if error is not None:
-        return _error(error)
+        return _error(error, what)
     return outcome.Value(task.result())
 
 
-def _error(error: BaseException) -> outcome.Error:
-    """What the engine raises for a handler's exception: itself, but never one that would
-    stop the engine (KeyboardInterrupt, SystemExit)."""
+def _error(error: BaseException, what: str) -> outcome.Error:
+    """What the engine raises for an exception of ``what`` (a handler, a tool): itself, but
+    never one that would stop the engine (KeyboardInterrupt, SystemExit)."""
     if isinstance(error, Exception):
         return outcome.Error(error)
-    return outcome.Error(RuntimeError(f"the handler was stopped by {type(error).__name__}"))
+    return outcome.Error(RuntimeError(f"{what} was stopped by {type(error).__name__}"))

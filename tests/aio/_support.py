@@ -53,6 +53,10 @@ class Gate:
     async def open(self) -> None:
         """Let the parked step return."""
         await self.reached()
+        self.release()
+
+    def release(self) -> None:
+        """Let the step, known to be parked, return: from any thread, in a loop or not."""
         assert self._token is not None
         self._token.run_sync_soon(self._release.set)
 
@@ -87,3 +91,11 @@ def calls_in_engine() -> int:
         return sum(1 for task in nursery.child_tasks if task not in idle and task is not me)
 
     return portal.call(count)
+
+
+def result_in_engine(turn: agents.Turn) -> agents.TurnState[Any]:
+    """The turn's end record, waited for in the engine: no asyncio loop calls the door."""
+    from agentlib_sync._portal import portal
+
+    record: agents.TurnState[Any] = portal.call(turn._turn.result)
+    return record
