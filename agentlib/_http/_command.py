@@ -44,6 +44,15 @@ def agents_named(spec: str) -> list[Agent]:
         except AttributeError:
             raise ValueError(f"module {module_name!r} has no attribute {attribute!r}") from None
     items = list(value) if isinstance(value, (list, tuple)) else [value]
+    for item in items:
+        asyncio_code = getattr(item, "_asyncio_code", ())  # agentlib.aio's agents
+        if asyncio_code:
+            raise ValueError(
+                f"{spec} is an agent of agentlib.aio with asyncio code "
+                f"({', '.join(asyncio_code)}), which only an asyncio program that awaits "
+                "agentlib.aio runs, and serve runs agents on trio: define the agent to "
+                "serve with agentlib.Agent (its coroutine tools and hooks then run on trio)"
+            )
     found = [getattr(item, "agent", item) for item in items]  # agentlib_sync's wrap one
     agents = [item for item in found if isinstance(item, Agent)]
     if len(agents) < len(found) or not agents:

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import subprocess
+import sys
 import threading
 from typing import Annotated, Any
+
+import pytest
 
 import agentlib.aio as agents
 
@@ -357,3 +361,49 @@ def test_a_turn_blocked_on_a_durable_store_runs_its_coroutine_tool_on_the_next_e
     assert final.output == "refunded A-17"
     assert ran_on == [loop]
 
+
+SERVED_MODULE = """
+import agentlib.aio as agents
+
+
+async def lookup(city: str) -> str:
+    '''Look the weather up.'''
+    return "sunny"
+
+
+def add(a: int, b: int) -> int:
+    '''Add two integers.'''
+    return a + b
+
+
+helper = agents.Agent("helper", model=agents.ScriptedModel(["ok"]), tools=[lookup])
+weather = agents.Agent("weather", model=agents.ScriptedModel(["ok"]), subagents=[helper])
+adder = agents.Agent("adder", model=agents.ScriptedModel(["ok"]), tools=[add])
+"""
+
+
+def test_serve_refuses_an_asyncio_agent_with_asyncio_code_and_says_what_to_do(
+    tmp_path: pathlib.Path,
+) -> None:
+    (tmp_path / "served.py").write_text(SERVED_MODULE)
+    done = subprocess.run(
+        [sys.executable, "-m", "agentlib", "serve", "served:weather"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=WAIT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "served:weather is an agent of agentlib.aio with asyncio code (tool lookup)" in (
+        done.stderr
+    )
+    assert "define the agent to serve with agentlib.Agent" in done.stderr
+
+
+def test_serve_takes_an_asyncio_agent_whose_code_is_all_sync(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentlib._http._command import agents_named
+
+    (tmp_path / "served.py").write_text(SERVED_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "served", raising=False)
+    (agent,) = agents_named("served:adder")
+    assert agent.name == "adder"
