@@ -1,15 +1,19 @@
 """agentlib.aio in an asyncio web service: a Starlette app on hypercorn's asyncio worker
-serves a chat endpoint, and the loop goes on serving other requests while turns run; a
-client that stops following a turn's events leaves nothing of its stream in the engine."""
+serves a chat endpoint, and the loop goes on serving other requests while turns run; an
+agent's tool queries PostgreSQL through the app's asyncpg pool, on the app's loop; a client
+that stops following a turn's events leaves nothing of its stream in the engine."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import httpx
+from conftest import POSTGRES
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 from starlette.applications import Starlette
@@ -19,7 +23,7 @@ from starlette.routing import Route
 
 import agentlib.aio as agents
 
-from ._support import Gate, calls_in_engine, run, scripted_agent
+from ._support import Gate, call_tool, calls_in_engine, run, scripted_agent
 
 
 def chat_app(agent: agents.Agent) -> Starlette:
@@ -73,6 +77,69 @@ def test_a_chat_endpoint_answers_while_ping_is_served_during_the_turn() -> None:
     answer, pong = run(main)
     assert pong == "pong"
     assert answer["answer"] == "Hello from the chat."
+
+
+def test_a_tool_queries_postgresql_through_the_apps_asyncpg_pool_on_the_apps_loop(
+    postgres_schema: str,
+) -> None:
+    # asyncpg's pool is asyncio code bound to the loop that made it (the app's lifespan):
+    # the agent's coroutine tool runs there, however many chats run at once.
+    orders = f"{postgres_schema}.orders"
+    pools: list[asyncpg.Pool] = []
+
+    async def order_status(order: str) -> str:
+        """The status of an order.
+
+        Args:
+            order: The order's id.
+        """
+        status = await pools[0].fetchval(f"SELECT status FROM {orders} WHERE id = $1", order)
+        return f"{order} is {status}" if status is not None else f"no order {order}"
+
+    def says_the_status(request: agents.ModelRequest) -> str:
+        (result,) = [e for e in request.entries if isinstance(e, agents.ToolResultEntry)]
+        return str(result.content[0].text)
+
+    def step(request: agents.ModelRequest) -> agents.ModelReply:
+        return call_tool("order_status", order=str(request.entries[-1].text))
+
+    agent = agents.Agent(
+        "orders",
+        model=agents.ScriptedModel([step, says_the_status]),
+        tools=[order_status],
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with asyncpg.create_pool(POSTGRES, min_size=1, max_size=3) as pool:
+            await pool.execute(f"CREATE SCHEMA {postgres_schema}")
+            await pool.execute(f"CREATE TABLE {orders} (id text PRIMARY KEY, status text)")
+            await pool.executemany(
+                f"INSERT INTO {orders} VALUES ($1, $2)",
+                [(f"A-{n}", "shipped" if n % 2 else "packed") for n in range(6)],
+            )
+            pools.append(pool)
+            yield
+
+    async def main() -> list[dict[str, Any]]:
+        app = chat_app(agent)
+        app.router.lifespan_context = lifespan
+        stop = asyncio.Event()
+        server, url = await serving(app, stop)
+        try:
+            async with httpx.AsyncClient(base_url=url, trust_env=False) as client:
+                replies = await asyncio.gather(
+                    *(client.post("/chat", json={"message": f"A-{n}"}) for n in range(6))
+                )
+        finally:
+            stop.set()
+            await server
+        return [reply.json() for reply in replies]
+
+    answers = run(main)
+    assert sorted(answer["answer"] for answer in answers) == sorted(
+        f"A-{n} is {'shipped' if n % 2 else 'packed'}" for n in range(6)
+    )
 
 
 def test_concurrent_chats_each_get_their_answer() -> None:
