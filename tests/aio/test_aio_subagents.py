@@ -1,7 +1,7 @@
 """Subagents through agentlib.aio: delegation, a coroutine on_approval on the root that
 answers a subagent's approval on the caller's loop, ``session.subagents()`` as the door's
-sessions, read-only subagent references, ``turn.answer`` through the root, and cancelling
-the root."""
+sessions, read-only subagent references, ``turn.answer`` through the root, cancelling the
+root, and a subagent's coroutine tool on the loop that started the root's turn."""
 
 from __future__ import annotations
 
@@ -128,3 +128,40 @@ def test_cancelling_the_root_cancels_a_running_subagent() -> None:
         assert child_record.cause == "cancelled"
 
     run(main)
+
+
+def test_a_subagents_coroutine_tool_runs_on_the_loop_that_started_the_roots_turn() -> None:
+    ran_on: list[asyncio.AbstractEventLoop] = []
+
+    async def lookup(city: str) -> str:
+        """Look the weather up."""
+        ran_on.append(asyncio.get_running_loop())
+        await asyncio.sleep(0)
+        return f"sunny in {city}"
+
+    def says_tool_result(request: agents.ModelRequest) -> str:
+        (result,) = [e for e in request.entries if isinstance(e, agents.ToolResultEntry)]
+        return f"{result.content[0].text}"
+
+    helper = scripted_agent(
+        call_tool("lookup", city="Oslo"),
+        says_tool_result,
+        name="helper",
+        description="Knows the weather.",
+        tools=[lookup],
+    )
+    root = scripted_agent(
+        call_tool("helper", message="weather in Oslo?"),
+        echo("root"),
+        name="root",
+        subagents=[helper],
+    )
+
+    async def main() -> tuple[asyncio.AbstractEventLoop, agents.TurnState[Any]]:
+        session = await root.start_session()
+        return asyncio.get_running_loop(), await session.run("weather?")
+
+    loop, record = run(main)
+    assert isinstance(record, agents.Completed), record
+    assert record.output == "root: sunny in Oslo"
+    assert ran_on == [loop]
