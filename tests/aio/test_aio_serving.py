@@ -98,7 +98,7 @@ def test_a_tool_queries_postgresql_through_the_apps_asyncpg_pool_on_the_apps_loo
 
     def says_the_status(request: agents.ModelRequest) -> str:
         (result,) = [e for e in request.entries if isinstance(e, agents.ToolResultEntry)]
-        return str(result.content[0].text)
+        return result.text
 
     def step(request: agents.ModelRequest) -> agents.ModelReply:
         return call_tool("order_status", order=str(request.entries[-1].text))

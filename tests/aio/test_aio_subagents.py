@@ -141,7 +141,7 @@ def test_a_subagents_coroutine_tool_runs_on_the_loop_that_started_the_roots_turn
 
     def says_tool_result(request: agents.ModelRequest) -> str:
         (result,) = [e for e in request.entries if isinstance(e, agents.ToolResultEntry)]
-        return f"{result.content[0].text}"
+        return result.text
 
     helper = scripted_agent(
         call_tool("lookup", city="Oslo"),

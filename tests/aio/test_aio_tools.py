@@ -25,9 +25,7 @@ def tool_results(request: agents.ModelRequest) -> list[agents.ToolResultEntry]:
 
 def says_tool_result(request: agents.ModelRequest) -> str:
     """A model step that answers with the text of the last tool result it was given."""
-    (block,) = tool_results(request)[-1].content
-    assert isinstance(block, agents.TextContentBlock)
-    return block.text
+    return tool_results(request)[-1].text
 
 
 class Loops:
