@@ -56,6 +56,21 @@ async def serving(app: Starlette, stop: asyncio.Event) -> tuple[asyncio.Future[A
     return server, f"http://127.0.0.1:{port}"
 
 
+async def chats(app: Starlette, messages: list[str]) -> list[dict[str, Any]]:
+    """The JSON replies of ``app`` served, to each message POSTed to /chat, all at once."""
+    stop = asyncio.Event()
+    server, url = await serving(app, stop)
+    try:
+        async with httpx.AsyncClient(base_url=url, trust_env=False) as client:
+            replies = await asyncio.gather(
+                *(client.post("/chat", json={"message": message}) for message in messages)
+            )
+    finally:
+        stop.set()
+        await server
+    return [reply.json() for reply in replies]
+
+
 def test_a_chat_endpoint_answers_while_ping_is_served_during_the_turn() -> None:
     async def main() -> tuple[Any, str]:
         gate = Gate("Hello from the chat.")
@@ -124,17 +139,7 @@ def test_a_tool_queries_postgresql_through_the_apps_asyncpg_pool_on_the_apps_loo
     async def main() -> list[dict[str, Any]]:
         app = chat_app(agent)
         app.router.lifespan_context = lifespan
-        stop = asyncio.Event()
-        server, url = await serving(app, stop)
-        try:
-            async with httpx.AsyncClient(base_url=url, trust_env=False) as client:
-                replies = await asyncio.gather(
-                    *(client.post("/chat", json={"message": f"A-{n}"}) for n in range(6))
-                )
-        finally:
-            stop.set()
-            await server
-        return [reply.json() for reply in replies]
+        return await chats(app, [f"A-{n}" for n in range(6)])
 
     answers = run(main)
     assert sorted(answer["answer"] for answer in answers) == sorted(
@@ -147,18 +152,7 @@ def test_concurrent_chats_each_get_their_answer() -> None:
         def answer(request: agents.ModelRequest) -> str:
             return f"you said {request.entries[-1].text}"
 
-        agent = scripted_agent(answer)
-        stop = asyncio.Event()
-        server, url = await serving(chat_app(agent), stop)
-        try:
-            async with httpx.AsyncClient(base_url=url, trust_env=False) as client:
-                replies = await asyncio.gather(
-                    *(client.post("/chat", json={"message": f"hi {n}"}) for n in range(10))
-                )
-        finally:
-            stop.set()
-            await server
-        return [reply.json() for reply in replies]
+        return await chats(chat_app(scripted_agent(answer)), [f"hi {n}" for n in range(10)])
 
     answers = run(main)
     assert [answer["answer"] for answer in answers] == [f"you said hi {n}" for n in range(10)]

@@ -264,61 +264,57 @@ def test_a_tool_sources_coroutine_tool_runs_on_the_loop_with_the_sessions_creden
     assert ran_on == [loop]
 
 
-def test_a_coroutine_tool_whose_callers_loop_closed_runs_on_the_next_callers_loop() -> None:
-    loops = Loops()
-    gate_holder: list[Gate] = []
+class ParkedLookup:
+    """A turn whose first model step parks until released, then calls the coroutine tool
+    ``lookup`` (of :class:`Loops`)."""
 
-    async def parked(request: agents.ModelRequest) -> agents.ModelReply:
-        await gate_holder[0](request)
+    def __init__(self) -> None:
+        self.loops = Loops()
+        self.gate: Gate | None = None
+        self.agent = scripted_agent(self.step, says_tool_result, tools=[self.loops.lookup])
+
+    async def step(self, request: agents.ModelRequest) -> agents.ModelReply:
+        assert self.gate is not None
+        await self.gate(request)
         return call_tool("lookup", city="Oslo")
 
-    agent = scripted_agent(parked, says_tool_result, tools=[loops.lookup])
-
-    async def start() -> tuple[agents.Session, agents.Turn]:
-        gate_holder.append(Gate())
-        session = await agent.start_session()
+    async def start(self) -> agents.Turn:
+        """Start the turn, and return once its step is parked."""
+        self.gate = Gate()
+        session = await self.agent.start_session()
         turn = await session.start_turn("weather?")
         assert isinstance(turn, agents.Turn)
-        await gate_holder[0].reached()
-        return session, turn
+        await self.gate.reached()
+        return turn
 
-    _, turn = run(start)  # the loop that started the turn closes, the step parked
+    def release(self) -> None:
+        assert self.gate is not None
+        self.gate.release()
+
+
+def test_a_coroutine_tool_whose_callers_loop_closed_runs_on_the_next_callers_loop() -> None:
+    parked = ParkedLookup()
+    turn = run(parked.start)  # the loop that started the turn closes, the step parked
 
     async def finish() -> tuple[asyncio.AbstractEventLoop, agents.TurnState[Any]]:
-        gate_holder[0].release()
+        parked.release()
         return asyncio.get_running_loop(), await turn.result()
 
     loop, record = run(finish)
     assert isinstance(record, agents.Completed), record
     assert record.output == "sunny in Oslo"
-    assert loops.seen == [loop]
+    assert parked.loops.seen == [loop]
 
 
 def test_a_coroutine_tool_with_no_callers_loop_left_fails_with_an_error_saying_so() -> None:
-    loops = Loops()
-    gate_holder: list[Gate] = []
-
-    async def parked(request: agents.ModelRequest) -> agents.ModelReply:
-        await gate_holder[0](request)
-        return call_tool("lookup", city="Oslo")
-
-    agent = scripted_agent(parked, says_tool_result, tools=[loops.lookup])
-
-    async def start() -> agents.Turn:
-        gate_holder.append(Gate())
-        session = await agent.start_session()
-        turn = await session.start_turn("weather?")
-        assert isinstance(turn, agents.Turn)
-        await gate_holder[0].reached()
-        return turn
-
-    turn = run(start)  # every loop that called the door has closed
-    gate_holder[0].release()
+    parked = ParkedLookup()
+    turn = run(parked.start)  # every loop that called the door has closed
+    parked.release()
     record = result_in_engine(turn)
     assert isinstance(record, agents.Completed), record
     assert record.output.startswith("RuntimeError: tool lookup is asyncio code")
     assert "await the session from a running loop" in record.output
-    assert loops.seen == []
+    assert parked.loops.seen == []
 
 
 def test_a_turn_blocked_on_a_durable_store_runs_its_coroutine_tool_on_the_next_engines_caller(
