@@ -297,6 +297,7 @@ def test_a_coroutine_tool_whose_callers_loop_closed_runs_on_the_next_callers_loo
     turn = run(parked.start)  # the loop that started the turn closes, the step parked
 
     async def finish() -> tuple[asyncio.AbstractEventLoop, agents.TurnState[Any]]:
+        assert isinstance(await turn.get(), agents.Running)  # this loop's call is the latest
         parked.release()
         return asyncio.get_running_loop(), await turn.result()
 
