@@ -195,6 +195,30 @@ async def test_a_session_under_another_agents_path_is_a_404_in_memory_and_after_
         assert other.json()["error"]["type"] == "SessionNotFoundError"
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status", "kind", "said"),
+    [
+        ("GET", "/nowhere", 404, "RouteNotFound", "no route GET /v1/nowhere"),
+        # A segment ".." the client resolves: the request goes to the path above.
+        ("GET", "/agents/echo/sessions/..", 404, "RouteNotFound", "no route GET /v1/agents/echo"),
+        ("DELETE", "/agents", 405, "MethodNotAllowed", "/v1/agents takes GET, HEAD, not DELETE"),
+        ("GET", "/agents/echo/sessions/s/turns", 405, "MethodNotAllowed", "takes POST, not GET"),
+    ],
+)
+async def test_a_path_or_method_no_route_takes_is_an_error_body_naming_it(
+    http: httpx.AsyncClient, method: str, path: str, status: int, kind: str, said: str
+) -> None:
+    response = await http.request(method, path)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert error["type"] == kind
+    assert said in error["message"]
+    assert error["message"].endswith("see /v1/openapi.json for the server's routes")
+    if status == 405:
+        assert response.headers["allow"] in error["message"]
+
+
 async def test_an_answer_with_an_unknown_field_is_a_400_and_the_callback_stays_open(
     http: httpx.AsyncClient,
 ) -> None:
@@ -543,7 +567,10 @@ HI = {"content": "hi"}
 def fuzz_every_route(fuzzed: Fuzzed) -> None:
     """Send requests of every route, with junk where a client can put it, and check each
     answer: no 5xx but a 503, no traceback, and the server still answers."""
-    junk_ids = st.one_of(TEXT.filter(lambda text: "/" not in text and text), st.just("x"))
+    # Dot segments, which the client resolves, send the request to a path no route takes.
+    junk_ids = st.one_of(
+        TEXT.filter(lambda text: "/" not in text and text), st.sampled_from(["x", ".", ".."])
+    )
 
     @settings(
         max_examples=120,

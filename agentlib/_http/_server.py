@@ -29,6 +29,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as serve_app
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -175,7 +176,10 @@ class Server:
             answer = handle if operation.token else endpoint
             return Route(operation.path, answer, methods=[operation.method])
 
-        return Starlette(routes=[route(operation) for operation in OPERATIONS])
+        return Starlette(
+            routes=[route(operation) for operation in OPERATIONS],
+            exception_handlers={HTTPException: _no_such_route},
+        )
 
     async def _handle(
         self, request: Request, endpoint: Callable[..., Awaitable[Any]], right: str | None
@@ -469,9 +473,28 @@ async def _health(runtime: Runtime, request: Request) -> Response:
     return _json({"status": "unavailable", "reason": health.reason}, status=503)
 
 
-def _json(data: Any, status: int = 200) -> Response:
+async def _no_such_route(request: Request, error: Exception) -> Response:
+    """The answer to a request that no route takes (Starlette's 404 and 405, plain text
+    else): an error body, as every other answer of the server has."""
+    assert isinstance(error, HTTPException)
+    method, path = _where(request)
+    allowed = (error.headers or {}).get("Allow")
+    if allowed:  # Starlette's, in a set's order
+        allowed = ", ".join(sorted(allowed.split(", ")))
+    if error.status_code == 404:
+        kind, message = "RouteNotFound", f"this server has no route {method} {path}"
+    elif error.status_code == 405 and allowed:
+        kind, message = "MethodNotAllowed", f"{path} takes {allowed}, not {method}"
+    else:
+        kind, message = "BadRequest", f"{method} {path}: {error.detail}"
+    message += ": see /v1/openapi.json for the server's routes"
+    body = {"error": {"type": kind, "message": message}}
+    return _json(body, error.status_code, headers={"Allow": allowed} if allowed else None)
+
+
+def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return Response(text, status_code=status, media_type="application/json")
+    return Response(text, status_code=status, headers=headers, media_type="application/json")
 
 
 def _where(request: Request) -> tuple[str, str]:
