@@ -259,6 +259,45 @@ async def test_another_principals_session_may_exist_under_another_token() -> Non
 
 
 @pytest.mark.parametrize(
+    ("suffix", "says"),
+    [
+        ("/v1", "give Agent.load_from the address without its '/v1' ('{root}')"),
+        ("/api", "the address the server answers at, as `agentlib serve` prints it"),
+    ],
+)
+async def test_an_address_that_is_not_the_servers_root_is_an_error_saying_which_to_give(
+    suffix: str, says: str
+) -> None:
+    async with agentlib.serve([calculator()], port=0) as server:
+        remote = agentlib.Agent.load_from(server.url + suffix, "calc")
+        with pytest.raises(agentlib.SdkError) as raised:
+            await remote.start_session()
+        # The root itself works.
+        assert (await agentlib.Agent.load_from(server.url, "calc").start_session()).id
+    message = str(raised.value)
+    assert f"has no route POST {suffix}/v1/agents/calc/sessions" in message
+    assert says.format(root=server.url) in message
+
+
+async def test_a_route_the_server_lacks_says_it_may_be_older_than_the_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentlib._http import _server
+
+    # A server of an older version, without the route that starts sessions.
+    operations = tuple(op for op in _server.OPERATIONS if op.name != "start_session")
+    monkeypatch.setattr(_server, "OPERATIONS", operations)
+    async with agentlib.serve([calculator()], port=0) as server:
+        with pytest.raises(agentlib.SdkError) as raised:
+            await agentlib.Agent.load_from(server.url, "calc").start_session()
+    message = str(raised.value)
+    assert message == (
+        f"the server at {server.url} has no route POST /v1/agents/calc/sessions: it may run "
+        "an older agentlib than this client: upgrade the server"
+    )
+
+
+@pytest.mark.parametrize(
     ("url", "connect_timeout", "retry_for", "says"),
     [
         ("127.0.0.1:8000", 10.0, 60.0, "is not an HTTP address"),

@@ -328,6 +328,8 @@ class _Wire:
         """The exception the server's error ``response`` to a request of ``path`` carries."""
         error = error_from(response)
         server = self.urls[self._at]
+        if _kind_of(response) == "RouteNotFound":
+            return self._no_route(response, server)
         if isinstance(error, AuthenticationError) and response.status_code == 401:
             if self._headers:
                 told = (
@@ -362,6 +364,26 @@ class _Wire:
             replaced.__cause__ = error
             return replaced
         return error
+
+    def _no_route(self, response: httpx.Response, server: str) -> SdkError:
+        """The error of a route the server does not have: the address given to
+        ``Agent.load_from`` is not the server's root, or the server is older."""
+        request = f"{response.request.method} {response.request.url.path}"
+        path = httpx.URL(server).path.rstrip("/")
+        if path.endswith("/v1"):
+            why = (
+                f"give Agent.load_from the address without its '/v1' "
+                f"({server.removesuffix('/v1')!r}): the client adds it to every route"
+            )
+        elif path:
+            root = str(httpx.URL(server).copy_with(path="/")).rstrip("/")
+            why = (
+                "give Agent.load_from the address the server answers at, as `agentlib "
+                f"serve` prints it but for its '/v1' ({root!r}, say)"
+            )
+        else:
+            why = "it may run an older agentlib than this client: upgrade the server"
+        return SdkError(f"the server at {server} has no route {request}: {why}")
 
     async def page(self, path: str, after: str | None, limit: int, wait: float) -> Any:
         """A page of the events of ``path`` after cursor ``after``, waiting up to ``wait``
@@ -400,6 +422,14 @@ async def _close_at_the_end(client: httpx.AsyncClient) -> None:
     finally:
         with trio.CancelScope(shield=True), contextlib.suppress(Exception):
             await client.aclose()
+
+
+def _kind_of(response: httpx.Response) -> object:
+    """The error type a server's error ``response`` names, if it names one."""
+    try:
+        return response.json()["error"]["type"]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def error_from(response: httpx.Response) -> Exception:
