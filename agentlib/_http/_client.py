@@ -328,7 +328,7 @@ class _Wire:
         """The exception the server's error ``response`` to a request of ``path`` carries."""
         error = error_from(response)
         server = self.urls[self._at]
-        if _kind_of(response) == "RouteNotFound":
+        if (_error_body(response) or {}).get("type") == "RouteNotFound":
             return self._no_route(response, server)
         if isinstance(error, AuthenticationError) and response.status_code == 401:
             if self._headers:
@@ -369,14 +369,15 @@ class _Wire:
         """The error of a route the server does not have: the address given to
         ``Agent.load_from`` is not the server's root, or the server is older."""
         request = f"{response.request.method} {response.request.url.path}"
-        path = httpx.URL(server).path.rstrip("/")
+        url = httpx.URL(server)
+        path = url.path.rstrip("/")
         if path.endswith("/v1"):
             why = (
                 f"give Agent.load_from the address without its '/v1' "
                 f"({server.removesuffix('/v1')!r}): the client adds it to every route"
             )
         elif path:
-            root = str(httpx.URL(server).copy_with(path="/")).rstrip("/")
+            root = str(url.copy_with(path="/")).rstrip("/")
             why = (
                 "give Agent.load_from the address the server answers at, as `agentlib "
                 f"serve` prints it but for its '/v1' ({root!r}, say)"
@@ -402,13 +403,7 @@ _GATEWAY = (502, 503, 504)
 
 def _from_a_gateway(response: httpx.Response) -> bool:
     """Whether ``response`` is a proxy's, saying that the server behind it is away."""
-    if response.status_code not in _GATEWAY:
-        return False
-    try:
-        error = response.json()["error"]
-        return not isinstance(error, dict) or "type" not in error
-    except (ValueError, KeyError, TypeError):
-        return True
+    return response.status_code in _GATEWAY and _error_body(response) is None
 
 
 #: The path of a session's routes, and its id.
@@ -424,21 +419,22 @@ async def _close_at_the_end(client: httpx.AsyncClient) -> None:
             await client.aclose()
 
 
-def _kind_of(response: httpx.Response) -> object:
-    """The error type a server's error ``response`` names, if it names one."""
+def _error_body(response: httpx.Response) -> Mapping[str, Any] | None:
+    """The fields of an agentlib server's error body in ``response`` (its ``type`` and
+    ``message`` at least); None for another body, a proxy's, say."""
     try:
-        return response.json()["error"]["type"]
+        fields = response.json()["error"]
+        fields["type"], fields["message"]
     except (ValueError, KeyError, TypeError):
         return None
+    return fields  # type: ignore[no-any-return]
 
 
 def error_from(response: httpx.Response) -> Exception:
     """The exception a server's error response carries: the class it names, with its
     message and attributes."""
-    try:
-        fields = response.json()["error"]
-        fields["type"], fields["message"]
-    except (ValueError, KeyError, TypeError):
+    fields = _error_body(response)
+    if fields is None:
         return SdkError(
             f"the server answered {response.status_code} without an agentlib error body: "
             f"{response.text[:200]}"
