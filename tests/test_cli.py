@@ -251,3 +251,22 @@ def test_serve_with_a_database_out_of_reach_says_so_in_one_line_without_the_pass
     line = usage_error(serve(tmp_path, "postgresql://user:s3cret@127.0.0.1:1/test"))
     assert "127.0.0.1:1" in line
     assert "s3cret" not in line
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "-5"])
+def test_serve_on_a_port_out_of_range_says_so_in_one_line(tmp_path: Path, port: str) -> None:
+    (tmp_path / "my_agents.py").write_text(AGENTS_MODULE)
+    result = subprocess.run(
+        [sys.executable, "-m", "agentlib", "serve", "my_agents:agent", "--port", port],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.endswith(
+        f"python -m agentlib serve: error: argument --port: {port!r} is not a port: give a "
+        "whole number from 0 to 65535 (0 picks a free one)\n"
+    )

@@ -610,3 +610,10 @@ def _deep(levels: int) -> dict[str, Any]:
     for _ in range(levels - 1):
         value = {"a": value}
     return value
+
+
+@pytest.mark.parametrize("port", [65536, -1, 80.0, "8000", True])
+def test_serve_refuses_what_is_not_a_port_before_it_starts(port: Any) -> None:
+    with pytest.raises(ValueError, match="port must be a whole number from 0 to 65535") as caught:
+        agentlib.serve([calculator()], port=port)
+    assert repr(port) in str(caught.value)

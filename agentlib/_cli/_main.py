@@ -18,6 +18,7 @@ from .. import __version__
 from .._data._content import TextContentBlock
 from .._data._convert import structure, unstructure
 from .._data._entries import Entry, MessageEntry
+from .._http._serve import check_port
 
 PROG = "python -m agentlib"
 
@@ -147,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
         "by several servers (needs agentlib[postgres]); default: in memory",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port to listen on (8000)")
+    serve.add_argument("--port", type=_port, default=8000, help="port to listen on (8000)")
     serve.add_argument(
         "--token",
         action="append",
@@ -169,6 +170,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(parser=serve)  # its usage errors show its usage
     return parser
+
+
+def _port(text: str) -> int:
+    """An argument type: a port number."""
+    try:
+        port = int(text)
+        check_port(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a port: give a whole number from 0 to 65535 (0 picks a free one)"
+        ) from None
+    return port
 
 
 def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:

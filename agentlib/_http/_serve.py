@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from .._store._base import Store
     from ._server import Server
 
-__all__ = ["serve"]
+__all__ = ["check_port", "serve"]
 
 
 def serve(
@@ -49,8 +49,10 @@ def serve(
         lease_seconds: As for :func:`agentlib.open_runtime`.
 
     Raises:
+        ValueError: ``port`` is not a port number (0 to 65535).
         ImportError: The server's dependencies are missing: ``pip install 'agentlib[server]'``.
     """
+    check_port(port)
     try:
         from ._server import serve as serve_agents
     except ImportError as error:
@@ -67,3 +69,12 @@ def serve(
         event_retention=event_retention,
         lease_seconds=lease_seconds,
     )
+
+
+def check_port(port: object) -> None:
+    """Raises:
+    ValueError: ``port`` is not a port number (0 to 65535), said before anything starts."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(
+            f"port must be a whole number from 0 to 65535 (0 picks a free one), not {port!r}"
+        )
