@@ -617,3 +617,35 @@ def test_serve_refuses_what_is_not_a_port_before_it_starts(port: Any) -> None:
     with pytest.raises(ValueError, match="port must be a whole number from 0 to 65535") as caught:
         agentlib.serve([calculator()], port=port)
     assert repr(port) in str(caught.value)
+
+
+async def test_a_start_key_is_each_principals_and_each_agents_own() -> None:
+    other = agentlib.Agent("other", model=ScriptedModel(["Hi."]))
+    tokens = {"alice": "a-token", "bob": "b-token"}
+    async with agentlib.serve([calculator(), other], port=0, tokens=tokens) as server:  # noqa: SIM117
+        async with httpx.AsyncClient(base_url=server.url + "/v1") as http:
+
+            async def start(agent: str, token: str) -> str:
+                reply = await http.post(
+                    f"/agents/{agent}/sessions",
+                    json={"idempotency_key": "shared"},
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                assert reply.status_code == 201, reply.text
+                session_id: str = reply.json()["id"]
+                return session_id
+
+            alices = await start("calc", "a-token")
+            assert await start("calc", "a-token") == alices  # her retry: her session
+            bobs = await start("calc", "b-token")
+            others = await start("other", "a-token")
+            assert len({alices, bobs, others}) == 3
+            for agent, session_id, token in [
+                ("calc", bobs, "b-token"),
+                ("other", others, "a-token"),
+            ]:
+                read = await http.get(
+                    f"/agents/{agent}/sessions/{session_id}",
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                assert read.status_code == 200, read.text

@@ -295,6 +295,10 @@ class Server:
         principal = request.state.access.principal
         if principal is not None:
             inputs[Principal.input_id] = {"name": principal}
+        if key is not None:
+            # A key names a start of this principal's, of this agent: another principal's
+            # (or agent's) start with the same key makes a session of its own.
+            key = json.dumps(["http", principal, agent.name, key])
         live = await self._runtime._start_session(agent, entries, inputs, key)
         return _json({"id": live.id, "agent": agent.name}, 201)
 
