@@ -649,3 +649,30 @@ async def test_a_start_key_is_each_principals_and_each_agents_own() -> None:
                     headers={"Authorization": f"Bearer {token}"},
                 )
                 assert read.status_code == 200, read.text
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (
+            {"kind": "sign_in", "answer": {"credentials": {"github": "t0ken"}}},
+            "an approval is answered with",
+        ),
+        ({"kind": "failure", "answer": "no"}, "is not a client tool call"),
+    ],
+)
+async def test_an_answer_that_does_not_fit_its_callback_is_a_400_that_keeps_it_open(
+    client: httpx.AsyncClient, answer: dict[str, Any], said: str
+) -> None:
+    session = await start(client, "approver")
+    base = f"/agents/approver/sessions/{session}"
+    turn = (await client.post(f"{base}/turns", json={"content": "clean up"})).json()["turn_id"]
+    blocked = (await client.get(f"{base}/turns/{turn}", params={"wait": 10})).json()
+    url = f"{base}/turns/{turn}/callbacks/{blocked['callbacks'][0]['id']}"
+    wrong = await client.post(url, json=answer)
+    assert wrong.status_code == 400, wrong.text
+    assert wrong.json()["error"]["type"] == "ValidationError"
+    assert said in wrong.json()["error"]["message"]
+    assert "t0ken" not in wrong.text
+    allowed = await client.post(url, json={"answer": {"type": "allow"}})
+    assert allowed.json()["type"] == "answered", allowed.text

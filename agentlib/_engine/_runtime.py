@@ -34,11 +34,11 @@ from .._data._errors import (
     LeaseLost,
     LeaseRefused,
     SandboxError,
-    SdkError,
     SessionBusyError,
     SessionNotFoundError,
     StoreError,
     UnsupportedSessionProcedureError,
+    ValidationError,
 )
 from .._data._events import TurnEnded
 from .._data._history import new_id
@@ -978,14 +978,14 @@ class Runtime:
 
         Raises:
             ValueError: ``callback_id`` is not a UUID.
-            SdkError: The callback is not a client tool call.
+            ValidationError: The callback is not a client tool call (an SdkError).
         """
         callback_id = check_callback_id(callback_id)
         state = machine.find_callback(self._states, live.id, callback_id)
         if state is None:
             return NotFound()
         if not isinstance(state.callback, OpenClientToolCall):
-            raise SdkError(
+            raise ValidationError(
                 f"callback {callback_id} is not a client tool call: only a client tool "
                 "handler's failure is told to the model"
             )
@@ -1218,11 +1218,11 @@ def _check_answer(callback_id: str, answer: object) -> str:
 
     Raises:
         ValueError: ``callback_id`` is not a UUID.
-        SdkError: ``answer`` is ``KeepCallbackOpen()``.
+        ValidationError: ``answer`` is ``KeepCallbackOpen()`` (an SdkError).
     """
     callback_id = check_callback_id(callback_id)
     if isinstance(answer, KeepCallbackOpen):
-        raise SdkError(
+        raise ValidationError(
             "KeepCallbackOpen() is a handler's return value, never an answer: to leave "
             "a callback open, do not answer it"
         )

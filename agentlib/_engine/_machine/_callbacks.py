@@ -19,7 +19,7 @@ from ..._data._callbacks import (
     OpenSignIn,
     SignInAnswer,
 )
-from ..._data._errors import ClientToolAnswerError, SdkError
+from ..._data._errors import ClientToolAnswerError, SdkError, ValidationError
 from ..._data._events import CallbackClosed, CallbackOpened
 from ..._data._ops import CallbackRow, KeyRow
 from ._queries import ancestors, tree_of
@@ -43,27 +43,27 @@ def fit_answer(callback: Callback, answer: object, tools: Mapping[str, Any]) -> 
     stub's return type, ``tools`` by id).
 
     Raises:
-        SdkError: It does not fit (a :class:`ClientToolAnswerError` for a client tool); the
-            message never repeats a credential or the value.
+        ValidationError: It does not fit (a :class:`ClientToolAnswerError` for a client
+            tool): an SdkError; the message never repeats a credential or the value.
     """
     check_not_a_class(answer)
     if isinstance(callback, OpenApproval):
         if not isinstance(answer, (AllowApproval, DenyApproval)):
-            raise SdkError(
+            raise ValidationError(
                 f"an approval is answered with AllowApproval() or DenyApproval(reason), "
                 f"not a {type(answer).__name__}"
             )
         if isinstance(answer, AllowApproval) and (
             callback.source == "hook" and answer.scope == "session"
         ):
-            raise SdkError(
+            raise ValidationError(
                 "a hook asked for this approval, so it can only be allowed once: "
                 'answer AllowApproval() (scope="once")'
             )
         return answer
     if isinstance(callback, OpenSignIn):
         if not isinstance(answer, SignInAnswer):
-            raise SdkError(
+            raise ValidationError(
                 f"a sign-in is answered with SignInAnswer(credentials={{source: ...}}), "
                 f"not a {type(answer).__name__}"
             )
@@ -77,7 +77,7 @@ def fit_answer(callback: Callback, answer: object, tools: Mapping[str, Any]) -> 
                 problems.append(
                     "credentials for sources not asked for: " + ", ".join(map(repr, extra))
                 )
-            raise SdkError(
+            raise ValidationError(
                 f"the SignInAnswer must name every requested source and only those "
                 f"({', '.join(map(repr, callback.sources))}): {'; '.join(problems)}"
             )
