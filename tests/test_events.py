@@ -560,3 +560,14 @@ async def test_on_event_sees_only_its_own_turns_events() -> None:
         record = await session.run("more", on_event=seen.append)
     assert {event.turn_id for event in seen} == {record.turn_id}  # type: ignore[union-attr]
     assert isinstance(seen[0], TurnStarted)
+
+
+@pytest.mark.parametrize("digits", ["00000000000²", "٣", "1²"])
+async def test_a_cursor_with_digits_that_are_not_ascii_raises_invalid_cursor(
+    digits: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with agentlib.open_runtime():
+        session, turn = await one_turn(Agent("a", model=ScriptedModel(["hi"])))
+        for events in (session.iter_events, turn.iter_events):
+            with pytest.raises(agentlib.InvalidCursorError, match="after is not a cursor"):
+                await first_event(events(after=f"{session.id}:{digits}"))

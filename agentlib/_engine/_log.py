@@ -405,7 +405,7 @@ def cursor_of(after: TurnState[Any] | str | None, session_id: str) -> str | None
         if not after:
             return None
     owner, _, number = after.rpartition(":")
-    if not owner or not number.isdigit():
+    if not owner or not (number.isascii() and number.isdigit()):
         raise InvalidCursorError(
             "after is not a cursor: pass an event's id or a record's cursor, unchanged"
         )
