@@ -200,10 +200,13 @@ agent = agentlib.Agent("greeter", model=agentlib.ScriptedModel(["Hello."]))
 """
 
 
-def serve(tmp_path: Path, store: str) -> subprocess.CompletedProcess[str]:
-    """``python -m agentlib serve my_agents:agent --store STORE`` in ``tmp_path``."""
+def serve(
+    tmp_path: Path, store: str = ":memory:", *, port: str = "0"
+) -> subprocess.CompletedProcess[str]:
+    """``python -m agentlib serve my_agents:agent --port PORT --store STORE`` in
+    ``tmp_path``."""
     (tmp_path / "my_agents.py").write_text(AGENTS_MODULE)
-    command = ["serve", "my_agents:agent", "--port", "0", "--store", store]
+    command = ["serve", "my_agents:agent", "--port", port, "--store", store]
     return subprocess.run(
         [sys.executable, "-m", "agentlib", *command],
         cwd=tmp_path,
@@ -255,15 +258,7 @@ def test_serve_with_a_database_out_of_reach_says_so_in_one_line_without_the_pass
 
 @pytest.mark.parametrize("port", ["99999", "65536", "-5"])
 def test_serve_on_a_port_out_of_range_says_so_in_one_line(tmp_path: Path, port: str) -> None:
-    (tmp_path / "my_agents.py").write_text(AGENTS_MODULE)
-    result = subprocess.run(
-        [sys.executable, "-m", "agentlib", "serve", "my_agents:agent", "--port", port],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = serve(tmp_path, port=port)
     assert (result.returncode, result.stdout) == (2, ""), result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.endswith(
